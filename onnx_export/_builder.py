@@ -1,0 +1,73 @@
+"""The graph builder that tags every ONNX node with the FX node it came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx_ir as ir
+import onnxscript
+import torch.fx
+
+from onnx_export._source import node_origin
+
+__all__ = ["TaggingGraphBuilder"]
+
+
+class TaggingGraphBuilder(onnxscript.GraphBuilder):  # type: ignore[misc]  # untyped base
+    """A ``GraphBuilder`` whose nodes carry their FX node, module scope and source line.
+
+    Serialised metadata stays small (module scope, FX node name, ``file:line``); the
+    full stack trace is kept in memory only (``node.meta["stack_trace"]``).
+    """
+
+    def __init__(self, graph: ir.Graph, *, parent: TaggingGraphBuilder | None = None) -> None:
+        super().__init__(graph, parent=parent)
+        self.current_fx_node: torch.fx.Node | None = None
+        self._tags: dict[str, str] = {}
+        self._stack_trace = ""
+
+    def set_fx_node(self, node: torch.fx.Node | None) -> None:
+        """Tag the nodes created from now on with ``node``'s origin."""
+        self.current_fx_node = node
+        if node is None:
+            self._tags, self._stack_trace = {}, ""
+            return
+        origin = node_origin(node)
+        self._tags = {"pkg.onnx_export.fx_node": node.name}
+        if origin.module_path or origin.module_class:
+            self._tags["namespace"] = f"{origin.module_path}: {origin.module_class}"
+        if origin.file:
+            self._tags["pkg.onnx_export.source"] = f"{origin.file}:{origin.line}"
+        self._stack_trace = origin.stack_trace
+
+    def _annotate_node(self, node: ir.Node) -> None:
+        pass  # tags are applied in _add_node, which every path goes through
+
+    def _add_node(self, node: ir.Node) -> None:
+        node.metadata_props.update(self._tags)
+        if self._stack_trace:
+            node.meta["stack_trace"] = self._stack_trace
+        if self.current_fx_node is not None:
+            node.meta["fx_node"] = self.current_fx_node.name
+        super()._add_node(node)
+
+    def child(self, graph: ir.Graph, scope: str) -> TaggingGraphBuilder:
+        """A builder for a subgraph (e.g. an ``If`` branch) whose names carry ``scope``."""
+        sub = TaggingGraphBuilder(graph, parent=self)
+        sub.push_module(scope)
+        sub._tags, sub._stack_trace = dict(self._tags), self._stack_trace
+        sub.current_fx_node = self.current_fx_node
+        return sub
+
+    def _get_or_create_constant(self, value: Any, dtype: ir.DataType | None) -> ir.Value:
+        # Torchlib passes unnamed tensors (e.g. aten_gelu's sqrt(2)); initializers need
+        # names, so those become Constant nodes, which the optimizer folds.
+        if isinstance(value, ir.TensorProtocol) and not value.name:
+            return self.call_op("Constant", [], {"value": value})  # type: ignore[no-any-return]
+        return super()._get_or_create_constant(value, dtype)  # type: ignore[no-any-return]
+
+    def constant(self, value: Any, dtype: ir.DataType | None = None) -> ir.Value:
+        """A constant value (cached per value and dtype)."""
+        return self._input_to_ir_value(value) if dtype is None else self._promote_constant(
+            value, dtype
+        )

@@ -1,0 +1,109 @@
+"""Decomposition: lower the captured graph only as far as ONNX needs.
+
+``run_decompositions`` re-traces the whole graph (0.3-0.9 s on small transformers), so
+it runs only when needed: when an op has no ONNX function, or when the graph still
+mutates tensors in place (its functionalisation removes those). Ops with an ONNX
+function stay whole (``scaled_dot_product_attention``, ``layer_norm``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterable
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from onnx_export._capture import EXPORT_LOCK
+from onnx_export._registry import OnnxRegistry
+
+__all__ = ["DecompositionReport", "decompose"]
+
+# Assertions torch.export leaves in the graph: they have no effect on the outputs.
+_ASSERTIONS = {
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+    torch.ops.aten._assert_async.msg,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecompositionReport:
+    """What decomposition did.
+
+    Attributes:
+        ran: Whether ``run_decompositions`` ran.
+        why: Why it ran (or why not).
+        decomposed: Operators that were present before and gone after.
+    """
+
+    ran: bool
+    why: str
+    decomposed: tuple[str, ...] = ()
+
+
+def _call_targets(gm: torch.fx.GraphModule) -> Iterable[object]:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            yield node.target
+    for sub in gm.children():
+        if isinstance(sub, torch.fx.GraphModule):
+            yield from _call_targets(sub)
+
+
+def _is_mutating(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def _needs(program: ExportedProgram, registry: OnnxRegistry) -> str:
+    targets = set(_call_targets(program.graph_module))
+    mutating = sorted(str(t) for t in targets if _is_mutating(t))
+    if mutating:
+        return f"in-place ops to functionalise: {', '.join(mutating[:5])}"
+    missing = sorted(
+        str(t)
+        for t in targets
+        if isinstance(t, torch._ops.OpOverload)
+        and t not in _ASSERTIONS
+        and not registry.is_registered(t)
+    )
+    if missing:
+        return f"ops without an ONNX function: {', '.join(missing[:5])}"
+    return ""
+
+
+def _table(registry: OnnxRegistry) -> dict[torch._ops.OperatorBase, object]:
+    table = dict(torch.export.default_decompositions())
+    for op in list(table):
+        if isinstance(op, torch._ops.OpOverload) and registry.is_registered(op):
+            del table[op]
+    return table
+
+
+def remove_assertions(program: ExportedProgram) -> None:
+    """Drop runtime assertion nodes, which compute nothing the model returns."""
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in _ASSERTIONS and not node.users:
+            graph.erase_node(node)
+    program.graph_module.recompile()
+
+
+def decompose(
+    program: ExportedProgram, registry: OnnxRegistry, *, always: bool = False
+) -> tuple[ExportedProgram, DecompositionReport]:
+    """Decompose ``program`` when ONNX needs it, keeping ops that have ONNX functions."""
+    why = "requested (decompose='always')" if always else _needs(program, registry)
+    if not why:
+        remove_assertions(program)
+        return program, DecompositionReport(False, "every op has an ONNX function")
+    before = {str(t) for t in _call_targets(program.graph_module)}
+    with EXPORT_LOCK:
+        program = program.run_decompositions(_table(registry))
+    after = {str(t) for t in _call_targets(program.graph_module)}
+    remove_assertions(program)
+    return program, DecompositionReport(True, why, tuple(sorted(before - after)))

@@ -1,0 +1,189 @@
+"""Choose the ONNX function for one FX node among a target's overloads.
+
+Dispatch never raises: it returns a :class:`Dispatch` that carries the chosen function
+(or ``None``) and the reason, so that every unsupported node can be collected and
+reported together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch.fx
+
+from onnx_export._dtypes import is_complex_value, value_dtype
+from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
+
+__all__ = ["Dispatch", "dispatch", "bind_arguments"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatch:
+    """The outcome of dispatching one node.
+
+    Attributes:
+        target: The node's operator name.
+        entry: The chosen function, or ``None`` when the op is unsupported.
+        reason: Why this function (or why none).
+        fallback: True when no overload matched the node's types and the first was
+            taken anyway.
+        args: Positional arguments for the function (FX nodes still unconverted).
+    """
+
+    target: str
+    entry: OnnxFunctionEntry | None
+    reason: str
+    fallback: bool = False
+    args: tuple[Any, ...] = ()
+
+
+def _aten_named_arguments(node: torch.fx.Node) -> dict[str, Any] | None:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return None
+    named: dict[str, Any] = {}
+    for formal, actual in zip(schema.arguments, node.args, strict=False):
+        named[formal.name] = actual
+    named.update(node.kwargs)
+    return named
+
+
+@functools.cache
+def _python_signature(function: Any) -> inspect.Signature | None:
+    python_function = getattr(function, "func", None) or getattr(function, "function", None)
+    try:
+        return inspect.signature(python_function or function)
+    except (TypeError, ValueError):
+        return None
+
+
+def bind_arguments(
+    node: torch.fx.Node, function: Any, signature: ir.schemas.OpSignature | None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Map the node's arguments onto the function's parameters, as positional arguments.
+
+    By name (ATen schema names match torchlib's parameter names) when every required
+    parameter is found that way; otherwise positionally. Arguments the function does
+    not take are dropped; gaps before a given argument take the function's defaults.
+    Returns the positional arguments and, for type checks, the arguments by name.
+    """
+    if signature is None:
+        return tuple(node.args), dict(node.kwargs)
+    names = [p.name for p in signature.params]
+    named = _aten_named_arguments(node)
+    if named is None or not all(p.name in named for p in signature.params if p.required):
+        named = dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
+    named = {k: v for k, v in named.items() if k in names}
+    python_signature = _python_signature(function)
+    if python_signature is None:
+        return tuple(named[n] for n in names if n in named), named
+    bound = python_signature.bind_partial(**named)
+    last = max((names.index(k) for k in named), default=-1)
+    positional = []
+    for name in names[: last + 1]:
+        if name in bound.arguments:
+            positional.append(bound.arguments[name])
+        else:
+            positional.append(python_signature.parameters[name].default)
+    return tuple(positional), named
+
+
+_ATTR_ACCEPTS: dict[ir.AttributeType, tuple[type, ...]] = {
+    ir.AttributeType.INT: (int, bool),
+    ir.AttributeType.FLOAT: (float, int),
+    ir.AttributeType.STRING: (str,),
+    ir.AttributeType.INTS: (int, bool),
+    ir.AttributeType.FLOATS: (float, int),
+    ir.AttributeType.STRINGS: (str,),
+}
+
+
+def _attribute_fits(param: ir.schemas.AttributeParameter, value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, torch.fx.Node):
+        return False
+    accepted = _ATTR_ACCEPTS.get(param.type)
+    if accepted is None:
+        return True
+    if param.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS):
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return all(isinstance(v, accepted) for v in items)
+    return isinstance(value, accepted) and not isinstance(value, (list, tuple))
+
+
+def _input_fits(param: ir.schemas.Parameter, value: Any) -> bool:
+    if not isinstance(value, torch.fx.Node):
+        return True  # Python scalars and lists are promoted to constants
+    dtype = value_dtype(value.meta.get("val"))
+    allowed = param.type_constraint.allowed_types
+    if dtype is None or not allowed:
+        return True
+    if param.variadic:
+        return True
+    return ir.TensorType(dtype) in allowed or any(
+        isinstance(t, ir.SequenceType) for t in allowed
+    )
+
+
+def _mismatch(entry: OnnxFunctionEntry, bound: dict[str, Any]) -> str:
+    signature = entry.signature
+    if signature is None:
+        return ""
+    for param in signature.params:
+        if param.name not in bound:
+            if param.required and not getattr(param, "variadic", False):
+                return f"required parameter {param.name!r} has no argument"
+            continue
+        value = bound[param.name]
+        if isinstance(param, ir.schemas.AttributeParameter):
+            if not _attribute_fits(param, value):
+                return f"attribute {param.name!r} cannot take {type(value).__name__}"
+        elif not _input_fits(param, value):
+            dtype = value_dtype(value.meta.get("val"))
+            return f"input {param.name!r} does not accept {dtype}"
+    return ""
+
+
+def _node_is_complex(node: torch.fx.Node) -> bool:
+    if is_complex_value(node.meta.get("val")):
+        return True
+    return any(is_complex_value(arg.meta.get("val")) for arg in node.all_input_nodes)
+
+
+def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
+    """Pick the function for ``node``: user's before torchlib's, first whose types fit.
+
+    Example:
+        The result names the function and why, or says why there is none::
+
+            decision = dispatch(node, registry)
+            if decision.entry is None:
+                print(decision.reason)
+    """
+    name = target_name(node.target)
+    entries = registry.get(node.target)
+    if not entries:
+        return Dispatch(name, None, f"no ONNX function is registered for {name}")
+    complex_node = _node_is_complex(node)
+    candidates = [e for e in entries if e.is_complex == complex_node or e.is_custom]
+    if not candidates:
+        kind = "complex" if complex_node else "real"
+        return Dispatch(name, None, f"{name} has ONNX functions, but none for {kind} inputs")
+    reasons = []
+    for entry in candidates:
+        args, named = bind_arguments(node, entry.function, entry.signature)
+        why_not = _mismatch(entry, named)
+        if not why_not:
+            origin = "user-registered" if entry.is_custom else "torchlib"
+            return Dispatch(name, entry, f"{origin} function whose types fit", False, args)
+        reasons.append(f"{entry.name}: {why_not}")
+    first = candidates[0]
+    args, _ = bind_arguments(node, first.function, first.signature)
+    reason = "no overload matched exactly (" + "; ".join(reasons) + f"); using {first.name}"
+    return Dispatch(name, first, reason, True, args)

@@ -1,0 +1,198 @@
+"""Names in the ONNX graph: inputs after ``forward``'s parameters, named symbolic dims.
+
+Also binds the example inputs to ``forward``'s signature in a canonical form, so that
+the graph's inputs have one order however the user called the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.utils import _pytree as pytree
+
+__all__ = [
+    "canonical_inputs",
+    "leaf_paths",
+    "to_torch_dynamic_shapes",
+    "dim_names_from_program",
+]
+
+
+def _signature(model: torch.nn.Module) -> inspect.Signature | None:
+    try:
+        return inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return None
+
+
+def canonical_inputs(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Bind to ``forward``: positional-only and ``*args`` stay positional, the rest by name.
+
+    Defaults are filled in, so a later call that relies on them sees the same graph.
+    """
+    signature = _signature(model)
+    if signature is None:
+        return tuple(args), dict(kwargs)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(
+            f"The example inputs do not fit {type(model).__name__}.forward{signature}: {e}. "
+            "Pass them as you would call the model."
+        ) from e
+    bound.apply_defaults()
+    positional: list[Any] = []
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind == inspect.Parameter.POSITIONAL_ONLY:
+            positional.append(value)
+        elif kind == inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(value)
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return tuple(positional), named
+
+
+def _key_text(key: object) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def leaf_paths(spec: pytree.TreeSpec, positional_names: Sequence[str]) -> list[str]:
+    """Dotted path of every leaf of an ``(args, kwargs)`` tree spec, e.g. ``"x.a.0"``."""
+    skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    paths: list[str] = []
+    for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]:
+        parts = [_key_text(k) for k in keys]
+        if len(parts) >= 2 and parts[0] == "0":  # positional argument
+            index = int(parts[1])
+            head = positional_names[index] if index < len(positional_names) else f"arg{index}"
+            parts = [head, *parts[2:]]
+        elif len(parts) >= 2:  # keyword argument
+            parts = parts[1:]
+        paths.append(".".join(parts))
+    return paths
+
+
+def output_paths(spec: pytree.TreeSpec) -> list[str]:
+    """Names for the model's outputs: dict keys and attribute names where there are any."""
+    skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    paths = []
+    for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]:
+        parts = [_key_text(k) for k in keys]
+        if not parts or parts[0].isdigit():
+            parts = ["output", *parts]
+        paths.append(".".join(parts))
+    return paths
+
+
+def _identifier(name: str) -> str:
+    text = re.sub(r"\W", "_", name)
+    if not text or text[0].isdigit() or keyword.iskeyword(text):
+        text = f"d_{text}"
+    return text
+
+
+def to_torch_dynamic_shapes(
+    dynamic_shapes: Any, named_inputs: Mapping[str, Any], positional_count: int
+) -> tuple[Any, dict[int, str]]:
+    """Turn every string in ``dynamic_shapes`` into a shared ``Dim`` of that name.
+
+    Returns torch.export's format and, for each ``Dim`` created or found, ``id(dim) ->
+    the user's name``. A dict keyed by parameter name gets ``None`` for the inputs it
+    leaves out, as torch.export wants every input named.
+    """
+    if dynamic_shapes is None:
+        return None, {}
+    dims: dict[str, Any] = {}
+    names: dict[int, str] = {}
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, str):
+            if node not in dims:
+                dims[node] = Dim(_identifier(node))
+                names[id(dims[node])] = node
+            return dims[node]
+        if isinstance(node, dict):
+            return {k: convert(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(convert(v) for v in node)
+        if hasattr(node, "__name__") and type(node).__name__.endswith("Dim"):
+            names.setdefault(id(node), node.__name__)
+        return node
+
+    converted = convert(dynamic_shapes)
+    if isinstance(converted, dict) and positional_count == 0:
+        unknown = sorted(set(converted) - set(named_inputs))
+        if unknown:
+            raise ValueError(
+                f"dynamic_shapes names inputs {unknown} that forward() does not take; "
+                f"its inputs are {list(named_inputs)}."
+            )
+        converted = {k: converted.get(k) for k in named_inputs}
+    return converted, names
+
+
+def _axis_names(spec: Any, tensor: torch.Tensor, names: Mapping[int, str]) -> dict[int, str]:
+    if isinstance(spec, dict):
+        items = spec.items()
+    elif isinstance(spec, (list, tuple)):
+        items = enumerate(spec)
+    else:
+        return {}
+    return {int(a): names[id(d)] for a, d in items if id(d) in names and int(a) < tensor.dim()}
+
+
+def _spec_at(dynamic_shapes: Any, parts: Sequence[str]) -> Any:
+    node = dynamic_shapes
+    for part in parts:
+        if isinstance(node, dict):
+            key: Any = part if part in node else (int(part) if part.lstrip("-").isdigit() else part)
+            node = node.get(key)
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def dim_names_from_program(
+    program: ExportedProgram,
+    dynamic_shapes: Any,
+    input_paths: Sequence[str],
+    names: Mapping[int, str],
+) -> dict[str, str]:
+    """Map each input dim's symbol (``"s17"``) to the name the user gave it."""
+    if not names or not isinstance(dynamic_shapes, dict):
+        return {}
+    result: dict[str, str] = {}
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    user_inputs = [
+        node
+        for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=True)
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    for path, node in zip(input_paths, user_inputs, strict=True):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        spec = _spec_at(dynamic_shapes, path.split("."))
+        for axis, name in _axis_names(spec, val, names).items():
+            dim = val.shape[axis]
+            if isinstance(dim, torch.SymInt):
+                result.setdefault(str(dim.node.expr), name)
+    return result

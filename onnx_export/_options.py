@@ -1,0 +1,77 @@
+"""Options of one export, as a frozen dataclass: the single source of configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from onnx_export._registry import OnnxRegistry
+
+__all__ = ["ExportOptions", "CaptureStrategyName", "DEFAULT_OPSET", "SUPPORTED_OPSETS"]
+
+CaptureStrategyName = Literal["non_strict", "strict"]
+
+#: Torchlib's functions are written against ONNX opset 18, so 18 needs no version
+#: conversion (fastest, fewest surprises) and runs on every ONNX Runtime since 1.14.
+DEFAULT_OPSET = 18
+SUPPORTED_OPSETS = range(18, 24)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """How :func:`onnx_export.dynamo_export` captures, translates and optimizes a model.
+
+    Attributes:
+        dynamic_shapes: Which input dimensions stay symbolic. Either torch.export's own
+            format (``{"x": {0: torch.export.Dim("batch")}}``, tuples, ``Dim.AUTO``...)
+            or the simple form ``{"input_name": {axis: "dim_name"}}``. Every string in
+            the structure names a dimension; equal strings are the same dimension.
+            Named dimensions keep their names in the ONNX graph.
+        opset_version: ONNX opset of the model, 18 to 23. The default, 18, is the
+            opset torchlib's functions are written for, so no conversion runs; higher
+            opsets are reached with onnxscript's version converter.
+        optimize: Run onnxscript's optimizer (constant folding, dead code removal,
+            function inlining) on the translated model.
+        onnx_registry: A registry with the user's own ONNX functions for custom ops
+            or overrides of built-ins; ``None`` uses torchlib's functions only.
+        capture_strategies: Capture strategies, tried in this order until one works:
+            ``"non_strict"`` (torch.export tracing Python directly; fast) and
+            ``"strict"`` (torch.export through dynamo's bytecode analysis).
+        decompose: ``"auto"`` decomposes only when the graph has an op without an
+            ONNX function or an in-place op; ``"always"`` always runs
+            ``run_decompositions``.
+
+    Example:
+        >>> import onnx_export
+        >>> opts = onnx_export.ExportOptions(
+        ...     dynamic_shapes={"x": {0: "batch"}}, opset_version=18
+        ... )
+        >>> opts.optimize
+        True
+    """
+
+    dynamic_shapes: Mapping[str, Any] | Sequence[Any] | None = None
+    opset_version: int = DEFAULT_OPSET
+    optimize: bool = True
+    onnx_registry: OnnxRegistry | None = None
+    capture_strategies: tuple[CaptureStrategyName, ...] = ("non_strict", "strict")
+    decompose: Literal["auto", "always"] = "auto"
+
+    def __post_init__(self) -> None:
+        if self.opset_version not in SUPPORTED_OPSETS:
+            raise ValueError(
+                f"opset_version must be between {SUPPORTED_OPSETS.start} and "
+                f"{SUPPORTED_OPSETS.stop - 1}, got {self.opset_version}. "
+                "Torchlib's functions need at least opset 18."
+            )
+        known = {"non_strict", "strict"}
+        bad = [s for s in self.capture_strategies if s not in known]
+        if bad or not self.capture_strategies:
+            raise ValueError(
+                f"capture_strategies must be a non-empty tuple of {sorted(known)}, "
+                f"got {self.capture_strategies!r}."
+            )
+        if self.decompose not in ("auto", "always"):
+            raise ValueError(f"decompose must be 'auto' or 'always', got {self.decompose!r}.")

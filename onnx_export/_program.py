@@ -1,0 +1,164 @@
+"""``ONNXProgram``: the exported model, how it was made, and how to save and run it."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pathlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import torch
+from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
+
+from onnx_export._capture import CaptureAttempt
+from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
+from onnx_export.errors import SerializationError
+
+__all__ = ["ONNXProgram"]
+
+
+class ONNXProgram:
+    """An exported ONNX model with the program it came from.
+
+    Attributes:
+        model: The ONNX model as an ``onnx_ir.Model`` (edit it in place if you like).
+        exported_program: The ``torch.export.ExportedProgram`` that was translated.
+        capture_attempts: Every capture strategy tried, in order.
+
+    Example:
+        >>> import torch, onnx_export
+        >>> program = onnx_export.dynamo_export(torch.nn.ReLU(), torch.randn(2, 3))
+        >>> [out.shape for out in program(torch.randn(2, 3))]
+        [torch.Size([2, 3])]
+    """
+
+    def __init__(
+        self,
+        model: ir.Model,
+        exported_program: ExportedProgram | None,
+        *,
+        capture_attempts: Sequence[CaptureAttempt] = (),
+        signature: inspect.Signature | None = None,
+    ) -> None:
+        self.model = model
+        self.exported_program = exported_program
+        self.capture_attempts = tuple(capture_attempts)
+        self._signature = signature
+        self._session: Any = None
+        self._session_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        graph = self.model.graph
+        return (
+            f"ONNXProgram(inputs={[v.name for v in graph.inputs]}, "
+            f"outputs={[v.name for v in graph.outputs]}, nodes={graph.num_nodes()}, "
+            f"opset={graph.opset_imports.get('')})"
+        )
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as an ``onnx.ModelProto`` (serialised anew on each access).
+
+        Example:
+            >>> import torch, onnx_export
+            >>> program = onnx_export.dynamo_export(torch.nn.ReLU(), torch.randn(2))
+            >>> program.model_proto.graph.node[0].op_type
+            'Relu'
+        """
+        return ir.serde.serialize_model(self.model)
+
+    def save(
+        self, path: str | os.PathLike[str], *, external_data: bool | None = None
+    ) -> pathlib.Path:
+        """Write the model to ``path``, atomically.
+
+        Args:
+            path: Destination ``.onnx`` file; missing folders are created.
+            external_data: Put the weights in ``<name>.data`` beside the model. By default
+                this happens only when they would pass protobuf's 2 GB limit.
+
+        Returns:
+            The absolute path written.
+
+        Raises:
+            SerializationError: When the file cannot be written; an earlier file at
+                ``path`` is left as it was.
+
+        Example:
+            >>> import tempfile, pathlib, torch, onnx_export
+            >>> program = onnx_export.dynamo_export(torch.nn.ReLU(), torch.randn(2))
+            >>> out = program.save(pathlib.Path(tempfile.mkdtemp()) / "relu.onnx")
+            >>> out.exists()
+            True
+        """
+        try:
+            written, _ = save_model(self.model, path, external_data=external_data)
+        except (OSError, ValueError) as e:
+            raise SerializationError(
+                f"Could not save the ONNX model to {os.fspath(path)!r}: {e}. "
+                "Check that the folder is writable and has space; any earlier file "
+                "there is unchanged."
+            ) from e
+        return written
+
+    # -- running -----------------------------------------------------------------------
+
+    def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        if self._signature is not None:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = (), dict(bound.arguments)
+        leaves = pytree.tree_flatten((args, kwargs))[0]
+        arrays = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                if leaf.is_complex():
+                    leaf = torch.view_as_real(leaf)
+                arrays.append(leaf.detach().cpu().numpy())
+            elif isinstance(leaf, np.ndarray):
+                arrays.append(leaf)
+        return arrays
+
+    def _ort_session(self) -> Any:
+        with self._session_lock:
+            if self._session is None:
+                import onnxruntime as ort
+
+                if initializer_bytes(self.model) > PROTOBUF_LIMIT:
+                    raise SerializationError(
+                        "The model is over 2 GB; save() it with external data and run the "
+                        "saved file with onnxruntime.InferenceSession(path)."
+                    )
+                data = self.model_proto.SerializeToString()
+                self._session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+            return self._session
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """Run the model in ONNX Runtime (CPU) on the same inputs as the PyTorch model.
+
+        Returns:
+            The model's tensor outputs, flattened, as torch tensors.
+
+        Example:
+            >>> import torch, onnx_export
+            >>> program = onnx_export.dynamo_export(torch.nn.Tanh(), torch.randn(3))
+            >>> x = torch.randn(3)
+            >>> torch.allclose(program(x)[0], torch.tanh(x), atol=1e-6)
+            True
+        """
+        session = self._ort_session()
+        arrays = self._flat_inputs(args, kwargs)
+        names = [i.name for i in session.get_inputs()]
+        if len(arrays) != len(names):
+            raise TypeError(
+                f"The ONNX model takes {len(names)} tensor inputs ({names}), but the call "
+                f"provided {len(arrays)}. Call it with the same structure as at export."
+            )
+        outputs = session.run(None, dict(zip(names, arrays, strict=True)))
+        return [torch.from_numpy(np.asarray(o)) for o in outputs]

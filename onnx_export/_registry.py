@@ -1,0 +1,174 @@
+"""Where ONNX functions for torch operators come from: torchlib, plus the user's own.
+
+Torchlib's table is built once per process (importing it takes seconds) and shared,
+read-only, by every registry; a registry adds the user's functions in front of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+__all__ = ["OnnxFunctionEntry", "OnnxRegistry", "target_name"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxFunctionEntry:
+    """One ONNX implementation of a torch operator.
+
+    Attributes:
+        target: The operator's qualified name, e.g. ``"aten::add.Tensor"``.
+        function: The onnxscript function (scripted ``OnnxFunction`` or traced).
+        is_complex: Whether it implements the complex-number variant.
+        is_custom: Whether the user registered it (custom functions win over torchlib).
+    """
+
+    target: str
+    function: Any
+    is_complex: bool = False
+    is_custom: bool = False
+
+    @property
+    def signature(self) -> ir.schemas.OpSignature | None:
+        """The function's parameters and types, as onnxscript describes them."""
+        return getattr(self.function, "op_signature", None)
+
+    @property
+    def name(self) -> str:
+        """A readable name of the function, for messages."""
+        return str(getattr(self.function, "name", None) or getattr(self.function, "__name__", ""))
+
+
+_TORCHLIB_LOCK = threading.Lock()
+
+
+@functools.cache
+def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
+    with _TORCHLIB_LOCK:
+        import onnxscript.function_libs.torch_lib.ops  # noqa: F401  (registers the functions)
+        from onnxscript.function_libs.torch_lib.registration import default_registry
+
+        table: dict[str, tuple[OnnxFunctionEntry, ...]] = {}
+        for name, overloaded in default_registry.items():
+            entries = [OnnxFunctionEntry(name, f) for f in overloaded.overloads]
+            entries += [OnnxFunctionEntry(name, f, is_complex=True) for f in overloaded.complex]
+            table[name] = tuple(entries)
+        return MappingProxyType(table)
+
+
+def target_name(target: object) -> str:
+    """The registry key of an FX node target or a user-given target.
+
+    ``OpOverload`` -> ``OpOverload.name()`` (``"aten::relu"``, ``"aten::add.Tensor"``);
+    ``OpOverloadPacket`` -> ``"ns::op"``; builtins such as ``operator.add`` ->
+    ``"_operator::add"``; strings are normalised (``"ns::op.default"`` -> ``"ns::op"``).
+
+    Example:
+        >>> import torch
+        >>> from onnx_export import target_name
+        >>> target_name(torch.ops.aten.add.Tensor)
+        'aten::add.Tensor'
+    """
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    opoverload = getattr(target, "_opoverload", None)  # torch.library.custom_op objects
+    if isinstance(opoverload, torch._ops.OpOverload):
+        return opoverload.name()
+    if isinstance(target, str):
+        return target[: -len(".default")] if target.endswith(".default") else target
+    module = getattr(target, "__module__", None) or "builtins"
+    return f"{module}::{getattr(target, '__name__', repr(target))}"
+
+
+class OnnxRegistry:
+    """ONNX functions for torch operators: the user's own first, then torchlib's.
+
+    Register an onnxscript function for a ``torch.library`` custom op, or to override
+    a built-in, and pass the registry in :class:`onnx_export.ExportOptions`.
+
+    Example:
+        >>> import onnx_export
+        >>> from onnxscript import opset18 as op
+        >>> def my_relu(x):
+        ...     return op.Relu(x)
+        >>> registry = onnx_export.OnnxRegistry()
+        >>> registry.register_op("aten::relu", my_relu)
+        >>> registry.is_registered("aten::relu")
+        True
+    """
+
+    def __init__(self) -> None:
+        self._custom: dict[str, list[OnnxFunctionEntry]] = {}
+
+    def register_op(
+        self, target: object, function: Callable[..., Any], *, is_complex: bool = False
+    ) -> None:
+        """Use ``function`` for ``target``, ahead of torchlib's functions and earlier ones.
+
+        Args:
+            target: An ``OpOverload`` (``torch.ops.mylib.foo.default``), an
+                ``OpOverloadPacket`` (all its overloads), a ``torch.library.custom_op``
+                object, or a qualified name such as ``"mylib::foo"``.
+            function: An onnxscript function (``@onnxscript.script()``) or a plain
+                Python function that calls ``onnxscript.opset18`` ops on its inputs.
+            is_complex: Register it for complex-valued inputs.
+
+        Example:
+            >>> import onnx_export
+            >>> from onnxscript import opset18 as op
+            >>> reg = onnx_export.OnnxRegistry()
+            >>> reg.register_op("mylib::double", lambda x: op.Add(x, x))
+            >>> len(reg.get("mylib::double"))
+            1
+        """
+        if not callable(function):
+            raise TypeError(f"function must be callable, got {type(function).__name__}.")
+        key = target_name(target)
+        entry = OnnxFunctionEntry(key, function, is_complex=is_complex, is_custom=True)
+        self._custom.setdefault(key, []).insert(0, entry)
+
+    def get(self, target: object) -> tuple[OnnxFunctionEntry, ...]:
+        """All functions for ``target``: the user's (newest first), then torchlib's.
+
+        Example:
+            >>> import onnx_export
+            >>> [e.name for e in onnx_export.OnnxRegistry().get("aten::relu")]
+            ['aten_relu']
+        """
+        key = target_name(target)
+        found = list(self._custom.get(key, ()))
+        packet = key.split(".", 1)[0]
+        if packet != key:
+            found += self._custom.get(packet, ())
+        found += _torchlib_table().get(key, ())
+        return tuple(found)
+
+    def is_registered(self, target: object) -> bool:
+        """Whether any function (user's or torchlib's) implements ``target``.
+
+        Example:
+            >>> import onnx_export
+            >>> onnx_export.OnnxRegistry().is_registered("aten::not_an_op")
+            False
+        """
+        return bool(self.get(target))
+
+    @property
+    def custom_targets(self) -> tuple[str, ...]:
+        """Targets with a user-registered function, in registration order.
+
+        Example:
+            >>> import onnx_export
+            >>> onnx_export.OnnxRegistry().custom_targets
+            ()
+        """
+        return tuple(self._custom)

@@ -1,0 +1,357 @@
+"""Translate an ``ExportedProgram``'s FX graph into an ``onnx_ir`` model, node by node."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+import torch.fx
+from onnx_ir.tensor_adapters import TorchTensor
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from onnx_export._builder import TaggingGraphBuilder
+from onnx_export._dispatch import Dispatch, dispatch
+from onnx_export._dtypes import to_ir_dtype, value_dtype
+from onnx_export._recorder import recording
+from onnx_export._registry import OnnxRegistry, target_name
+from onnx_export._source import NodeOrigin, node_origin
+
+__all__ = ["UnsupportedNode", "TranslationResult", "translate", "find_unsupported"]
+
+_PRODUCER_OPSET = 18  # the opset torchlib's functions are written for
+
+# Higher-order ops whose body is simply inlined: (operand index where the body starts).
+_INLINED_HOPS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsupportedNode:
+    """An FX node that has no ONNX function.
+
+    Attributes:
+        op: The operator name, e.g. ``"mylib::my_op"``.
+        node: The FX node's name.
+        origin: Module path and user source line.
+        reason: Why dispatch found nothing.
+    """
+
+    op: str
+    node: str
+    origin: NodeOrigin
+    reason: str
+
+
+@dataclasses.dataclass
+class TranslationResult:
+    """The translated model and what happened on the way.
+
+    Attributes:
+        model: The ONNX model (opset 18, not optimized yet).
+        decisions: The dispatch decision of each FX node, by node name.
+        dropped_buffer_mutations: Buffers that ``forward`` mutates (not model outputs).
+    """
+
+    model: ir.Model
+    decisions: dict[str, Dispatch]
+    dropped_buffer_mutations: list[str]
+
+
+def _is_hop(target: object) -> bool:
+    return isinstance(target, torch._ops.HigherOrderOperator)
+
+
+def _walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if _is_hop(node.target):
+            for arg in node.args:
+                if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+                    sub = getattr(gm, str(arg.target))
+                    if isinstance(sub, torch.fx.GraphModule):
+                        yield from _walk_call_nodes(sub)
+            continue
+        if node.target is operator.getitem:
+            continue
+        yield node
+
+
+def find_unsupported(
+    gm: torch.fx.GraphModule, registry: OnnxRegistry
+) -> tuple[dict[str, Dispatch], list[UnsupportedNode]]:
+    """Dispatch every call node (subgraphs included); collect all that have no function."""
+    decisions: dict[str, Dispatch] = {}
+    unsupported: list[UnsupportedNode] = []
+    for node in _walk_call_nodes(gm):
+        decision = dispatch(node, registry)
+        decisions[f"{id(node.graph)}:{node.name}"] = decision
+        if decision.entry is None:
+            unsupported.append(
+                UnsupportedNode(decision.target, node.name, node_origin(node), decision.reason)
+            )
+    return decisions, unsupported
+
+
+def _symbolic_dim(dim: object, dim_names: Mapping[str, str]) -> int | str:
+    if isinstance(dim, int):
+        return dim
+    expr = str(dim.node.expr) if isinstance(dim, torch.SymInt) else str(dim)
+    return dim_names.get(expr, expr)
+
+
+def _set_type_and_shape(value: ir.Value, val: object, dim_names: Mapping[str, str]) -> None:
+    dtype = value_dtype(val)
+    if dtype is None:
+        return
+    value.dtype = dtype
+    if isinstance(val, torch.Tensor):
+        dims = [_symbolic_dim(d, dim_names) for d in val.shape]
+        if val.is_complex():
+            dims.append(2)
+        value.shape = ir.Shape(dims)
+    elif value.shape is None:
+        value.shape = ir.Shape([])
+
+
+class _Translator:
+    def __init__(
+        self,
+        program: ExportedProgram,
+        decisions: dict[str, Dispatch],
+        dim_names: Mapping[str, str],
+    ) -> None:
+        self.program = program
+        self.decisions = decisions
+        self.dim_names = dim_names
+        self.graph = ir.Graph([], [], nodes=[], opset_imports={"": _PRODUCER_OPSET}, name="main")
+        self.builder = TaggingGraphBuilder(self.graph)
+        self._used_names: set[str] = set()
+
+    # -- arguments -------------------------------------------------------------------
+
+    def _convert(self, arg: Any, env: Mapping[torch.fx.Node, Any]) -> Any:
+        if isinstance(arg, torch.fx.Node):
+            return env[arg]
+        if isinstance(arg, (list, tuple)):
+            return [self._convert(a, env) for a in arg]
+        if isinstance(arg, torch.dtype):
+            return int(to_ir_dtype(arg))
+        if isinstance(arg, (torch.device, torch.layout, torch.memory_format)):
+            return str(arg)
+        return arg
+
+    # -- nodes -----------------------------------------------------------------------
+
+    def _name_outputs(self, node: torch.fx.Node, result: Any, prefix: str) -> None:
+        values = result if isinstance(result, (list, tuple)) else [result]
+        vals = node.meta.get("val")
+        metas = vals if isinstance(vals, (list, tuple)) else [vals]
+        for i, value in enumerate(values):
+            if not isinstance(value, ir.Value) or value.producer() is None:
+                continue
+            if value.name in self._used_names or value.is_graph_input():
+                continue
+            name = f"{prefix}{node.name}" if len(values) == 1 else f"{prefix}{node.name}.{i}"
+            value.name = name
+            self._used_names.add(name)
+            if i < len(metas):
+                _set_type_and_shape(value, metas[i], self.dim_names)
+
+    def _call_function(
+        self,
+        node: torch.fx.Node,
+        env: dict[torch.fx.Node, Any],
+        builder: TaggingGraphBuilder,
+        prefix: str,
+    ) -> Any:
+        if node.target is operator.getitem:
+            container, index = env[node.args[0]], node.args[1]  # type: ignore[index]
+            if isinstance(container, ir.Value):  # an ONNX sequence (e.g. from SplitToSequence)
+                with recording(builder):
+                    item = builder.op.SequenceAt(container, builder.constant(int(index)))  # type: ignore[arg-type]
+                self._name_outputs(node, item, prefix)
+                return item
+            return container[index]
+        if _is_hop(node.target):
+            return self._higher_order(node, env, builder, prefix)
+        decision = self.decisions[f"{id(node.graph)}:{node.name}"]
+        assert decision.entry is not None  # unsupported nodes were reported before
+        args = [self._convert(a, env) for a in decision.args]
+        with recording(builder):
+            result = decision.entry.function(*args)
+        if isinstance(result, (list, tuple)) and len(result) == 1 and not isinstance(
+            node.meta.get("val"), (list, tuple)
+        ):
+            result = result[0]
+        self._name_outputs(node, result, prefix)
+        return result
+
+    def _higher_order(
+        self,
+        node: torch.fx.Node,
+        env: dict[torch.fx.Node, Any],
+        builder: TaggingGraphBuilder,
+        prefix: str,
+    ) -> Any:
+        name = node.target.__name__  # type: ignore[union-attr]
+        gm = node.graph.owning_module
+        if name == "cond":
+            pred, true_gm, false_gm, operands = node.args
+            inputs = [self._convert(o, env) for o in operands]  # type: ignore[union-attr]
+            branches = []
+            for label, attr in (("then", true_gm), ("else", false_gm)):
+                sub_gm = getattr(gm, str(attr.target))  # type: ignore[union-attr]
+                scope = f"{prefix}{node.name}_{label}"
+                branches.append(self._subgraph(sub_gm, inputs, builder, scope))
+            count = len(branches[0].outputs)
+            cond = self._convert(pred, env)
+            if not isinstance(cond, ir.Value):
+                cond = builder.constant(bool(cond))
+            result = builder.call_op(
+                "If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
+                version=_PRODUCER_OPSET, outputs=count,
+            )
+            result = list(result) if count > 1 else [result]
+            self._name_outputs(node, result, prefix)
+            return result
+        if name in _INLINED_HOPS:
+            start = _INLINED_HOPS[name]
+            sub_gm = getattr(gm, str(node.args[start].target))  # type: ignore[union-attr]
+            inputs = [self._convert(o, env) for o in node.args[start + 1 :]]
+            return self._inline(sub_gm, inputs, builder, f"{prefix}{node.name}.")
+        raise NotImplementedError(f"higher-order op {name}")
+
+    def _subgraph(
+        self, gm: torch.fx.GraphModule, inputs: Sequence[Any], parent: TaggingGraphBuilder, scope: str
+    ) -> ir.Graph:
+        graph = ir.Graph([], [], nodes=[], opset_imports={"": _PRODUCER_OPSET}, name=scope)
+        sub = parent.child(graph, scope)
+        outputs = self._inline(gm, inputs, sub, f"{scope}/")
+        for out in outputs:
+            graph.outputs.append(sub.op.Identity(out))
+        return graph
+
+    def _inline(
+        self, gm: torch.fx.GraphModule, inputs: Sequence[Any], builder: TaggingGraphBuilder, prefix: str
+    ) -> list[Any]:
+        env: dict[torch.fx.Node, Any] = {}
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        env.update(zip(placeholders, inputs, strict=True))
+        outputs: list[Any] = []
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                builder.set_fx_node(node)
+                env[node] = self._call_function(node, env, builder, prefix)
+            elif node.op == "output":
+                outputs = [self._convert(o, env) for o in node.args[0]]
+        return outputs
+
+    # -- the main graph --------------------------------------------------------------
+
+    def _initializer(self, name: str, tensor: torch.Tensor) -> ir.Value:
+        if tensor.is_complex():
+            tensor = torch.view_as_real(tensor)
+        value = ir.Value(
+            name=name,
+            shape=ir.Shape(list(tensor.shape)),
+            type=ir.TensorType(to_ir_dtype(tensor.dtype)),
+            const_value=TorchTensor(tensor.detach(), name=name),
+        )
+        self.graph.register_initializer(value)
+        self._used_names.add(name)
+        return value
+
+    def _placeholders(self, input_names: Sequence[str]) -> dict[torch.fx.Node, Any]:
+        program = self.program
+        env: dict[torch.fx.Node, Any] = {}
+        names = iter(input_names)
+        placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+        for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=True):
+            val = node.meta.get("val")
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                target = str(spec.target)
+                tensor = program.state_dict.get(target)
+                if tensor is None:
+                    tensor = program.constants[target]
+                env[node] = self._initializer(target, tensor)
+            elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.Tensor):
+                value = ir.Value(name=next(names))
+                _set_type_and_shape(value, val, self.dim_names)
+                self.graph.inputs.append(value)
+                self._used_names.add(str(value.name))
+                env[node] = value
+            elif spec.kind == InputKind.USER_INPUT:
+                env[node] = val  # Python constant (int, float, bool, str, None)
+            else:
+                raise NotImplementedError(f"graph input of kind {spec.kind.name}")
+        return env
+
+    def _outputs(self, env: Mapping[torch.fx.Node, Any], output_names: Sequence[str] | None) -> list[str]:
+        output_node = next(n for n in reversed(self.program.graph.nodes) if n.op == "output")
+        dropped: list[str] = []
+        user_values = []
+        for arg, spec in zip(output_node.args[0], self.program.graph_signature.output_specs, strict=True):
+            if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+                dropped.append(str(spec.target))
+                continue
+            if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
+                raise NotImplementedError(f"graph output of kind {spec.kind.name}")
+            user_values.append(self._convert(arg, env))
+        names = iter(output_names or [])
+        seen: set[int] = set()
+        for value in user_values:
+            if value is None:
+                continue
+            if not isinstance(value, ir.Value):
+                value = self.builder.constant(value)
+            if value.is_graph_input() or value.is_initializer() or id(value) in seen or value.const_value is not None:
+                value = self.builder.op.Identity(value)
+            seen.add(id(value))
+            name = next(names, None)
+            if name:
+                value.name = name
+            self.graph.outputs.append(value)
+        return dropped
+
+    def run(
+        self, input_names: Sequence[str], output_names: Sequence[str] | None
+    ) -> list[str]:
+        env = self._placeholders(input_names)
+        for node in self.program.graph.nodes:
+            if node.op == "call_function":
+                self.builder.set_fx_node(node)
+                env[node] = self._call_function(node, env, self.builder, "")
+        self.builder.set_fx_node(None)
+        return self._outputs(env, output_names)
+
+
+def translate(
+    program: ExportedProgram,
+    registry: OnnxRegistry,
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str] | None = None,
+    dim_names: Mapping[str, str] | None = None,
+    decisions: dict[str, Dispatch] | None = None,
+    on_node: Callable[[torch.fx.Node], None] | None = None,
+) -> TranslationResult:
+    """Translate ``program`` (whose ops must all be supported) into an ONNX model."""
+    if decisions is None:
+        decisions, unsupported = find_unsupported(program.graph_module, registry)
+        if unsupported:
+            raise ValueError(f"unsupported ops: {[u.op for u in unsupported]}")
+    translator = _Translator(program, decisions, dim_names or {})
+    dropped = translator.run(input_names, output_names)
+    model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
+    del on_node
+    return TranslationResult(model, decisions, dropped)
+
+
+def describe_target(target: object) -> str:
+    """A readable operator name for messages."""
+    return target_name(target)

@@ -1,0 +1,134 @@
+"""The exporter's error hierarchy: one base class and one subclass per pipeline stage.
+
+Every message says which stage failed, why, and what to try next. When a SARIF report
+was written for the failed export, its path is in the message and in ``report_path``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from diagnostics import DiagnosticContext
+
+__all__ = [
+    "OnnxExportError",
+    "CaptureError",
+    "ConversionError",
+    "UnsupportedOpsError",
+    "OptimizationError",
+    "SerializationError",
+]
+
+
+class OnnxExportError(RuntimeError):
+    """Base class of every error raised by :func:`onnx_export.dynamo_export` and friends.
+
+    Attributes:
+        stage: The pipeline stage that failed (``"capture"``, ``"conversion"``, ...).
+        diagnostic_context: The export's diagnostics, when the export got that far.
+        report_path: Where the SARIF report of the failed export was written, if it was.
+
+    Example:
+        >>> import onnx_export
+        >>> try:
+        ...     raise onnx_export.CaptureError("torch.export failed")
+        ... except onnx_export.OnnxExportError as e:
+        ...     print(e.stage)
+        capture
+    """
+
+    stage: str = "export"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        diagnostic_context: DiagnosticContext | None = None,
+        report_path: pathlib.Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.diagnostic_context = diagnostic_context
+        self.report_path = report_path
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.report_path is not None:
+            text += f"\nThe full diagnostic report (SARIF) is at: {self.report_path}"
+        return text
+
+
+class CaptureError(OnnxExportError):
+    """No capture strategy could turn the model into an ``ExportedProgram``.
+
+    Example:
+        >>> import onnx_export
+        >>> issubclass(onnx_export.CaptureError, onnx_export.OnnxExportError)
+        True
+    """
+
+    stage = "capture"
+
+
+class ConversionError(OnnxExportError):
+    """Translating the FX graph to ONNX failed (dispatch or an ONNX function raised).
+
+    Example:
+        >>> import onnx_export
+        >>> onnx_export.ConversionError("boom").stage
+        'conversion'
+    """
+
+    stage = "conversion"
+
+
+class UnsupportedOpsError(ConversionError):
+    """One or more operators have no ONNX function; all of them are listed.
+
+    Attributes:
+        unsupported: One entry per FX node: ``(op, node_name, module_path, source_line)``.
+
+    Example:
+        >>> import onnx_export
+        >>> err = onnx_export.UnsupportedOpsError("2 ops", unsupported=())
+        >>> err.unsupported
+        ()
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        unsupported: tuple[tuple[str, str, str, str], ...],
+        diagnostic_context: DiagnosticContext | None = None,
+        report_path: pathlib.Path | None = None,
+    ) -> None:
+        super().__init__(
+            message, diagnostic_context=diagnostic_context, report_path=report_path
+        )
+        self.unsupported = unsupported
+
+
+class OptimizationError(OnnxExportError):
+    """The ONNX optimizer failed on the translated model.
+
+    Example:
+        >>> import onnx_export
+        >>> onnx_export.OptimizationError("x").stage
+        'optimization'
+    """
+
+    stage = "optimization"
+
+
+class SerializationError(OnnxExportError):
+    """Writing the model (or its external data) to disk failed.
+
+    Example:
+        >>> import onnx_export
+        >>> onnx_export.SerializationError("disk full").stage
+        'serialization'
+    """
+
+    stage = "serialization"
