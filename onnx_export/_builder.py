@@ -64,6 +64,9 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):  # type: ignore[misc]  # unt
         # names, so those become Constant nodes, which the optimizer folds.
         if isinstance(value, ir.TensorProtocol) and not value.name:
             return self.call_op("Constant", [], {"value": value})  # type: ignore[no-any-return]
+        if isinstance(value, (list, tuple)) and not value:  # e.g. sum over dim=[]
+            empty = ir.tensor([], dtype=dtype or ir.DataType.INT64)
+            return self.call_op("Constant", [], {"value": empty})  # type: ignore[no-any-return]
         return super()._get_or_create_constant(value, dtype)  # type: ignore[no-any-return]
 
     def constant(self, value: Any, dtype: ir.DataType | None = None) -> ir.Value:

@@ -72,14 +72,24 @@ def bind_arguments(
     not take are dropped; gaps before a given argument take the function's defaults.
     Returns the positional arguments and, for type checks, the arguments by name.
     """
-    if signature is None:
+    python_signature = _python_signature(function)
+    if signature is not None:
+        names = [p.name for p in signature.params]
+        required = [p.name for p in signature.params if p.required]
+    elif python_signature is not None:
+        formal = [
+            p
+            for p in python_signature.parameters.values()
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        ]
+        names = [p.name for p in formal]
+        required = [p.name for p in formal if p.default is inspect.Parameter.empty]
+    else:
         return tuple(node.args), dict(node.kwargs)
-    names = [p.name for p in signature.params]
     named = _aten_named_arguments(node)
-    if named is None or not all(p.name in named for p in signature.params if p.required):
+    if named is None or not all(n in named for n in required):
         named = dict(zip(names, node.args, strict=False)) | dict(node.kwargs)
     named = {k: v for k, v in named.items() if k in names}
-    python_signature = _python_signature(function)
     if python_signature is None:
         return tuple(named[n] for n in names if n in named), named
     bound = python_signature.bind_partial(**named)

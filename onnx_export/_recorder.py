@@ -69,7 +69,7 @@ class OpRecorder:
     ) -> ir.Value | Sequence[ir.Value]:
         """Record one ONNX op and return its output value(s)."""
         schema = op.op_schema
-        inputs: list[Any] = list(args)
+        inputs: list[Any] = [self._sequence_to_tensor(a) for a in args]
         attributes = {k: v for k, v in kwargs.items() if v is not None}
         count_kwargs = dict(attributes)
         if schema is not None and schema.name == "Split" and len(inputs) > 1:
@@ -107,6 +107,21 @@ class OpRecorder:
         while inputs and inputs[-1] is None:
             inputs.pop()
         return self.builder.call_inline(function, *inputs, **attributes)  # type: ignore[no-any-return]
+
+    def _sequence_to_tensor(self, value: Any) -> Any:
+        """A list mixing ints and symbolic scalars (e.g. a shape) as one INT64 tensor."""
+        if not isinstance(value, (list, tuple)) or not any(isinstance(v, ir.Value) for v in value):
+            return value
+        builder = self.builder
+        flat = builder.constant([-1])
+        parts = [
+            builder.call_op("Reshape", [v, flat], {}) if isinstance(v, ir.Value)
+            else builder.constant([int(v)])
+            for v in value
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        return builder.call_op("Concat", parts, {"axis": 0})
 
     def _attribute(self, param: ir.schemas.AttributeParameter, value: Any) -> ir.Attr | None:
         if isinstance(value, ir.Attr):

@@ -63,6 +63,13 @@ def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
         return MappingProxyType(table)
 
 
+@functools.cache
+def _own_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
+    from onnx_export._functions import OWN_FUNCTIONS
+
+    return MappingProxyType({k: (OnnxFunctionEntry(k, f),) for k, f in OWN_FUNCTIONS.items()})
+
+
 def target_name(target: object) -> str:
     """The registry key of an FX node target or a user-given target.
 
@@ -90,7 +97,7 @@ def target_name(target: object) -> str:
 
 
 class OnnxRegistry:
-    """ONNX functions for torch operators: the user's own first, then torchlib's.
+    """ONNX functions for torch operators: the user's, then onnx-export's, then torchlib's.
 
     Register an onnxscript function for a ``torch.library`` custom op, or to override
     a built-in, and pass the registry in :class:`onnx_export.ExportOptions`.
@@ -149,6 +156,7 @@ class OnnxRegistry:
         packet = key.split(".", 1)[0]
         if packet != key:
             found += self._custom.get(packet, ())
+        found += _own_table().get(key, ())
         found += _torchlib_table().get(key, ())
         return tuple(found)
 
