@@ -36,8 +36,12 @@ def _small_modules() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any,
         ),
         "cnn": lambda: (
             nn.Sequential(
-                nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 8 * 8, 10),
+                nn.Conv2d(3, 8, 3, padding=1),
+                nn.BatchNorm2d(8),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Linear(8 * 8 * 8, 10),
             ).eval(),
             (torch.randn(2, 3, 16, 16),),
         ),
@@ -49,7 +53,7 @@ def _small_modules() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any,
     }
 
 
-class _with_mask(torch.nn.Module):  # noqa: N801 - reads as a function at the call site
+class _with_mask(torch.nn.Module):
     """Calls a decoder as ``model(input_ids, attention_mask=...)`` (its 2nd arg is the cache)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
@@ -67,20 +71,33 @@ def _transformers_models() -> dict[str, Callable[[], tuple[torch.nn.Module, tupl
     mask = torch.ones(2, 16, dtype=torch.int64)
 
     def bert() -> tuple[torch.nn.Module, tuple[Any, ...]]:
-        cfg = tf.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                            num_attention_heads=4, intermediate_size=37,
-                            max_position_embeddings=64)
+        cfg = tf.BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
         return tf.BertModel(cfg).eval(), (ids, mask)
 
     def gpt2() -> tuple[torch.nn.Module, tuple[Any, ...]]:
-        cfg = tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                            use_cache=False)
+        cfg = tf.GPT2Config(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False
+        )
         return _with_mask(tf.GPT2Model(cfg).eval()), (ids, mask)
 
     def llama() -> tuple[torch.nn.Module, tuple[Any, ...]]:
-        cfg = tf.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=64, use_cache=False)
+        cfg = tf.LlamaConfig(
+            vocab_size=100,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            use_cache=False,
+        )
         return _with_mask(tf.LlamaModel(cfg).eval()), (ids, mask)
 
     return {"bert": bert, "gpt2": gpt2, "llama": llama}
@@ -114,20 +131,20 @@ def _theirs(model: torch.nn.Module, args: tuple[Any, ...]) -> tuple[float, bytes
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(
-            model, args, dynamo=True, verbose=False, opset_version=OPSET
-        )
+        program = torch.onnx.export(model, args, dynamo=True, verbose=False, opset_version=OPSET)
     seconds = time.perf_counter() - start
     return seconds, program.model_proto.SerializeToString(), len(program.model_proto.graph.node)
 
 
-def _row(name: str, factory: Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]],
-         repeat: int) -> dict[str, Any]:
+def _row(
+    name: str, factory: Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]], repeat: int
+) -> dict[str, Any]:
     torch.manual_seed(0)
     model, args = factory()
     with torch.no_grad():
-        expected = [t.numpy() for t in pytree.tree_leaves(model(*args))
-                    if isinstance(t, torch.Tensor)]
+        expected = [
+            t.numpy() for t in pytree.tree_leaves(model(*args)) if isinstance(t, torch.Tensor)
+        ]
     inputs = [a.numpy() for a in args]
     row: dict[str, Any] = {"model": name}
     for label, exporter in (("ours", _ours), ("torch.onnx", _theirs)):
@@ -137,17 +154,24 @@ def _row(name: str, factory: Callable[[], tuple[torch.nn.Module, tuple[Any, ...]
                 seconds, proto, nodes = exporter(model, args)
                 times.append(seconds)
             latency, diff = _ort_latency_and_diff(proto, inputs, expected)
-            row[label] = {"ok": True, "export_s": statistics.median(times), "nodes": nodes,
-                          "ort_ms": latency, "diff": diff}
-        except Exception as e:  # noqa: BLE001 - a failure is a result here
+            row[label] = {
+                "ok": True,
+                "export_s": statistics.median(times),
+                "nodes": nodes,
+                "ort_ms": latency,
+                "diff": diff,
+            }
+        except Exception as e:
             row[label] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:120]}"}
     return row
 
 
 def _print(rows: list[dict[str, Any]]) -> None:
-    header = (f"{'model':18} {'ok(us/them)':12} {'export s us':>11} {'them':>7} {'ratio':>6} "
-              f"{'nodes us':>8} {'them':>5} {'ORT ms us':>9} {'them':>6} {'diff us':>8} "
-              f"{'them':>8}")
+    header = (
+        f"{'model':18} {'ok(us/them)':12} {'export s us':>11} {'them':>7} {'ratio':>6} "
+        f"{'nodes us':>8} {'them':>5} {'ORT ms us':>9} {'them':>6} {'diff us':>8} "
+        f"{'them':>8}"
+    )
     print(header)
     print("-" * len(header))
     ratios = []
@@ -157,16 +181,25 @@ def _print(rows: list[dict[str, Any]]) -> None:
         if us["ok"] and them["ok"]:
             ratio = us["export_s"] / them["export_s"]
             ratios.append(ratio)
-            print(f"{row['model']:18} {ok:12} {us['export_s']:11.3f} {them['export_s']:7.3f} "
-                  f"{ratio:6.2f} {us['nodes']:8d} {them['nodes']:5d} {us['ort_ms']:9.3f} "
-                  f"{them['ort_ms']:6.3f} {us['diff']:8.1e} {them['diff']:8.1e}")
+            print(
+                f"{row['model']:18} {ok:12} {us['export_s']:11.3f} {them['export_s']:7.3f} "
+                f"{ratio:6.2f} {us['nodes']:8d} {them['nodes']:5d} {us['ort_ms']:9.3f} "
+                f"{them['ort_ms']:6.3f} {us['diff']:8.1e} {them['diff']:8.1e}"
+            )
         else:
-            print(f"{row['model']:18} {ok:12} " + "; ".join(
-                f"{k}: {v.get('error')}" for k, v in (("ours", us), ("torch.onnx", them))
-                if not v["ok"]))
+            print(
+                f"{row['model']:18} {ok:12} "
+                + "; ".join(
+                    f"{k}: {v.get('error')}"
+                    for k, v in (("ours", us), ("torch.onnx", them))
+                    if not v["ok"]
+                )
+            )
     if ratios:
-        print(f"\ngeometric mean export-time ratio (ours / torch.onnx): "
-              f"{statistics.geometric_mean(ratios):.2f}")
+        print(
+            f"\ngeometric mean export-time ratio (ours / torch.onnx): "
+            f"{statistics.geometric_mean(ratios):.2f}"
+        )
 
 
 def main() -> None:

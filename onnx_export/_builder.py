@@ -63,14 +63,24 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):  # type: ignore[misc]  # unt
         # Torchlib passes unnamed tensors (e.g. aten_gelu's sqrt(2)); initializers need
         # names, so those become Constant nodes, which the optimizer folds.
         if isinstance(value, ir.TensorProtocol) and not value.name:
-            return self.call_op("Constant", [], {"value": value})  # type: ignore[no-any-return]
+            return self._one("Constant", {"value": value})
         if isinstance(value, (list, tuple)) and not value:  # e.g. sum over dim=[]
             empty = ir.tensor([], dtype=dtype or ir.DataType.INT64)
-            return self.call_op("Constant", [], {"value": empty})  # type: ignore[no-any-return]
-        return super()._get_or_create_constant(value, dtype)  # type: ignore[no-any-return]
+            return self._one("Constant", {"value": empty})
+        result: ir.Value = super()._get_or_create_constant(value, dtype)
+        return result
+
+    def _one(self, op_type: str, attributes: dict[str, Any], *inputs: ir.Value) -> ir.Value:
+        result = self.call_op(op_type, list(inputs), attributes)
+        assert isinstance(result, ir.Value)
+        return result
 
     def constant(self, value: Any, dtype: ir.DataType | None = None) -> ir.Value:
         """A constant value (cached per value and dtype)."""
-        return self._input_to_ir_value(value) if dtype is None else self._promote_constant(
-            value, dtype
+        result = (
+            self._input_to_ir_value(value)
+            if dtype is None
+            else self._promote_constant(value, dtype)
         )
+        assert isinstance(result, ir.Value)
+        return result

@@ -80,7 +80,7 @@ def capture(
         try:
             with EXPORT_LOCK:
                 program = _export(model, args, kwargs, dynamic_shapes, strategy == "strict")
-        except Exception as e:  # noqa: BLE001  (every failure is recorded and reported)
+        except Exception as e:
             attempts.append(CaptureAttempt(strategy, False, time.perf_counter() - start, e))
             continue
         attempts.append(CaptureAttempt(strategy, True, time.perf_counter() - start))

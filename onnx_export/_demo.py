@@ -46,8 +46,10 @@ def run_demo(output: pathlib.Path, echo: Callable[[str], None] = print) -> int:
     program = dynamo_export(model, example, export_options=options)
     seconds = time.perf_counter() - start
     graph = program.model.graph
-    echo(f"Exported {type(model).__name__} in {seconds:.2f} s: {graph.num_nodes()} ONNX nodes, "
-         f"opset {graph.opset_imports['']}, inputs {[f'{v.name}{v.shape}' for v in graph.inputs]}")
+    echo(
+        f"Exported {type(model).__name__} in {seconds:.2f} s: {graph.num_nodes()} ONNX nodes, "
+        f"opset {graph.opset_imports['']}, inputs {[f'{v.name}{v.shape}' for v in graph.inputs]}"
+    )
     path = program.save(output)
     echo(f"Saved {path} ({path.stat().st_size / 1024:.1f} KiB)")
     worst = 0.0
@@ -61,8 +63,10 @@ def run_demo(output: pathlib.Path, echo: Callable[[str], None] = print) -> int:
             for e, g in zip((expected["hidden"], expected["logits"]), got, strict=True)
         ]
         worst = max(worst, *diffs)
-        echo(f"ONNX Runtime vs PyTorch at batch={batch}, sequence={seq}: max abs diff "
-             f"{max(diffs):.2e}")
+        echo(
+            f"ONNX Runtime vs PyTorch at batch={batch}, sequence={seq}: max abs diff "
+            f"{max(diffs):.2e}"
+        )
     ok = worst < 1e-4
     echo("Result: " + ("outputs match PyTorch." if ok else f"MISMATCH (max diff {worst:.2e})."))
     return 0 if ok else 1

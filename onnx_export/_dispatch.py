@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -136,9 +135,7 @@ def _input_fits(param: ir.schemas.Parameter, value: Any) -> bool:
         return True
     if param.variadic:
         return True
-    return ir.TensorType(dtype) in allowed or any(
-        isinstance(t, ir.SequenceType) for t in allowed
-    )
+    return ir.TensorType(dtype) in allowed or any(isinstance(t, ir.SequenceType) for t in allowed)
 
 
 def _mismatch(entry: OnnxFunctionEntry, bound: dict[str, Any]) -> str:

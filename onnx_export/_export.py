@@ -49,19 +49,23 @@ class _FunctionModule(torch.nn.Module):
 def _capture_error(attempts: Sequence[CaptureAttempt]) -> CaptureError:
     lines = "\n".join(f"  - {a.summary()}" for a in attempts)
     last = attempts[-1].exception
-    return CaptureError(
-        f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
-        "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
-        "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
-        "cannot flatten; the last strategy's error is chained below."
-    ).with_traceback(None) if last is None else _chain(
+    return (
         CaptureError(
             f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
             "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
             "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
             "cannot flatten; the last strategy's error is chained below."
-        ),
-        last,
+        ).with_traceback(None)
+        if last is None
+        else _chain(
+            CaptureError(
+                f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
+                "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
+                "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
+                "cannot flatten; the last strategy's error is chained below."
+            ),
+            last,
+        )
     )
 
 
@@ -82,7 +86,9 @@ def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOps
         + "\n".join(lines)
         + "\nNext steps: register an onnxscript function for each with "
         "OnnxRegistry.register_op(...) and pass it as ExportOptions(onnx_registry=...).",
-        unsupported=tuple((u.op, u.node, u.origin.module_path, u.origin.where) for u in unsupported),
+        unsupported=tuple(
+            (u.op, u.node, u.origin.module_path, u.origin.where) for u in unsupported
+        ),
     )
 
 
@@ -160,11 +166,10 @@ def dynamo_export(
     try:
         result = translate(
             program,
-            registry,
+            decisions,
             input_names=input_names,
             output_names=output_names,
             dim_names=dim_names,
-            decisions=decisions,
         )
     except ConversionError:
         raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import keyword
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -148,6 +148,7 @@ def to_torch_dynamic_shapes(
 
 
 def _axis_names(spec: Any, tensor: torch.Tensor, names: Mapping[int, str]) -> dict[int, str]:
+    items: Iterable[tuple[Any, Any]]
     if isinstance(spec, dict):
         items = spec.items()
     elif isinstance(spec, (list, tuple)):

@@ -118,9 +118,8 @@ class ONNXProgram:
         arrays = []
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
-                if leaf.is_complex():
-                    leaf = torch.view_as_real(leaf)
-                arrays.append(leaf.detach().cpu().numpy())
+                real = torch.view_as_real(leaf) if leaf.is_complex() else leaf
+                arrays.append(real.detach().cpu().numpy())
             elif isinstance(leaf, np.ndarray):
                 arrays.append(leaf)
         return arrays

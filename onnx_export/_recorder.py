@@ -13,8 +13,9 @@ from typing import Any
 
 import onnx
 import onnx_ir as ir
-import onnxscript
 from onnxscript import evaluator as onnxscript_evaluator
+
+from onnx_export._builder import TaggingGraphBuilder
 
 __all__ = ["OpRecorder", "recording"]
 
@@ -61,7 +62,7 @@ def _num_outputs(schema: onnx.defs.OpSchema | None, kwargs: Mapping[str, Any]) -
 class OpRecorder:
     """Evaluator (onnxscript's protocol) that appends every op to a graph builder."""
 
-    def __init__(self, builder: onnxscript.GraphBuilder) -> None:
+    def __init__(self, builder: TaggingGraphBuilder) -> None:
         self.builder = builder
 
     def eval_op(
@@ -106,7 +107,8 @@ class OpRecorder:
                 inputs.append(self._to_value(value, like))
         while inputs and inputs[-1] is None:
             inputs.pop()
-        return self.builder.call_inline(function, *inputs, **attributes)  # type: ignore[no-any-return]
+        result = self.builder.call_inline(function, *inputs, **attributes)  # type: ignore[arg-type]  # attrs pass through **kwargs
+        return result  # type: ignore[no-any-return]  # onnxscript is untyped here
 
     def _sequence_to_tensor(self, value: Any) -> Any:
         """A list mixing ints and symbolic scalars (e.g. a shape) as one INT64 tensor."""
@@ -115,7 +117,8 @@ class OpRecorder:
         builder = self.builder
         flat = builder.constant([-1])
         parts = [
-            builder.call_op("Reshape", [v, flat], {}) if isinstance(v, ir.Value)
+            builder.call_op("Reshape", [v, flat], {})
+            if isinstance(v, ir.Value)
             else builder.constant([int(v)])
             for v in value
         ]
@@ -141,7 +144,7 @@ class OpRecorder:
 
 
 @contextlib.contextmanager
-def recording(builder: onnxscript.GraphBuilder) -> Iterator[OpRecorder]:
+def recording(builder: TaggingGraphBuilder) -> Iterator[OpRecorder]:
     """Route onnxscript op calls into ``builder`` for the duration of the block."""
     recorder = OpRecorder(builder)
     with _RECORDING_LOCK, onnxscript_evaluator.default_as(recorder):

@@ -84,12 +84,12 @@ def target_name(target: object) -> str:
         'aten::add.Tensor'
     """
     if isinstance(target, torch._ops.OpOverload):
-        return target.name()
+        return str(target.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
     if isinstance(target, torch._ops.OpOverloadPacket):
         return target._qualified_op_name
     opoverload = getattr(target, "_opoverload", None)  # torch.library.custom_op objects
     if isinstance(opoverload, torch._ops.OpOverload):
-        return opoverload.name()
+        return str(opoverload.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
     if isinstance(target, str):
         return target[: -len(".default")] if target.endswith(".default") else target
     module = getattr(target, "__module__", None) or "builtins"

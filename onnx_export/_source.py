@@ -11,7 +11,9 @@ import torch.fx
 
 __all__ = ["NodeOrigin", "node_origin"]
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)'
+)
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -18,7 +18,7 @@ from onnx_export._builder import TaggingGraphBuilder
 from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
 from onnx_export._recorder import recording
-from onnx_export._registry import OnnxRegistry, target_name
+from onnx_export._registry import OnnxRegistry
 from onnx_export._source import NodeOrigin, node_origin
 
 __all__ = ["UnsupportedNode", "TranslationResult", "translate", "find_unsupported"]
@@ -184,8 +184,10 @@ class _Translator:
         args = [self._convert(a, env) for a in decision.args]
         with recording(builder):
             result = decision.entry.function(*args)
-        if isinstance(result, (list, tuple)) and len(result) == 1 and not isinstance(
-            node.meta.get("val"), (list, tuple)
+        if (
+            isinstance(result, (list, tuple))
+            and len(result) == 1
+            and not isinstance(node.meta.get("val"), (list, tuple))
         ):
             result = result[0]
         self._name_outputs(node, result, prefix)
@@ -213,10 +215,13 @@ class _Translator:
             if not isinstance(cond, ir.Value):
                 cond = builder.constant(bool(cond))
             result = builder.call_op(
-                "If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
-                version=_PRODUCER_OPSET, outputs=count,
+                "If",
+                [cond],
+                {"then_branch": branches[0], "else_branch": branches[1]},
+                version=_PRODUCER_OPSET,
+                outputs=count,
             )
-            result = list(result) if count > 1 else [result]
+            result = list(result) if isinstance(result, Sequence) else [result]
             self._name_outputs(node, result, prefix)
             return result
         if name in _INLINED_HOPS:
@@ -227,7 +232,11 @@ class _Translator:
         raise NotImplementedError(f"higher-order op {name}")
 
     def _subgraph(
-        self, gm: torch.fx.GraphModule, inputs: Sequence[Any], parent: TaggingGraphBuilder, scope: str
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: Sequence[Any],
+        parent: TaggingGraphBuilder,
+        scope: str,
     ) -> ir.Graph:
         graph = ir.Graph([], [], nodes=[], opset_imports={"": _PRODUCER_OPSET}, name=scope)
         sub = parent.child(graph, scope)
@@ -237,7 +246,11 @@ class _Translator:
         return graph
 
     def _inline(
-        self, gm: torch.fx.GraphModule, inputs: Sequence[Any], builder: TaggingGraphBuilder, prefix: str
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: Sequence[Any],
+        builder: TaggingGraphBuilder,
+        prefix: str,
     ) -> list[Any]:
         env: dict[torch.fx.Node, Any] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -291,36 +304,41 @@ class _Translator:
                 raise NotImplementedError(f"graph input of kind {spec.kind.name}")
         return env
 
-    def _outputs(self, env: Mapping[torch.fx.Node, Any], output_names: Sequence[str] | None) -> list[str]:
+    def _graph_output(self, raw: Any, seen: set[int]) -> ir.Value:
+        value: ir.Value = raw if isinstance(raw, ir.Value) else self.builder.constant(raw)
+        reused = value.is_graph_input() or value.is_initializer() or id(value) in seen
+        if reused or value.const_value is not None:
+            value = self.builder._one("Identity", {}, value)
+        seen.add(id(value))
+        return value
+
+    def _outputs(
+        self, env: Mapping[torch.fx.Node, Any], output_names: Sequence[str] | None
+    ) -> list[str]:
         output_node = next(n for n in reversed(self.program.graph.nodes) if n.op == "output")
+        specs = self.program.graph_signature.output_specs
         dropped: list[str] = []
         user_values = []
-        for arg, spec in zip(output_node.args[0], self.program.graph_signature.output_specs, strict=True):
+        for arg, spec in zip(output_node.args[0], specs, strict=True):
             if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                 dropped.append(str(spec.target))
-                continue
-            if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
+            elif spec.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
+                user_values.append(self._convert(arg, env))
+            else:
                 raise NotImplementedError(f"graph output of kind {spec.kind.name}")
-            user_values.append(self._convert(arg, env))
-        names = iter(output_names or [])
+        names = list(output_names or [])
+        names += [""] * (len(user_values) - len(names))
         seen: set[int] = set()
-        for value in user_values:
+        for value, name in zip(user_values, names, strict=True):
             if value is None:
                 continue
-            if not isinstance(value, ir.Value):
-                value = self.builder.constant(value)
-            if value.is_graph_input() or value.is_initializer() or id(value) in seen or value.const_value is not None:
-                value = self.builder.op.Identity(value)
-            seen.add(id(value))
-            name = next(names, None)
+            output = self._graph_output(value, seen)
             if name:
-                value.name = name
-            self.graph.outputs.append(value)
+                output.name = name
+            self.graph.outputs.append(output)
         return dropped
 
-    def run(
-        self, input_names: Sequence[str], output_names: Sequence[str] | None
-    ) -> list[str]:
+    def run(self, input_names: Sequence[str], output_names: Sequence[str] | None) -> list[str]:
         env = self._placeholders(input_names)
         for node in self.program.graph.nodes:
             if node.op == "call_function":
@@ -332,26 +350,18 @@ class _Translator:
 
 def translate(
     program: ExportedProgram,
-    registry: OnnxRegistry,
+    decisions: dict[str, Dispatch],
     *,
     input_names: Sequence[str],
     output_names: Sequence[str] | None = None,
     dim_names: Mapping[str, str] | None = None,
-    decisions: dict[str, Dispatch] | None = None,
-    on_node: Callable[[torch.fx.Node], None] | None = None,
 ) -> TranslationResult:
-    """Translate ``program`` (whose ops must all be supported) into an ONNX model."""
-    if decisions is None:
-        decisions, unsupported = find_unsupported(program.graph_module, registry)
-        if unsupported:
-            raise ValueError(f"unsupported ops: {[u.op for u in unsupported]}")
+    """Translate ``program`` into an ONNX model (opset 18).
+
+    ``decisions`` comes from :func:`find_unsupported`, which must have found nothing
+    unsupported.
+    """
     translator = _Translator(program, decisions, dim_names or {})
     dropped = translator.run(input_names, output_names)
     model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
-    del on_node
     return TranslationResult(model, decisions, dropped)
-
-
-def describe_target(target: object) -> str:
-    """A readable operator name for messages."""
-    return target_name(target)

@@ -22,8 +22,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Export a small built-in attention model with dynamic batch and sequence "
         "dims, save it, run it in ONNX Runtime at three sizes and compare with PyTorch.",
     )
-    demo.add_argument("-o", "--output", type=pathlib.Path, default=pathlib.Path("m.onnx"),
-                      help="where to write the model (default: m.onnx)")
+    demo.add_argument(
+        "-o",
+        "--output",
+        type=pathlib.Path,
+        default=pathlib.Path("m.onnx"),
+        help="where to write the model (default: m.onnx)",
+    )
     return parser
 
 

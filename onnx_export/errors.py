@@ -104,9 +104,7 @@ class UnsupportedOpsError(ConversionError):
         diagnostic_context: DiagnosticContext | None = None,
         report_path: pathlib.Path | None = None,
     ) -> None:
-        super().__init__(
-            message, diagnostic_context=diagnostic_context, report_path=report_path
-        )
+        super().__init__(message, diagnostic_context=diagnostic_context, report_path=report_path)
         self.unsupported = unsupported
 
 
