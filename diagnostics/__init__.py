@@ -1,0 +1,65 @@
+"""Per-run diagnostics with SARIF 2.1.0 reports; standard library only.
+
+An exporter creates one :class:`DiagnosticContext` per run, passes it down explicitly,
+emits diagnostics of the rules in :mod:`diagnostics.rules`, and writes the SARIF log with
+:meth:`DiagnosticContext.write_sarif`. :func:`summarize` (or ``python -m diagnostics
+REPORT.sarif``) turns a report back into text for people.
+
+Example:
+    >>> import diagnostics
+    >>> from diagnostics import rules
+    >>> context = diagnostics.DiagnosticContext(
+    ...     "onnx-export", "0.1.0", diagnostics.DiagnosticOptions(verbosity=diagnostics.Level.NOTE)
+    ... )
+    >>> _ = context.emit(rules.MODEL_SAVED, message_args={"path": "m.onnx", "size": 1024})
+    >>> context.finish(success=True)
+    >>> print(diagnostics.summarize(context.to_sarif()).splitlines()[-1])
+    0 errors, 0 warnings, 1 note
+"""
+
+from __future__ import annotations
+
+from diagnostics import rules
+from diagnostics._context import DiagnosticContext, DiagnosticOptions
+from diagnostics._errors import DiagnosticsError, SarifFormatError, SarifWriteError
+from diagnostics._frames import (
+    location_from_frame,
+    locations_from_stack_trace,
+    locations_from_traceback,
+)
+from diagnostics._levels import Level
+from diagnostics._locations import Location, Stack
+from diagnostics._model import Diagnostic, ExceptionInfo
+from diagnostics._rules import Rule
+from diagnostics._summary import main, summarize
+from diagnostics.rules import ALL_RULES, get_rule
+from diagnostics.sarif import load_sarif
+
+__all__ = [
+    # Collecting diagnostics
+    "DiagnosticContext",
+    "DiagnosticOptions",
+    # What a diagnostic is
+    "Level",
+    "Rule",
+    "Diagnostic",
+    "Location",
+    "Stack",
+    "ExceptionInfo",
+    # The rule catalogue
+    "rules",
+    "ALL_RULES",
+    "get_rule",
+    # Locations from Python frames and stack traces
+    "location_from_frame",
+    "locations_from_stack_trace",
+    "locations_from_traceback",
+    # Reading reports back
+    "load_sarif",
+    "summarize",
+    "main",
+    # Errors
+    "DiagnosticsError",
+    "SarifFormatError",
+    "SarifWriteError",
+]

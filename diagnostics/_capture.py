@@ -1,0 +1,118 @@
+"""Turns Python warnings and logging records into diagnostics while a block runs.
+
+Both mechanisms are process-global: :func:`warnings.catch_warnings` swaps module state of
+:mod:`warnings`, and a logging handler sees records from every thread. Callers that export
+from several threads must not overlap these blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+
+from diagnostics import rules
+from diagnostics._levels import Level
+from diagnostics._locations import Location
+from diagnostics._model import Diagnostic, ExceptionInfo
+
+__all__ = ["LogFunction", "capture_log_records", "capture_python_warnings"]
+
+LogFunction = Callable[[Diagnostic], Diagnostic | None]
+
+
+@contextlib.contextmanager
+def capture_python_warnings(log: LogFunction) -> Iterator[None]:
+    """Records each warning raised in the block as a :data:`~rules.PYTHON_WARNING` diagnostic.
+
+    The active warning filters still apply ("ignore" stays ignored); warnings are recorded
+    instead of printed. Warnings are logged when the block ends, even if it raises.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            yield
+        finally:
+            for message in caught:
+                log(_diagnostic_from_warning(message))
+
+
+def _diagnostic_from_warning(warning: warnings.WarningMessage) -> Diagnostic:
+    category = warning.category.__name__
+    text = str(warning.message)
+    snippet = linecache.getline(warning.filename, warning.lineno).strip() or None
+    return Diagnostic(
+        rule=rules.PYTHON_WARNING,
+        level=Level.WARNING,
+        message=rules.PYTHON_WARNING.format_message(category=category, message=text),
+        locations=(Location(warning.filename, line=warning.lineno, snippet=snippet),),
+        properties={"category": f"{warning.category.__module__}.{warning.category.__qualname__}"},
+    )
+
+
+@contextlib.contextmanager
+def capture_log_records(
+    log: LogFunction, logger_names: Sequence[str], min_level: int
+) -> Iterator[None]:
+    """Attaches a handler to the named loggers for the block; records become diagnostics.
+
+    Only records that the logger itself lets through reach the handler: a logger whose
+    effective level is above ``min_level`` keeps filtering. Existing handlers still run.
+    """
+    if isinstance(logger_names, str):
+        raise TypeError(
+            f"logger_names must be a sequence of logger names, not the string {logger_names!r}; "
+            f"write [{logger_names!r}]."
+        )
+    handler = _DiagnosticHandler(log, min_level)
+    loggers = [logging.getLogger(name) for name in logger_names]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+class _DiagnosticHandler(logging.Handler):
+    def __init__(self, log: LogFunction, level: int) -> None:
+        super().__init__(level)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._log(_diagnostic_from_record(record))
+        except Exception:  # a handler must never raise into the code that logged
+            self.handleError(record)
+
+
+def _diagnostic_from_record(record: logging.LogRecord) -> Diagnostic:
+    try:
+        text = record.getMessage()
+    except Exception:  # bad %-format arguments: keep the raw message
+        text = str(record.msg)
+    exception = None
+    if record.exc_info and record.exc_info[1] is not None:
+        exception = ExceptionInfo.from_exception(record.exc_info[1])
+    return Diagnostic(
+        rule=rules.LOG_RECORD,
+        level=_level_of(record.levelno),
+        message=rules.LOG_RECORD.format_message(logger=record.name, message=text),
+        locations=(Location(record.pathname, line=record.lineno, function=record.funcName),),
+        properties={"logger": record.name, "levelname": record.levelname},
+        exception=exception,
+    )
+
+
+def _level_of(levelno: int) -> Level:
+    """Maps a logging level: CRITICAL is an error, ERROR and WARNING warnings, lower a note.
+
+    Logged errors are warnings because libraries log the errors they recover from.
+    """
+    if levelno >= logging.CRITICAL:
+        return Level.ERROR
+    if levelno >= logging.WARNING:
+        return Level.WARNING
+    return Level.NOTE
