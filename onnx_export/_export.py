@@ -1,16 +1,23 @@
-"""``dynamo_export``: capture -> decompose -> translate -> optimize -> ``ONNXProgram``."""
+"""``dynamo_export``: capture -> decompose -> translate -> optimize -> ``ONNXProgram``.
+
+Each export owns one ``DiagnosticContext``; every stage records into it, and a failed
+export writes it as a SARIF report whose path the exception carries.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from onnx_export._capture import CaptureAttempt, capture
+from diagnostics import DiagnosticContext, Location, rules
+from onnx_export import _report
+from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
 from onnx_export._decomp import decompose
 from onnx_export._naming import (
     canonical_inputs,
@@ -23,10 +30,19 @@ from onnx_export._optimize import convert_opset, optimize_model
 from onnx_export._options import ExportOptions
 from onnx_export._program import ONNXProgram
 from onnx_export._registry import OnnxRegistry
-from onnx_export._translate import UnsupportedNode, find_unsupported, translate
+from onnx_export._source import node_origin
+from onnx_export._translate import (
+    NodeTranslationError,
+    UnsupportedNode,
+    decision_key,
+    find_unsupported,
+    translate,
+    walk_call_nodes,
+)
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
+    OnnxExportError,
     OptimizationError,
     UnsupportedOpsError,
 )
@@ -48,29 +64,13 @@ class _FunctionModule(torch.nn.Module):
 
 def _capture_error(attempts: Sequence[CaptureAttempt]) -> CaptureError:
     lines = "\n".join(f"  - {a.summary()}" for a in attempts)
-    last = attempts[-1].exception
-    return (
-        CaptureError(
-            f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
-            "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
-            "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
-            "cannot flatten; the last strategy's error is chained below."
-        ).with_traceback(None)
-        if last is None
-        else _chain(
-            CaptureError(
-                f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
-                "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
-                "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
-                "cannot flatten; the last strategy's error is chained below."
-            ),
-            last,
-        )
+    error = CaptureError(
+        f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
+        "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
+        "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
+        "cannot flatten; the last strategy's error is chained below."
     )
-
-
-def _chain(error: CaptureError, cause: BaseException) -> CaptureError:
-    error.__cause__ = cause
+    error.__cause__ = attempts[-1].exception
     return error
 
 
@@ -93,7 +93,7 @@ def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOps
 
 
 def _names(
-    model: torch.nn.Module, program: ExportedProgram, kwargs: dict[str, Any]
+    model: torch.nn.Module, program: ExportedProgram
 ) -> tuple[list[str], list[str], list[str]]:
     signature = inspect.signature(model.forward)
     positional = [
@@ -108,11 +108,145 @@ def _names(
         for path, spec in zip(paths, user_specs, strict=True)
         if isinstance(spec.arg, TensorArgument)
     ]
-    outputs = output_paths(program.call_spec.out_spec)
     taken = set(tensor_inputs)
-    outputs = [f"{o}_out" if o in taken else o for o in outputs]
-    del kwargs
+    outputs = [f"{o}_out" if o in taken else o for o in output_paths(program.call_spec.out_spec)]
     return paths, tensor_inputs, outputs
+
+
+def _translate(
+    program: ExportedProgram,
+    registry: OnnxRegistry,
+    context: DiagnosticContext,
+    module: torch.nn.Module,
+    dynamic: Any,
+    dim_ids: dict[int, str],
+) -> Any:
+    decisions, unsupported = find_unsupported(program.graph_module, registry)
+    for node in walk_call_nodes(program.graph_module):
+        _report.record_dispatch(
+            context, decisions[decision_key(node)], node.name, node_origin(node)
+        )
+    for u in unsupported:
+        _report.record_unsupported(context, u.op, u.node, u.origin, u.reason)
+    if unsupported:
+        raise _unsupported_error(unsupported)
+    paths, input_names, output_names = _names(module, program)
+    dim_names = dim_names_from_program(program, dynamic, paths, dim_ids)
+    try:
+        result = translate(
+            program,
+            decisions,
+            input_names=input_names,
+            output_names=output_names,
+            dim_names=dim_names,
+        )
+    except NodeTranslationError as e:
+        locations, stacks = _report.origin_locations(e.origin)
+        function = e.decision.entry.name if e.decision and e.decision.entry else "-"
+        context.emit(
+            rules.CONVERSION_FAILED,
+            message_args={
+                "op": str(e.node.target),
+                "node": e.node.name,
+                "function": function,
+                "exception_message": str(e.__cause__),
+            },
+            locations=locations,
+            stacks=stacks,
+            exception=e.__cause__,
+        )
+        raise ConversionError(
+            f"Translating FX node {e.node.name!r} ({e.node.target}) at {e.origin.where} with "
+            f"{function} failed: {e.__cause__}. Next steps: register your own ONNX function "
+            "for this op with OnnxRegistry.register_op, or rewrite the line above."
+        ) from e.__cause__
+    except NotImplementedError as e:
+        raise ConversionError(
+            f"This graph uses something ONNX export does not support: {e}."
+        ) from e
+    for buffer in result.dropped_buffer_mutations:
+        context.emit(rules.BUFFER_MUTATION, message_args={"buffer": buffer})
+    return result
+
+
+def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) -> None:
+    if options.optimize:
+        try:
+            before, after = optimize_model(model)
+        except Exception as e:
+            context.emit(
+                rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
+            )
+            raise OptimizationError(
+                f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
+                "Export with ExportOptions(optimize=False) to get the unoptimized model."
+            ) from e
+        context.emit(
+            rules.OPTIMIZER_PASS,
+            message_args={
+                "pass_name": "onnxscript.optimizer.optimize",
+                "nodes_before": before,
+                "nodes_after": after,
+            },
+        )
+    convert_opset(model, options.opset_version)
+
+
+def _pipeline(
+    module: torch.nn.Module,
+    model_args: tuple[Any, ...],
+    model_kwargs: dict[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+) -> ONNXProgram:
+    registry = options.onnx_registry or OnnxRegistry()
+    args, kwargs = canonical_inputs(module, model_args, model_kwargs)
+    dynamic, dim_ids = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
+    program, attempts = capture(
+        module, args, kwargs, dynamic_shapes=dynamic, strategies=options.capture_strategies
+    )
+    _report.record_capture(context, attempts, program is not None)
+    if program is None:
+        raise _capture_error(attempts)
+    program, report = decompose(program, registry, always=options.decompose == "always")
+    _report.record_decomposition(context, report)
+    result = _translate(program, registry, context, module, dynamic, dim_ids)
+    _optimize(result.model, options, context)
+    return ONNXProgram(
+        result.model,
+        program,
+        capture_attempts=attempts,
+        signature=inspect.signature(module.forward),
+        diagnostic_context=context,
+    )
+
+
+@contextlib.contextmanager
+def _recording(context: DiagnosticContext) -> Iterator[None]:
+    # Warnings filters, logging handlers and torch.export's mode stack are process-global:
+    # one export at a time records them, so each report holds only its own.
+    with EXPORT_LOCK, context.record_python_warnings(), context.record_log_records(_report.LOGGERS):
+        yield
+
+
+def _fail(error: OnnxExportError, context: DiagnosticContext) -> OnnxExportError:
+    first = (str(error).strip().splitlines() or [""])[0]
+    context.emit(
+        rules.EXPORT_FAILED,
+        message_args={"stage": error.stage, "exception_message": first},
+        locations=_first_error_location(context),
+    )
+    context.finish(success=False, exception=error)
+    error.diagnostic_context = context
+    error.report_path = _report.write_failure_report(context)
+    return error
+
+
+def _first_error_location(context: DiagnosticContext) -> tuple[Location, ...]:
+    for diagnostic in context.errors():
+        if diagnostic.locations:
+            return diagnostic.locations[:1]
+    return ()
 
 
 def dynamo_export(
@@ -138,6 +272,9 @@ def dynamo_export(
         UnsupportedOpsError: Some operators have no ONNX function (all are listed).
         ConversionError: An ONNX function failed on a node.
         OptimizationError: The optimizer failed.
+        OnnxExportError: Errors were recorded (e.g. a warning under
+            ``warnings_as_errors``). Every failure writes a SARIF report first, whose
+            path is in the message and in ``error.report_path``.
 
     Example:
         >>> import torch, onnx_export
@@ -148,46 +285,22 @@ def dynamo_export(
         True
     """
     options = export_options or ExportOptions()
-    registry = options.onnx_registry or OnnxRegistry()
+    context = _report.new_context(options.diagnostic_options)
     module = model if isinstance(model, torch.nn.Module) else _FunctionModule(model)
-    args, kwargs = canonical_inputs(module, model_args, model_kwargs)
-    dynamic, dim_ids = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
-    program, attempts = capture(
-        module, args, kwargs, dynamic_shapes=dynamic, strategies=options.capture_strategies
-    )
-    if program is None:
-        raise _capture_error(attempts)
-    program, _report = decompose(program, registry, always=options.decompose == "always")
-    decisions, unsupported = find_unsupported(program.graph_module, registry)
-    if unsupported:
-        raise _unsupported_error(unsupported)
-    paths, input_names, output_names = _names(module, program, kwargs)
-    dim_names = dim_names_from_program(program, dynamic, paths, dim_ids)
     try:
-        result = translate(
-            program,
-            decisions,
-            input_names=input_names,
-            output_names=output_names,
-            dim_names=dim_names,
-        )
-    except ConversionError:
-        raise
+        with _recording(context):
+            program = _pipeline(module, model_args, dict(model_kwargs), options, context)
+        if context.has_errors():
+            errors = "; ".join(d.message for d in context.errors()[:3])
+            raise OnnxExportError(
+                f"The export recorded errors: {errors}. With warnings_as_errors=True every "
+                "warning counts; set it to False or address the warnings listed."
+            )
+    except OnnxExportError as e:
+        raise _fail(e, context) from e.__cause__
     except Exception as e:
-        raise ConversionError(f"Translating the graph to ONNX failed: {e}") from e
-    onnx_model = result.model
-    if options.optimize:
-        try:
-            optimize_model(onnx_model)
-        except Exception as e:
-            raise OptimizationError(
-                f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
-                "Export with ExportOptions(optimize=False) to get the unoptimized model."
-            ) from e
-    convert_opset(onnx_model, options.opset_version)
-    return ONNXProgram(
-        onnx_model,
-        program,
-        capture_attempts=attempts,
-        signature=inspect.signature(module.forward),
-    )
+        error = OnnxExportError(f"The export failed unexpectedly: {type(e).__name__}: {e}")
+        raise _fail(error, context) from e
+    context.finish(success=True)
+    _report.write_success_report(context)
+    return program

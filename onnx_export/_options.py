@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from diagnostics import DiagnosticOptions
+
 if TYPE_CHECKING:
     from onnx_export._registry import OnnxRegistry
 
@@ -42,6 +44,11 @@ class ExportOptions:
         decompose: ``"auto"`` decomposes only when the graph has an op without an
             ONNX function or an in-place op; ``"always"`` always runs
             ``run_decompositions``.
+        diagnostic_options: Verbosity, ``warnings_as_errors`` and where the SARIF report
+            goes (``report_path``, ``write_report``); ``None`` uses the defaults: warnings
+            and errors kept, report written only when the export fails.
+        verify: After exporting, run ONNX Runtime against eager PyTorch on the example
+            inputs (see :meth:`ONNXProgram.verify`); a mismatch fails the export.
 
     Example:
         >>> import onnx_export
@@ -58,6 +65,8 @@ class ExportOptions:
     onnx_registry: OnnxRegistry | None = None
     capture_strategies: tuple[CaptureStrategyName, ...] = ("non_strict", "strict")
     decompose: Literal["auto", "always"] = "auto"
+    diagnostic_options: DiagnosticOptions | None = None
+    verify: bool = False
 
     def __post_init__(self) -> None:
         if self.opset_version not in SUPPORTED_OPSETS:

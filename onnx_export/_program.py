@@ -16,6 +16,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
+from diagnostics import DiagnosticContext, rules
 from onnx_export._capture import CaptureAttempt
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export.errors import SerializationError
@@ -30,6 +31,8 @@ class ONNXProgram:
         model: The ONNX model as an ``onnx_ir.Model`` (edit it in place if you like).
         exported_program: The ``torch.export.ExportedProgram`` that was translated.
         capture_attempts: Every capture strategy tried, in order.
+        diagnostic_context: What the export recorded (and, later, saving and
+            verification); write it with :meth:`save_diagnostics`.
 
     Example:
         >>> import torch, onnx_export
@@ -45,11 +48,13 @@ class ONNXProgram:
         *,
         capture_attempts: Sequence[CaptureAttempt] = (),
         signature: inspect.Signature | None = None,
+        diagnostic_context: DiagnosticContext | None = None,
     ) -> None:
         self.model = model
         self.exported_program = exported_program
         self.capture_attempts = tuple(capture_attempts)
         self._signature = signature
+        self.diagnostic_context = diagnostic_context or DiagnosticContext("onnx-export", "0.1.0")
         self._session: Any = None
         self._session_lock = threading.Lock()
 
@@ -100,12 +105,32 @@ class ONNXProgram:
         try:
             written, _ = save_model(self.model, path, external_data=external_data)
         except (OSError, ValueError) as e:
+            self.diagnostic_context.emit(
+                rules.SERIALIZATION_FAILED,
+                message_args={"path": os.fspath(path), "exception_message": str(e)},
+                exception=e,
+            )
             raise SerializationError(
                 f"Could not save the ONNX model to {os.fspath(path)!r}: {e}. "
                 "Check that the folder is writable and has space; any earlier file "
                 "there is unchanged."
             ) from e
+        self.diagnostic_context.emit(
+            rules.MODEL_SAVED, message_args={"path": str(written), "size": written.stat().st_size}
+        )
         return written
+
+    def save_diagnostics(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Write what the export recorded as a SARIF 2.1.0 report (atomically).
+
+        Example:
+            >>> import tempfile, pathlib, torch, onnx_export
+            >>> program = onnx_export.dynamo_export(torch.nn.ReLU(), torch.randn(2))
+            >>> report = program.save_diagnostics(pathlib.Path(tempfile.mkdtemp()) / "r.sarif")
+            >>> report.suffix
+            '.sarif'
+        """
+        return self.diagnostic_context.write_sarif(path)
 
     # -- running -----------------------------------------------------------------------
 

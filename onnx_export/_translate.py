@@ -21,7 +21,15 @@ from onnx_export._recorder import recording
 from onnx_export._registry import OnnxRegistry
 from onnx_export._source import NodeOrigin, node_origin
 
-__all__ = ["UnsupportedNode", "TranslationResult", "translate", "find_unsupported"]
+__all__ = [
+    "UnsupportedNode",
+    "NodeTranslationError",
+    "TranslationResult",
+    "translate",
+    "find_unsupported",
+    "walk_call_nodes",
+    "decision_key",
+]
 
 _PRODUCER_OPSET = 18  # the opset torchlib's functions are written for
 
@@ -46,6 +54,22 @@ class UnsupportedNode:
     reason: str
 
 
+class NodeTranslationError(RuntimeError):
+    """An ONNX function raised while translating one FX node."""
+
+    def __init__(
+        self, node: torch.fx.Node, decision: Dispatch | None, cause: BaseException
+    ) -> None:
+        function = decision.entry.name if decision and decision.entry else "-"
+        super().__init__(
+            f"{type(cause).__name__}: {cause} (while translating FX node {node.name!r}, "
+            f"op {node.target}, with ONNX function {function})"
+        )
+        self.node = node
+        self.decision = decision
+        self.origin = node_origin(node)
+
+
 @dataclasses.dataclass
 class TranslationResult:
     """The translated model and what happened on the way.
@@ -65,7 +89,7 @@ def _is_hop(target: object) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
 
-def _walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
+def walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -74,11 +98,16 @@ def _walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
                 if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
                     sub = getattr(gm, str(arg.target))
                     if isinstance(sub, torch.fx.GraphModule):
-                        yield from _walk_call_nodes(sub)
+                        yield from walk_call_nodes(sub)
             continue
         if node.target is operator.getitem:
             continue
         yield node
+
+
+def decision_key(node: torch.fx.Node) -> str:
+    """Key of a node's dispatch decision (node names repeat across subgraphs)."""
+    return f"{id(node.graph)}:{node.name}"
 
 
 def find_unsupported(
@@ -87,9 +116,9 @@ def find_unsupported(
     """Dispatch every call node (subgraphs included); collect all that have no function."""
     decisions: dict[str, Dispatch] = {}
     unsupported: list[UnsupportedNode] = []
-    for node in _walk_call_nodes(gm):
+    for node in walk_call_nodes(gm):
         decision = dispatch(node, registry)
-        decisions[f"{id(node.graph)}:{node.name}"] = decision
+        decisions[decision_key(node)] = decision
         if decision.entry is None:
             unsupported.append(
                 UnsupportedNode(decision.target, node.name, node_origin(node), decision.reason)
@@ -179,7 +208,7 @@ class _Translator:
             return container[index]
         if _is_hop(node.target):
             return self._higher_order(node, env, builder, prefix)
-        decision = self.decisions[f"{id(node.graph)}:{node.name}"]
+        decision = self.decisions[decision_key(node)]
         assert decision.entry is not None  # unsupported nodes were reported before
         args = [self._convert(a, env) for a in decision.args]
         with recording(builder):
@@ -343,7 +372,13 @@ class _Translator:
         for node in self.program.graph.nodes:
             if node.op == "call_function":
                 self.builder.set_fx_node(node)
-                env[node] = self._call_function(node, env, self.builder, "")
+                try:
+                    env[node] = self._call_function(node, env, self.builder, "")
+                except NodeTranslationError:
+                    raise
+                except Exception as e:
+                    decision = self.decisions.get(decision_key(node))
+                    raise NodeTranslationError(node, decision, e) from e
         self.builder.set_fx_node(None)
         return self._outputs(env, output_names)
 

@@ -1,0 +1,160 @@
+"""What an export records in its ``DiagnosticContext``: one function per kind of event."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+from collections.abc import Sequence
+
+import onnxscript
+import torch
+
+import diagnostics
+from diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location, Stack, rules
+from onnx_export._capture import CaptureAttempt
+from onnx_export._decomp import DecompositionReport
+from onnx_export._dispatch import Dispatch
+from onnx_export._source import NodeOrigin
+
+__all__ = [
+    "new_context",
+    "user_frame",
+    "record_capture",
+    "record_decomposition",
+    "record_dispatch",
+    "record_unsupported",
+    "origin_locations",
+    "write_failure_report",
+]
+
+TOOL_NAME = "onnx-export"
+TOOL_VERSION = "0.1.0"
+LOGGERS = ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "onnxscript")
+
+_LIBRARY_DIRS = (
+    *tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (torch, onnxscript, diagnostics)),
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
+
+def new_context(options: DiagnosticOptions | None) -> DiagnosticContext:
+    """A fresh context for one export, with paths relative to the working directory."""
+    return DiagnosticContext(TOOL_NAME, TOOL_VERSION, options, source_root=os.getcwd())
+
+
+def user_frame(path: str) -> bool:
+    """Whether a frame's file is the user's (not torch's, onnxscript's or ours)."""
+    return not path.startswith("<") and not path.startswith(_LIBRARY_DIRS)
+
+
+def origin_locations(origin: NodeOrigin) -> tuple[tuple[Location, ...], tuple[Stack, ...]]:
+    """The node's user source line as a location, and its whole stack trace as a stack."""
+    frames = diagnostics.locations_from_stack_trace(origin.stack_trace)
+    stacks = (Stack(frames, "where torch.export saw this operation"),) if frames else ()
+    if origin.file is None:
+        return (), stacks
+    return (Location(origin.file, origin.line, snippet=origin.code or None),), stacks
+
+
+def _exception_locations(error: BaseException) -> tuple[Location, ...]:
+    frames = diagnostics.locations_from_traceback(error.__traceback__, frame_filter=user_frame)
+    if not frames:  # dynamo puts the user's frames in the message ("from user code: ...")
+        frames = diagnostics.locations_from_stack_trace(str(error), frame_filter=user_frame)
+    return frames[-1:] if frames else ()
+
+
+def record_capture(
+    context: DiagnosticContext, attempts: Sequence[CaptureAttempt], succeeded: bool
+) -> None:
+    """One result per capture attempt; failures are warnings if a later strategy worked."""
+    for attempt in attempts:
+        if attempt.succeeded:
+            context.emit(
+                rules.CAPTURE_SUCCEEDED,
+                message_args={"strategy": attempt.strategy, "seconds": f"{attempt.seconds:.2f}"},
+            )
+            continue
+        error = attempt.exception
+        assert error is not None
+        context.emit(
+            rules.CAPTURE_ATTEMPT_FAILED,
+            level=Level.WARNING if succeeded else Level.ERROR,
+            message_args={
+                "strategy": attempt.strategy,
+                "exception_type": type(error).__name__,
+                "exception_message": (str(error).strip().splitlines() or [""])[0],
+            },
+            locations=_exception_locations(error),
+            exception=error,
+            properties={"seconds": round(attempt.seconds, 3)},
+        )
+
+
+def record_decomposition(context: DiagnosticContext, report: DecompositionReport) -> None:
+    """A note on whether decomposition ran, why, and what it decomposed."""
+    context.emit(
+        rules.DECOMPOSITION,
+        message_args={"count": len(report.decomposed), "ops": ", ".join(report.decomposed) or "-"},
+        properties={"ran": report.ran, "why": report.why},
+    )
+
+
+def record_dispatch(
+    context: DiagnosticContext, decision: Dispatch, node: str, origin: NodeOrigin
+) -> None:
+    """A note per dispatch decision (verbose), a warning per fallback."""
+    if decision.entry is None:
+        return
+    rule = rules.DISPATCH_FALLBACK if decision.fallback else rules.DISPATCH_DECISION
+    if rule is rules.DISPATCH_DECISION and context.options.verbosity > Level.NOTE:
+        return  # skip building locations for notes that would be dropped
+    locations, _ = origin_locations(origin)
+    context.emit(
+        rule,
+        message_args={
+            "op": decision.target,
+            "function": decision.entry.name,
+            "reason": decision.reason,
+        },
+        locations=locations,
+        properties={"fx_node": node, "module": origin.module_path},
+    )
+
+
+def record_unsupported(
+    context: DiagnosticContext, op: str, node: str, origin: NodeOrigin, reason: str
+) -> None:
+    """An error at the user's line for an op without an ONNX function."""
+    locations, stacks = origin_locations(origin)
+    context.emit(
+        rules.UNSUPPORTED_OP,
+        message_args={"op": op, "node": node, "module": origin.module_path or "<root>"},
+        locations=locations,
+        stacks=stacks,
+        properties={"fx_node": node, "module": origin.module_path, "reason": reason},
+    )
+
+
+def write_failure_report(context: DiagnosticContext) -> pathlib.Path | None:
+    """Write the report of a failed export: to the configured path, else a temp file."""
+    options = context.options
+    if options.write_report == "never":
+        return None
+    path = options.report_path
+    if path is None:
+        handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
+        os.close(handle)
+        path = name
+    try:
+        return context.write_sarif(path)
+    except OSError:
+        return None
+
+
+def write_success_report(context: DiagnosticContext) -> pathlib.Path | None:
+    """Write the report of a successful export when asked to (``write_report="always"``)."""
+    options = context.options
+    if options.write_report != "always" or options.report_path is None:
+        return None
+    return context.write_sarif(options.report_path)
