@@ -32,9 +32,10 @@ TOOL_NAME = "onnx-export"
 TOOL_VERSION = "0.1.0"
 LOGGERS = ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "onnxscript")
 
-_LIBRARY_DIRS = (
-    *tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (torch, onnxscript, diagnostics)),
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(path) + os.sep
+    for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__, __file__)
+    if path
 )
 
 
