@@ -14,6 +14,7 @@ from onnx_export._export import dynamo_export
 from onnx_export._options import ExportOptions
 from onnx_export._program import ONNXProgram
 from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
+from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResult
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
@@ -21,6 +22,7 @@ from onnx_export.errors import (
     OptimizationError,
     SerializationError,
     UnsupportedOpsError,
+    VerificationError,
 )
 
 __version__ = "0.1.0"
@@ -42,4 +44,9 @@ __all__ = [
     "UnsupportedOpsError",
     "OptimizationError",
     "SerializationError",
+    "VerificationError",
+    # Verification results
+    "VerificationResult",
+    "OutputComparison",
+    "NodeMismatch",
 ]

@@ -45,6 +45,7 @@ from onnx_export.errors import (
     OnnxExportError,
     OptimizationError,
     UnsupportedOpsError,
+    VerificationError,
 )
 
 __all__ = ["dynamo_export"]
@@ -212,12 +213,37 @@ def _pipeline(
     _report.record_decomposition(context, report)
     result = _translate(program, registry, context, module, dynamic, dim_ids)
     _optimize(result.model, options, context)
-    return ONNXProgram(
+    onnx_program = ONNXProgram(
         result.model,
         program,
         capture_attempts=attempts,
         signature=inspect.signature(module.forward),
         diagnostic_context=context,
+        decisions=result.decisions,
+    )
+    if options.verify:
+        _verify(onnx_program, model_args, model_kwargs)
+    return onnx_program
+
+
+def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    verdict = program.verify(*args, **kwargs)
+    if verdict.ok:
+        return
+    culprit = verdict.culprit
+    where = (
+        f" The first node that diverges is {culprit.node} ({culprit.op}, translated by "
+        f"{culprit.function}) at {culprit.origin.where}."
+        if culprit
+        else ""
+    )
+    bad = ", ".join(
+        f"{o.name} (max abs error {o.max_abs_error:.3g})" for o in verdict.outputs if not o.ok
+    )
+    raise VerificationError(
+        f"ONNX Runtime's outputs differ from PyTorch's: {bad}.{where} Next steps: check the "
+        "ONNX function used for that op, or register a correct one with "
+        "OnnxRegistry.register_op."
     )
 
 

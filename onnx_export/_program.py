@@ -18,7 +18,10 @@ from torch.utils import _pytree as pytree
 
 from diagnostics import DiagnosticContext, rules
 from onnx_export._capture import CaptureAttempt
+from onnx_export._dispatch import Dispatch
+from onnx_export._report import origin_locations
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
+from onnx_export._verify import VerificationResult, compare, find_culprit
 from onnx_export.errors import SerializationError
 
 __all__ = ["ONNXProgram"]
@@ -49,12 +52,14 @@ class ONNXProgram:
         capture_attempts: Sequence[CaptureAttempt] = (),
         signature: inspect.Signature | None = None,
         diagnostic_context: DiagnosticContext | None = None,
+        decisions: dict[str, Dispatch] | None = None,
     ) -> None:
         self.model = model
         self.exported_program = exported_program
         self.capture_attempts = tuple(capture_attempts)
         self._signature = signature
         self.diagnostic_context = diagnostic_context or DiagnosticContext("onnx-export", "0.1.0")
+        self._decisions = decisions or {}
         self._session: Any = None
         self._session_lock = threading.Lock()
 
@@ -134,12 +139,29 @@ class ONNXProgram:
 
     # -- running -----------------------------------------------------------------------
 
+    def _canonical(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self._signature is None:
+            return args, kwargs
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        positional: list[Any] = []
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = self._signature.parameters[name].kind
+            if kind == inspect.Parameter.POSITIONAL_ONLY:
+                positional.append(value)
+            elif kind == inspect.Parameter.VAR_POSITIONAL:
+                positional.extend(value)
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return tuple(positional), named
+
     def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
-        if self._signature is not None:
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            args, kwargs = (), dict(bound.arguments)
-        leaves = pytree.tree_flatten((args, kwargs))[0]
+        leaves = pytree.tree_flatten(self._canonical(args, kwargs))[0]
         arrays = []
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
@@ -177,6 +199,9 @@ class ONNXProgram:
             True
         """
         session = self._ort_session()
+        return [torch.from_numpy(o) for o in self._run(session, args, kwargs)]
+
+    def _feed(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         arrays = self._flat_inputs(args, kwargs)
         names = [i.name for i in session.get_inputs()]
         if len(arrays) != len(names):
@@ -184,5 +209,90 @@ class ONNXProgram:
                 f"The ONNX model takes {len(names)} tensor inputs ({names}), but the call "
                 f"provided {len(arrays)}. Call it with the same structure as at export."
             )
-        outputs = session.run(None, dict(zip(names, arrays, strict=True)))
-        return [torch.from_numpy(np.asarray(o)) for o in outputs]
+        return dict(zip(names, arrays, strict=True))
+
+    def _run(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        outputs = session.run(None, self._feed(session, args, kwargs))
+        return [np.asarray(o) for o in outputs]
+
+    def verify(
+        self, *args: Any, rtol: float = 1e-4, atol: float = 1e-5, **kwargs: Any
+    ) -> VerificationResult:
+        """Compare ONNX Runtime with eager PyTorch on these inputs; find the culprit if not.
+
+        Eager PyTorch runs the captured program (``exported_program.module()``). Each
+        output's max absolute and relative error is recorded in
+        :attr:`diagnostic_context`. When an output is beyond ``atol + rtol * |expected|``,
+        the first FX node whose ONNX value diverges is found and reported as an error at
+        the user's source line, with its op and ONNX function.
+
+        Example:
+            >>> import torch, onnx_export
+            >>> program = onnx_export.dynamo_export(torch.nn.GELU(), torch.randn(4))
+            >>> program.verify(torch.randn(4)).ok
+            True
+        """
+        if self.exported_program is None:
+            raise ValueError("verify() needs the exported program; this ONNXProgram has none.")
+        canonical = self._canonical(args, kwargs)
+        with torch.no_grad():
+            eager = self.exported_program.module()(*canonical[0], **canonical[1])
+        expected = [
+            (torch.view_as_real(t) if t.is_complex() else t).detach().cpu().numpy()
+            for t in pytree.tree_leaves(eager)
+            if isinstance(t, torch.Tensor)
+        ]
+        session = self._ort_session()
+        names = [o.name for o in session.get_outputs()]
+        outputs = compare(names, expected, self._run(session, args, kwargs), rtol, atol)
+        culprit = None
+        if not all(o.ok for o in outputs):
+            feed = self._feed(session, args, kwargs)
+            culprit = find_culprit(
+                self.exported_program, self._decisions, canonical, feed, _run_model, rtol, atol
+            )
+        result = VerificationResult(outputs, culprit)
+        self._record_verification(result)
+        return result
+
+    def _record_verification(self, result: VerificationResult) -> None:
+        context = self.diagnostic_context
+        for output in result.outputs:
+            if output.ok:
+                context.emit(
+                    rules.VERIFICATION_RESULT,
+                    message_args={
+                        "output": output.name,
+                        "max_abs_error": f"{output.max_abs_error:.3g}",
+                        "max_rel_error": f"{output.max_rel_error:.3g}",
+                    },
+                )
+        if result.ok:
+            return
+        bad = [o for o in result.outputs if not o.ok]
+        culprit = result.culprit
+        locations: tuple[Any, ...] = ()
+        stacks: tuple[Any, ...] = ()
+        if culprit is not None:
+            locations, stacks = origin_locations(culprit.origin)
+        context.emit(
+            rules.VERIFICATION_MISMATCH,
+            message_args={
+                "node": culprit.node if culprit else bad[0].name,
+                "op": culprit.op if culprit else "-",
+                "function": culprit.function if culprit else "-",
+                "max_abs_error": f"{(culprit or bad[0]).max_abs_error:.3g}",
+                "max_rel_error": f"{(culprit or bad[0]).max_rel_error:.3g}",
+            },
+            locations=locations,
+            stacks=stacks,
+            properties={"outputs": {o.name: [o.max_abs_error, o.max_rel_error] for o in bad}},
+        )
+
+
+def _run_model(model: ir.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    data = ir.serde.serialize_model(model).SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in session.run(None, feed)]

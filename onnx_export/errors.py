@@ -19,6 +19,7 @@ __all__ = [
     "UnsupportedOpsError",
     "OptimizationError",
     "SerializationError",
+    "VerificationError",
 ]
 
 
@@ -130,3 +131,15 @@ class SerializationError(OnnxExportError):
     """
 
     stage = "serialization"
+
+
+class VerificationError(OnnxExportError):
+    """ONNX Runtime's results differ from PyTorch's (``ExportOptions(verify=True)``).
+
+    Example:
+        >>> import onnx_export
+        >>> onnx_export.VerificationError("x").stage
+        'verification'
+    """
+
+    stage = "verification"
