@@ -36,12 +36,16 @@ class DemoModel(torch.nn.Module):
 
 def run_demo(output: pathlib.Path, echo: Callable[[str], None] = print) -> int:
     """Export the demo model to ``output``, check it in ONNX Runtime; 0 when it matches."""
+    from diagnostics import DiagnosticOptions, Level, summarize
     from onnx_export import ExportOptions, dynamo_export
 
     torch.manual_seed(0)
     model = DemoModel().eval()
     example = torch.randint(0, 50, (2, 8))
-    options = ExportOptions(dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}})
+    options = ExportOptions(
+        dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}},
+        diagnostic_options=DiagnosticOptions(verbosity=Level.NOTE),
+    )
     start = time.perf_counter()
     program = dynamo_export(model, example, export_options=options)
     seconds = time.perf_counter() - start
@@ -67,6 +71,13 @@ def run_demo(output: pathlib.Path, echo: Callable[[str], None] = print) -> int:
             f"ONNX Runtime vs PyTorch at batch={batch}, sequence={seq}: max abs diff "
             f"{max(diffs):.2e}"
         )
-    ok = worst < 1e-4
+    verdict = program.verify(example)
+    report = program.save_diagnostics(output.with_suffix(".sarif"))
+    counts = summarize(program.diagnostic_context.to_sarif()).splitlines()[-1]
+    echo(
+        f"Wrote the SARIF diagnostics report {report} ({counts}); read it with "
+        f"`onnx-export diagnostics {report.name}` or a SARIF viewer."
+    )
+    ok = worst < 1e-4 and verdict.ok
     echo("Result: " + ("outputs match PyTorch." if ok else f"MISMATCH (max diff {worst:.2e})."))
     return 0 if ok else 1

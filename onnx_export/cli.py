@@ -29,6 +29,15 @@ def _parser() -> argparse.ArgumentParser:
         default=pathlib.Path("m.onnx"),
         help="where to write the model (default: m.onnx)",
     )
+    report = commands.add_parser(
+        "diagnostics",
+        help="summarize a SARIF report: results by rule and level, with file:line",
+        description="Print a SARIF report's results grouped by rule and level, each with its "
+        "file:line location and message. Exits 1 when the report has errors, 2 when it "
+        "cannot be read.",
+        add_help=False,
+    )
+    report.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -39,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> from onnx_export.cli import main
         >>> main(["demo", "--help"])  # doctest: +SKIP
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["diagnostics"]:  # the diagnostics package owns this command's arguments
+        import diagnostics
+
+        return diagnostics.main(argv[1:], prog="onnx-export diagnostics")
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from onnx_export._demo import run_demo
