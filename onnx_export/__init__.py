@@ -18,6 +18,7 @@ from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResu
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
+    ExportInputError,
     OnnxExportError,
     OptimizationError,
     SerializationError,
@@ -39,6 +40,7 @@ __all__ = [
     "target_name",
     # Errors
     "OnnxExportError",
+    "ExportInputError",
     "CaptureError",
     "ConversionError",
     "UnsupportedOpsError",

@@ -42,6 +42,7 @@ from onnx_export._translate import (
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
+    ExportInputError,
     OnnxExportError,
     OptimizationError,
     UnsupportedOpsError,
@@ -51,16 +52,20 @@ from onnx_export.errors import (
 __all__ = ["dynamo_export"]
 
 
-class _FunctionModule(torch.nn.Module):
-    """Wraps a plain function so torch.export can capture it."""
+def _function_module(fn: Callable[..., Any]) -> torch.nn.Module:
+    """Wrap a plain function in a module whose ``forward`` has the function's signature."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-        self.forward.__func__.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
+    signature = inspect.signature(fn)
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_parameter, *signature.parameters.values()]
+    )
+    name = getattr(fn, "__name__", "function")
+    cls = type(f"FunctionModule_{name}", (torch.nn.Module,), {"forward": forward})
+    return cls()  # type: ignore[no-any-return]
 
 
 def _capture_error(attempts: Sequence[CaptureAttempt]) -> CaptureError:
@@ -119,8 +124,7 @@ def _translate(
     registry: OnnxRegistry,
     context: DiagnosticContext,
     module: torch.nn.Module,
-    dynamic: Any,
-    dim_ids: dict[int, str],
+    user_dynamic: Any,
 ) -> Any:
     decisions, unsupported = find_unsupported(program.graph_module, registry)
     for node in walk_call_nodes(program.graph_module):
@@ -132,7 +136,7 @@ def _translate(
     if unsupported:
         raise _unsupported_error(unsupported)
     paths, input_names, output_names = _names(module, program)
-    dim_names = dim_names_from_program(program, dynamic, paths, dim_ids)
+    dim_names = dim_names_from_program(program, user_dynamic, paths)
     try:
         result = translate(
             program,
@@ -201,8 +205,11 @@ def _pipeline(
     context: DiagnosticContext,
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
-    args, kwargs = canonical_inputs(module, model_args, model_kwargs)
-    dynamic, dim_ids = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
+    try:
+        args, kwargs = canonical_inputs(module, model_args, model_kwargs)
+        dynamic, user_dynamic = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
+    except (TypeError, ValueError) as e:
+        raise ExportInputError(f"{e}") from e
     program, attempts = capture(
         module, args, kwargs, dynamic_shapes=dynamic, strategies=options.capture_strategies
     )
@@ -211,7 +218,7 @@ def _pipeline(
         raise _capture_error(attempts)
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, dynamic, dim_ids)
+    result = _translate(program, registry, context, module, user_dynamic)
     _optimize(result.model, options, context)
     onnx_program = ONNXProgram(
         result.model,
@@ -312,7 +319,7 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = _report.new_context(options.diagnostic_options)
-    module = model if isinstance(model, torch.nn.Module) else _FunctionModule(model)
+    module = model if isinstance(model, torch.nn.Module) else _function_module(model)
     try:
         with _recording(context):
             program = _pipeline(module, model_args, dict(model_kwargs), options, context)

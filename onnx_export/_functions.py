@@ -95,6 +95,69 @@ def aten_diff(
     return result
 
 
+def _variance(
+    self: ir.Value, dim: list[int] | None, correction: float | None, keepdim: bool
+) -> tuple[Any, Any]:
+    """(variance, mean) over ``dim`` (all axes when None) with Bessel-style ``correction``."""
+    rank = len(self.shape) if self.shape is not None else None
+    axes = list(range(rank)) if dim is None and rank is not None else (dim or [])
+    axes_value = op.Constant(value_ints=axes)
+    mean = op.ReduceMean(self, axes_value, keepdims=1)
+    centered = op.Sub(self, mean)
+    total = op.ReduceSum(op.Mul(centered, centered), axes_value, keepdims=int(keepdim))
+    sizes = op.Gather(op.Shape(self), axes_value, axis=0)
+    count = op.CastLike(op.ReduceProd(sizes, keepdims=0), self)
+    correction_value = op.CastLike(
+        op.Constant(value_float=float(1.0 if correction is None else correction)), self
+    )
+    zero = op.CastLike(op.Constant(value_float=0.0), self)
+    variance = op.Div(total, op.Max(op.Sub(count, correction_value), zero))
+    if not keepdim:
+        mean = op.Squeeze(mean, axes_value)
+    return variance, mean
+
+
+def aten_var_correction(
+    self: ir.Value,
+    dim: list[int] | None = None,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> Any:
+    """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
+    return _variance(self, dim, correction, keepdim)[0]
+
+
+def aten_std_correction(
+    self: ir.Value,
+    dim: list[int] | None = None,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> Any:
+    """std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
+    return op.Sqrt(_variance(self, dim, correction, keepdim)[0])
+
+
+def aten_var_mean_correction(
+    self: ir.Value,
+    dim: list[int] | None = None,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> Any:
+    """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
+    return _variance(self, dim, correction, keepdim)
+
+
+def aten_std_mean_correction(
+    self: ir.Value,
+    dim: list[int] | None = None,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> Any:
+    """std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
+    variance, mean = _variance(self, dim, correction, keepdim)
+    return op.Sqrt(variance), mean
+
+
 OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
     {
         "aten::to.dtype": aten_to_dtype,
@@ -104,5 +167,9 @@ OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
         "aten::__or__.Tensor": _bitwise("Or", "BitwiseOr"),
         "aten::__xor__.Tensor": _bitwise("Xor", "BitwiseXor"),
         "aten::diff": aten_diff,
+        "aten::var.correction": aten_var_correction,
+        "aten::std.correction": aten_std_correction,
+        "aten::var_mean.correction": aten_var_mean_correction,
+        "aten::std_mean.correction": aten_std_mean_correction,
     }
 )

@@ -7,8 +7,6 @@ the graph's inputs have one order however the user called the model.
 from __future__ import annotations
 
 import inspect
-import keyword
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -100,54 +98,60 @@ def output_paths(spec: pytree.TreeSpec) -> list[str]:
     return paths
 
 
-def _identifier(name: str) -> str:
-    text = re.sub(r"\W", "_", name)
-    if not text or text[0].isdigit() or keyword.iskeyword(text):
-        text = f"d_{text}"
-    return text
-
-
 def to_torch_dynamic_shapes(
     dynamic_shapes: Any, named_inputs: Mapping[str, Any], positional_count: int
-) -> tuple[Any, dict[int, str]]:
-    """Turn every string in ``dynamic_shapes`` into a shared ``Dim`` of that name.
+) -> tuple[Any, Any]:
+    """Translate the user's ``dynamic_shapes`` into torch.export's format.
 
-    Returns torch.export's format and, for each ``Dim`` created or found, ``id(dim) ->
-    the user's name``. A dict keyed by parameter name gets ``None`` for the inputs it
-    leaves out, as torch.export wants every input named.
+    Strings name a dimension: torch.export gets ``Dim.DYNAMIC`` for them (it infers the
+    range and fails loudly if the code makes the dimension static), and the name is kept
+    for the ONNX graph. A sequence given for a model called with keywords is keyed by
+    ``forward``'s parameters, and a dict gets ``None`` for the inputs it leaves out, as
+    torch.export wants every input named.
+
+    Returns:
+        torch.export's ``dynamic_shapes`` and the user's, keyed the same way (to find the
+        dimension names again after capture).
     """
     if dynamic_shapes is None:
-        return None, {}
-    dims: dict[str, Any] = {}
-    names: dict[int, str] = {}
-
-    def convert(node: Any) -> Any:
-        if isinstance(node, str):
-            if node not in dims:
-                dims[node] = Dim(_identifier(node))
-                names[id(dims[node])] = node
-            return dims[node]
-        if isinstance(node, dict):
-            return {k: convert(v) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return type(node)(convert(v) for v in node)
-        if hasattr(node, "__name__") and type(node).__name__.endswith("Dim"):
-            names.setdefault(id(node), node.__name__)
-        return node
-
-    converted = convert(dynamic_shapes)
-    if isinstance(converted, dict) and positional_count == 0:
-        unknown = sorted(set(converted) - set(named_inputs))
+        return None, None
+    user = dynamic_shapes
+    if isinstance(user, (list, tuple)) and positional_count == 0:
+        if len(user) > len(named_inputs):
+            raise ValueError(
+                f"dynamic_shapes has {len(user)} entries but forward() takes "
+                f"{len(named_inputs)} inputs ({list(named_inputs)})."
+            )
+        user = dict(zip(named_inputs, user, strict=False))
+    if isinstance(user, dict) and positional_count == 0:
+        unknown = sorted(set(user) - set(named_inputs))
         if unknown:
             raise ValueError(
                 f"dynamic_shapes names inputs {unknown} that forward() does not take; "
                 f"its inputs are {list(named_inputs)}."
             )
-        converted = {k: converted.get(k) for k in named_inputs}
-    return converted, names
+        user = {k: user.get(k) for k in named_inputs}
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, str):
+            return Dim.DYNAMIC
+        if isinstance(node, dict):
+            return {k: convert(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(convert(v) for v in node)
+        return node
+
+    return convert(user), user
 
 
-def _axis_names(spec: Any, tensor: torch.Tensor, names: Mapping[int, str]) -> dict[int, str]:
+def _dim_name(dim: Any) -> str | None:
+    if isinstance(dim, str):
+        return dim
+    name = getattr(dim, "__name__", None)
+    return name if isinstance(name, str) and type(dim).__name__ != "DimHint" else None
+
+
+def _axis_names(spec: Any, tensor: torch.Tensor) -> dict[int, str]:
     items: Iterable[tuple[Any, Any]]
     if isinstance(spec, dict):
         items = spec.items()
@@ -155,7 +159,8 @@ def _axis_names(spec: Any, tensor: torch.Tensor, names: Mapping[int, str]) -> di
         items = enumerate(spec)
     else:
         return {}
-    return {int(a): names[id(d)] for a, d in items if id(d) in names and int(a) < tensor.dim()}
+    named = {int(axis): _dim_name(dim) for axis, dim in items}
+    return {a: n for a, n in named.items() if n is not None and a < tensor.dim()}
 
 
 def _spec_at(dynamic_shapes: Any, parts: Sequence[str]) -> Any:
@@ -175,10 +180,12 @@ def dim_names_from_program(
     program: ExportedProgram,
     dynamic_shapes: Any,
     input_paths: Sequence[str],
-    names: Mapping[int, str],
 ) -> dict[str, str]:
-    """Map each input dim's symbol (``"s17"``) to the name the user gave it."""
-    if not names or not isinstance(dynamic_shapes, dict):
+    """Map each input dim's symbol (``"s17"``) to the name the user gave it.
+
+    ``dynamic_shapes`` is the user's spec as returned by :func:`to_torch_dynamic_shapes`.
+    """
+    if not isinstance(dynamic_shapes, dict):
         return {}
     result: dict[str, str] = {}
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
@@ -192,7 +199,7 @@ def dim_names_from_program(
         if not isinstance(val, torch.Tensor):
             continue
         spec = _spec_at(dynamic_shapes, path.split("."))
-        for axis, name in _axis_names(spec, val, names).items():
+        for axis, name in _axis_names(spec, val).items():
             dim = val.shape[axis]
             if isinstance(dim, torch.SymInt):
                 result.setdefault(str(dim.node.expr), name)

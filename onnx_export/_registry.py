@@ -28,6 +28,12 @@ class OnnxFunctionEntry:
         function: The onnxscript function (scripted ``OnnxFunction`` or traced).
         is_complex: Whether it implements the complex-number variant.
         is_custom: Whether the user registered it (custom functions win over torchlib).
+
+    Example:
+        >>> import onnx_export
+        >>> entry = onnx_export.OnnxRegistry().get("aten::relu")[0]
+        >>> entry.target, entry.is_custom
+        ('aten::relu', False)
     """
 
     target: str

@@ -35,6 +35,11 @@ class OutputComparison:
         max_abs_error: Largest absolute difference.
         max_rel_error: Largest difference relative to PyTorch's magnitude.
         ok: Whether it is within ``atol + rtol * |expected|`` everywhere.
+
+    Example:
+        >>> from onnx_export import OutputComparison
+        >>> OutputComparison("logits", 1e-7, 1e-6, True).ok
+        True
     """
 
     name: str
@@ -54,6 +59,13 @@ class NodeMismatch:
         max_abs_error: Largest absolute difference at that node.
         max_rel_error: Largest relative difference at that node.
         origin: Module path and the user's source line.
+
+    Example:
+        ``program.verify(x).culprit`` is one when outputs disagree::
+
+            culprit = program.verify(x).culprit
+            if culprit:
+                print(culprit.node, culprit.op, culprit.origin.where)
     """
 
     node: str
@@ -71,6 +83,13 @@ class VerificationResult:
     Attributes:
         outputs: One comparison per output.
         culprit: When outputs disagree, the first FX node that diverges (if found).
+
+    Example:
+        >>> import torch, onnx_export
+        >>> program = onnx_export.dynamo_export(torch.nn.Tanh(), torch.randn(3))
+        >>> result = program.verify(torch.randn(3))
+        >>> result.ok, result.culprit
+        (True, None)
     """
 
     outputs: tuple[OutputComparison, ...]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OnnxExportError",
+    "ExportInputError",
     "CaptureError",
     "ConversionError",
     "UnsupportedOpsError",
@@ -58,6 +59,20 @@ class OnnxExportError(RuntimeError):
         if self.report_path is not None:
             text += f"\nThe full diagnostic report (SARIF) is at: {self.report_path}"
         return text
+
+
+class ExportInputError(OnnxExportError, ValueError):
+    """The example inputs or options do not fit the model (checked before capture).
+
+    Also a ``ValueError``, so code that catches that keeps working.
+
+    Example:
+        >>> import onnx_export
+        >>> issubclass(onnx_export.ExportInputError, ValueError)
+        True
+    """
+
+    stage = "input"
 
 
 class CaptureError(OnnxExportError):
