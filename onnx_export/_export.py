@@ -68,8 +68,14 @@ def _function_module(fn: Callable[..., Any]) -> torch.nn.Module:
     return cls()  # type: ignore[no-any-return]
 
 
-def _capture_error(attempts: Sequence[CaptureAttempt]) -> CaptureError:
+def _capture_error(attempts: Sequence[CaptureAttempt], dynamic_shapes: Any) -> CaptureError:
     lines = "\n".join(f"  - {a.summary()}" for a in attempts)
+    if dynamic_shapes is not None:
+        lines += (
+            f"\nDynamic dimensions requested: {dynamic_shapes!r}. If the errors above say a "
+            "dimension was specialised or constrained, the model ties it to a static size or "
+            "to another input: make those dynamic too, or leave it static."
+        )
     error = CaptureError(
         f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
         "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
@@ -215,7 +221,7 @@ def _pipeline(
     )
     _report.record_capture(context, attempts, program is not None)
     if program is None:
-        raise _capture_error(attempts)
+        raise _capture_error(attempts, options.dynamic_shapes)
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     result = _translate(program, registry, context, module, user_dynamic)

@@ -296,6 +296,8 @@ class _Translator:
     # -- the main graph --------------------------------------------------------------
 
     def _initializer(self, name: str, tensor: torch.Tensor) -> ir.Value:
+        # Weights are shared with the model, not copied (a model of S bytes must not need
+        # 2 S of memory); buffers that forward mutates are cloned by the caller.
         if tensor.is_complex():
             tensor = torch.view_as_real(tensor)
         value = ir.Value(
@@ -313,6 +315,11 @@ class _Translator:
         env: dict[torch.fx.Node, Any] = {}
         names = iter(input_names)
         placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+        mutated = {
+            str(o.target)
+            for o in program.graph_signature.output_specs
+            if o.kind == OutputKind.BUFFER_MUTATION
+        }
         for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=True):
             val = node.meta.get("val")
             if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -320,6 +327,8 @@ class _Translator:
                 tensor = program.state_dict.get(target)
                 if tensor is None:
                     tensor = program.constants[target]
+                if target in mutated:  # forward changes it: keep its value at export time
+                    tensor = tensor.detach().clone()
                 env[node] = self._initializer(target, tensor)
             elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.Tensor):
                 value = ir.Value(name=next(names))

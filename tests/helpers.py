@@ -1,0 +1,107 @@
+"""Shared helpers for the exporter tests: export, run in ONNX Runtime, compare with eager."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import onnx
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import onnx_export
+
+
+def _eager_leaves(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        outputs = model(*args, **kwargs)
+    return [leaf for leaf in pytree.tree_leaves(outputs) if isinstance(leaf, torch.Tensor)]
+
+
+def _clone_inputs(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    # In-place models must not change the inputs the other side sees.
+    return pytree.tree_map(
+        lambda v: v.clone() if isinstance(v, torch.Tensor) else v, (args, kwargs)
+    )
+
+
+def assert_onnx_program_close(
+    program: onnx_export.ONNXProgram,
+    model: Any,
+    *args: Any,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    **kwargs: Any,
+) -> list[float]:
+    """Run ``model`` eagerly and ``program`` in ONNX Runtime on the same inputs; compare.
+
+    Compares the number of tensor outputs, then each output's shape, dtype and values
+    (floats within ``rtol``/``atol``; bool and integer outputs exactly).
+
+    Returns:
+        The max absolute difference of each output (0.0 for exact matches).
+    """
+    eager_args, eager_kwargs = _clone_inputs(args, kwargs)
+    expected = _eager_leaves(model, eager_args, eager_kwargs)
+    onnx_args, onnx_kwargs = _clone_inputs(args, kwargs)
+    actual = program(*onnx_args, **onnx_kwargs)
+    assert len(actual) == len(expected), (
+        f"ONNX returned {len(actual)} outputs, eager returned {len(expected)}"
+    )
+    diffs: list[float] = []
+    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        assert got.shape == want.shape, (
+            f"output {i}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+        )
+        assert got.dtype == want.dtype, f"output {i}: dtype {got.dtype} != {want.dtype}"
+        exact = want.dtype == torch.bool or not (want.is_floating_point() or want.is_complex())
+        if exact:
+            torch.testing.assert_close(
+                got, want, rtol=0, atol=0, msg=lambda m, i=i: f"output {i}: {m}"
+            )
+            diffs.append(0.0)
+            continue
+        torch.testing.assert_close(
+            got, want, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}"
+        )
+        diff = (got.to(torch.float64) - want.to(torch.float64)).abs()
+        diffs.append(float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0)
+    return diffs
+
+
+def export_and_check(
+    model: Any,
+    *args: Any,
+    options: onnx_export.ExportOptions | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    **kwargs: Any,
+) -> onnx_export.ONNXProgram:
+    """Export ``model``, check the ONNX model (full check), run it and compare with eager."""
+    export_args, export_kwargs = _clone_inputs(args, kwargs)
+    program = onnx_export.dynamo_export(
+        model, *export_args, export_options=options, **export_kwargs
+    )
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    assert_onnx_program_close(program, model, *args, rtol=rtol, atol=atol, **kwargs)
+    return program
+
+
+@pytest.fixture
+def private_temp_folder(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Keep what the exporter writes to the temp folder (e.g. the SARIF report of a
+    failed export) in a pytest-managed folder instead of the system's /tmp.
+
+    Separate from ``tmp_path`` so that tests can list ``tmp_path`` exactly. Test modules
+    whose exports fail on purpose opt in with
+    ``pytestmark = pytest.mark.usefixtures("private_temp_folder")``.
+    """
+    folder = tmp_path_factory.mktemp("system-temp")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield
