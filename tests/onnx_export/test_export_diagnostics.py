@@ -21,6 +21,8 @@ import onnx_export
 from diagnostics import DiagnosticOptions, Level
 from tests.sarif_helpers import assert_valid_sarif
 
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
 HERE = pathlib.Path(__file__).resolve()
 GOLDEN = HERE.parents[1] / "golden"
 
