@@ -9,12 +9,10 @@ Example:
 
 from __future__ import annotations
 
-from onnx_export._capture import CaptureAttempt
-from onnx_export._export import dynamo_export
-from onnx_export._options import ExportOptions
-from onnx_export._program import ONNXProgram
-from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
-from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResult
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from adapters import load
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
@@ -26,7 +24,44 @@ from onnx_export.errors import (
     VerificationError,
 )
 
+if TYPE_CHECKING:
+    from onnx_export._capture import CaptureAttempt
+    from onnx_export._export import dynamo_export
+    from onnx_export._options import ExportOptions
+    from onnx_export._program import ONNXProgram
+    from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
+    from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResult
+
 __version__ = "0.1.0"
+
+# Everything that needs torch is imported on first use, so that a deployment can
+# ``onnx_export.load(...)`` a saved model in a process without torch.
+_LAZY = {
+    "CaptureAttempt": "onnx_export._capture",
+    "dynamo_export": "onnx_export._export",
+    "ExportOptions": "onnx_export._options",
+    "ONNXProgram": "onnx_export._program",
+    "OnnxFunctionEntry": "onnx_export._registry",
+    "OnnxRegistry": "onnx_export._registry",
+    "target_name": "onnx_export._registry",
+    "NodeMismatch": "onnx_export._verify",
+    "OutputComparison": "onnx_export._verify",
+    "VerificationResult": "onnx_export._verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onnx_export' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     # Exporting
@@ -34,6 +69,8 @@ __all__ = [
     "ExportOptions",
     "ONNXProgram",
     "CaptureAttempt",
+    # Running a saved model (numpy and onnxruntime only; no torch needed)
+    "load",
     # Custom ops
     "OnnxRegistry",
     "OnnxFunctionEntry",

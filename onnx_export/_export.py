@@ -15,12 +15,13 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
+from adapters import AdapterError, canonicalize_inputs
 from diagnostics import DiagnosticContext, Location, rules
 from onnx_export import _report
+from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
 from onnx_export._decomp import decompose
 from onnx_export._naming import (
-    canonical_inputs,
     dim_names_from_program,
     leaf_paths,
     output_paths,
@@ -66,6 +67,13 @@ def _function_module(fn: Callable[..., Any]) -> torch.nn.Module:
     name = getattr(fn, "__name__", "function")
     cls = type(f"FunctionModule_{name}", (torch.nn.Module,), {"forward": forward})
     return cls()  # type: ignore[no-any-return]
+
+
+def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
+    try:
+        return inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return None
 
 
 def _capture_error(attempts: Sequence[CaptureAttempt], dynamic_shapes: Any) -> CaptureError:
@@ -211,8 +219,9 @@ def _pipeline(
     context: DiagnosticContext,
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
+    signature = _forward_signature(module)
     try:
-        args, kwargs = canonical_inputs(module, model_args, model_kwargs)
+        args, kwargs = canonicalize_inputs(signature, model_args, model_kwargs)
         dynamic, user_dynamic = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
     except (TypeError, ValueError) as e:
         raise ExportInputError(f"{e}") from e
@@ -225,14 +234,23 @@ def _pipeline(
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     result = _translate(program, registry, context, module, user_dynamic)
+    try:
+        spec = build_spec(
+            signature, model_args, model_kwargs, program, result.model, result.user_outputs
+        )
+    except AdapterError as e:
+        raise ConversionError(
+            f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
+        ) from e
     _optimize(result.model, options, context)
     onnx_program = ONNXProgram(
         result.model,
         program,
         capture_attempts=attempts,
-        signature=inspect.signature(module.forward),
+        signature=signature,
         diagnostic_context=context,
         decisions=result.decisions,
+        adapter_spec=spec,
     )
     if options.verify:
         _verify(onnx_program, model_args, model_kwargs)
@@ -320,7 +338,7 @@ def dynamo_export(
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())
         >>> program = onnx_export.dynamo_export(model, torch.randn(3, 4))
         >>> x = torch.randn(3, 4)
-        >>> torch.allclose(program(x)[0], model(x), atol=1e-5)
+        >>> torch.allclose(program(x), model(x), atol=1e-5)
         True
     """
     options = export_options or ExportOptions()

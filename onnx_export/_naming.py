@@ -1,12 +1,7 @@
-"""Names in the ONNX graph: inputs after ``forward``'s parameters, named symbolic dims.
-
-Also binds the example inputs to ``forward``'s signature in a canonical form, so that
-the graph's inputs have one order however the user called the model.
-"""
+"""Names in the ONNX graph: inputs after ``forward``'s parameters, named symbolic dims."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,51 +11,10 @@ from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
 __all__ = [
-    "canonical_inputs",
     "leaf_paths",
     "to_torch_dynamic_shapes",
     "dim_names_from_program",
 ]
-
-
-def _signature(model: torch.nn.Module) -> inspect.Signature | None:
-    try:
-        return inspect.signature(model.forward)
-    except (TypeError, ValueError):
-        return None
-
-
-def canonical_inputs(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Bind to ``forward``: positional-only and ``*args`` stay positional, the rest by name.
-
-    Defaults are filled in, so a later call that relies on them sees the same graph.
-    """
-    signature = _signature(model)
-    if signature is None:
-        return tuple(args), dict(kwargs)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError as e:
-        raise TypeError(
-            f"The example inputs do not fit {type(model).__name__}.forward{signature}: {e}. "
-            "Pass them as you would call the model."
-        ) from e
-    bound.apply_defaults()
-    positional: list[Any] = []
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if kind == inspect.Parameter.POSITIONAL_ONLY:
-            positional.append(value)
-        elif kind == inspect.Parameter.VAR_POSITIONAL:
-            positional.extend(value)
-        elif kind == inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
-        else:
-            named[name] = value
-    return tuple(positional), named
 
 
 def _key_text(key: object) -> str:

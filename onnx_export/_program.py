@@ -16,6 +16,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
+from adapters import METADATA_KEY, AdapterSpec, OnnxModule, canonicalize_inputs
 from diagnostics import DiagnosticContext, rules
 from onnx_export._capture import CaptureAttempt
 from onnx_export._dispatch import Dispatch
@@ -34,14 +35,17 @@ class ONNXProgram:
         model: The ONNX model as an ``onnx_ir.Model`` (edit it in place if you like).
         exported_program: The ``torch.export.ExportedProgram`` that was translated.
         capture_attempts: Every capture strategy tried, in order.
+        adapter_spec: How the model's nested inputs and outputs map to the ONNX graph's;
+            saved in the model file so that :func:`onnx_export.load` can call it as the
+            PyTorch model is called.
         diagnostic_context: What the export recorded (and, later, saving and
             verification); write it with :meth:`save_diagnostics`.
 
     Example:
         >>> import torch, onnx_export
         >>> program = onnx_export.dynamo_export(torch.nn.ReLU(), torch.randn(2, 3))
-        >>> [out.shape for out in program(torch.randn(2, 3))]
-        [torch.Size([2, 3])]
+        >>> program(torch.randn(2, 3)).shape
+        torch.Size([2, 3])
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class ONNXProgram:
         signature: inspect.Signature | None = None,
         diagnostic_context: DiagnosticContext | None = None,
         decisions: dict[str, Dispatch] | None = None,
+        adapter_spec: AdapterSpec | None = None,
     ) -> None:
         self.model = model
         self.exported_program = exported_program
@@ -60,7 +65,9 @@ class ONNXProgram:
         self._signature = signature
         self.diagnostic_context = diagnostic_context or DiagnosticContext("onnx-export", "0.1.0")
         self._decisions = decisions or {}
-        self._session: Any = None
+        self.adapter_spec = adapter_spec
+        self._allowed_classes: tuple[type, ...] = ()
+        self._module: OnnxModule | None = None
         self._session_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -107,6 +114,8 @@ class ONNXProgram:
             >>> out.exists()
             True
         """
+        if self.adapter_spec is not None:
+            self.model.metadata_props[METADATA_KEY] = self.adapter_spec.to_json()
         try:
             written, _ = save_model(self.model, path, external_data=external_data)
         except (OSError, ValueError) as e:
@@ -142,23 +151,7 @@ class ONNXProgram:
     def _canonical(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self._signature is None:
-            return args, kwargs
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        positional: list[Any] = []
-        named: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
-            kind = self._signature.parameters[name].kind
-            if kind == inspect.Parameter.POSITIONAL_ONLY:
-                positional.append(value)
-            elif kind == inspect.Parameter.VAR_POSITIONAL:
-                positional.extend(value)
-            elif kind == inspect.Parameter.VAR_KEYWORD:
-                named.update(value)
-            else:
-                named[name] = value
-        return tuple(positional), named
+        return canonicalize_inputs(self._signature, args, kwargs)
 
     def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
         leaves = pytree.tree_flatten(self._canonical(args, kwargs))[0]
@@ -171,35 +164,40 @@ class ONNXProgram:
                 arrays.append(leaf)
         return arrays
 
-    def _ort_session(self) -> Any:
+    def _onnx_module(self) -> OnnxModule:
         with self._session_lock:
-            if self._session is None:
-                import onnxruntime as ort
-
+            if self._module is None:
                 if initializer_bytes(self.model) > PROTOBUF_LIMIT:
                     raise SerializationError(
-                        "The model is over 2 GB; save() it with external data and run the "
-                        "saved file with onnxruntime.InferenceSession(path)."
+                        "The model is over 2 GB; save() it (with external data) and run the "
+                        "saved file with onnx_export.load(path)."
                     )
-                data = self.model_proto.SerializeToString()
-                self._session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-            return self._session
+                self._module = OnnxModule(
+                    self.model_proto.SerializeToString(),
+                    self.adapter_spec,
+                    allowed_classes=self._allowed_classes,
+                )
+            return self._module
 
-    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """Run the model in ONNX Runtime (CPU) on the same inputs as the PyTorch model.
+    def _ort_session(self) -> Any:
+        return self._onnx_module().session
 
-        Returns:
-            The model's tensor outputs, flattened, as torch tensors.
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model in ONNX Runtime (CPU), called exactly as the PyTorch model is.
+
+        Inputs go through the export's input adapter (nesting, ``None``, keyword
+        arguments, constants checked); outputs come back in the model's own structure
+        (dict keys, tuples, lists; other classes as dicts). Torch tensors in give torch
+        tensors out, numpy arrays in give numpy arrays out.
 
         Example:
             >>> import torch, onnx_export
             >>> program = onnx_export.dynamo_export(torch.nn.Tanh(), torch.randn(3))
             >>> x = torch.randn(3)
-            >>> torch.allclose(program(x)[0], torch.tanh(x), atol=1e-6)
+            >>> torch.allclose(program(x), torch.tanh(x), atol=1e-6)
             True
         """
-        session = self._ort_session()
-        return [torch.from_numpy(o) for o in self._run(session, args, kwargs)]
+        return self._onnx_module()(*args, **kwargs)
 
     def _feed(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         arrays = self._flat_inputs(args, kwargs)

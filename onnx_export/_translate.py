@@ -78,11 +78,14 @@ class TranslationResult:
         model: The ONNX model (opset 18, not optimized yet).
         decisions: The dispatch decision of each FX node, by node name.
         dropped_buffer_mutations: Buffers that ``forward`` mutates (not model outputs).
+        user_outputs: Per output of ``forward`` (flattened): its graph output value, or the
+            Python constant / ``None`` it always is.
     """
 
     model: ir.Model
     decisions: dict[str, Dispatch]
     dropped_buffer_mutations: list[str]
+    user_outputs: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _is_hop(target: object) -> bool:
@@ -352,31 +355,39 @@ class _Translator:
 
     def _outputs(
         self, env: Mapping[torch.fx.Node, Any], output_names: Sequence[str] | None
-    ) -> list[str]:
+    ) -> tuple[list[str], list[Any]]:
         output_node = next(n for n in reversed(self.program.graph.nodes) if n.op == "output")
         specs = self.program.graph_signature.output_specs
         dropped: list[str] = []
-        user_values = []
+        user_args = []
         for arg, spec in zip(output_node.args[0], specs, strict=True):
             if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                 dropped.append(str(spec.target))
             elif spec.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
-                user_values.append(self._convert(arg, env))
+                user_args.append(arg)
             else:
                 raise NotImplementedError(f"graph output of kind {spec.kind.name}")
         names = list(output_names or [])
-        names += [""] * (len(user_values) - len(names))
+        names += [""] * (len(user_args) - len(names))
         seen: set[int] = set()
-        for value, name in zip(user_values, names, strict=True):
-            if value is None:
+        user_outputs: list[Any] = []
+        for arg, name in zip(user_args, names, strict=True):
+            value = self._convert(arg, env)
+            if not isinstance(value, ir.Value):  # None or a Python constant: not a graph output
+                user_outputs.append(value)
                 continue
             output = self._graph_output(value, seen)
             if name:
                 output.name = name
+            meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            output.meta["complex"] = isinstance(meta, torch.Tensor) and meta.is_complex()
             self.graph.outputs.append(output)
-        return dropped
+            user_outputs.append(output)
+        return dropped, user_outputs
 
-    def run(self, input_names: Sequence[str], output_names: Sequence[str] | None) -> list[str]:
+    def run(
+        self, input_names: Sequence[str], output_names: Sequence[str] | None
+    ) -> tuple[list[str], list[Any]]:
         env = self._placeholders(input_names)
         for node in self.program.graph.nodes:
             if node.op == "call_function":
@@ -406,6 +417,6 @@ def translate(
     unsupported.
     """
     translator = _Translator(program, decisions, dim_names or {})
-    dropped = translator.run(input_names, output_names)
+    dropped, user_outputs = translator.run(input_names, output_names)
     model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
-    return TranslationResult(model, decisions, dropped)
+    return TranslationResult(model, decisions, dropped, user_outputs)

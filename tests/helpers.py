@@ -39,7 +39,8 @@ def assert_onnx_program_close(
 ) -> list[float]:
     """Run ``model`` eagerly and ``program`` in ONNX Runtime on the same inputs; compare.
 
-    Compares the number of tensor outputs, then each output's shape, dtype and values
+    The program returns the model's own output structure (its adapter rebuilds it): plain
+    dicts keep their keys, tuples and lists their length. Then it compares the number of tensor outputs, then each output's shape, dtype and values
     (floats within ``rtol``/``atol``; bool and integer outputs exactly).
 
     Returns:
@@ -48,7 +49,9 @@ def assert_onnx_program_close(
     eager_args, eager_kwargs = _clone_inputs(args, kwargs)
     expected = _eager_leaves(model, eager_args, eager_kwargs)
     onnx_args, onnx_kwargs = _clone_inputs(args, kwargs)
-    actual = program(*onnx_args, **onnx_kwargs)
+    result = program(*onnx_args, **onnx_kwargs)
+    _assert_same_container(result, model, args, kwargs)
+    actual = [t for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor)]
     assert len(actual) == len(expected), (
         f"ONNX returned {len(actual)} outputs, eager returned {len(expected)}"
     )
@@ -105,3 +108,18 @@ def private_temp_folder(
     folder = tmp_path_factory.mktemp("system-temp")
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     yield
+
+
+def _assert_same_container(result: Any, model: Any, args: Any, kwargs: Any) -> None:
+    """Plain dict/tuple/list outputs come back as the same container with the same keys."""
+    eager_args, eager_kwargs = _clone_inputs(args, kwargs)
+    with torch.no_grad():
+        eager = model(*eager_args, **eager_kwargs)
+    if type(eager) is dict:
+        assert isinstance(result, dict) and list(result) == list(eager), (
+            f"expected a dict with keys {list(eager)}, got {type(result).__name__}"
+        )
+    elif type(eager) in (tuple, list):
+        assert type(result) is type(eager) and len(result) == len(eager), (
+            f"expected a {type(eager).__name__} of {len(eager)}, got {result!r:.80}"
+        )

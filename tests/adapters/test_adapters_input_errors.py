@@ -7,8 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from adapters import (
     ConstantMismatchError,
@@ -275,37 +273,3 @@ def test_var_keyword_order_does_not_matter() -> None:
     spec = build_adapter_spec(inspect.signature(fwd), (x,), {"a": a, "b": b}, 0)
     flat = InputAdapter(spec)(x, b=b, a=a)
     assert flat[0] is x and flat[1] is a and flat[2] is b
-
-
-dims = st.one_of(st.integers(1, 3), st.sampled_from(["a", "b"]))
-specs = st.lists(st.lists(dims, max_size=3).map(tuple), min_size=1, max_size=4)
-
-
-@settings(max_examples=300, deadline=None)
-@given(specs, st.data())
-def test_all_at_once_check_agrees_with_the_per_tensor_check(
-    shapes: list[tuple[int | str, ...]], data: st.DataObject
-) -> None:
-    from adapters import LeafSpec, TensorSpec
-    from adapters._tensor_checks import CheckTensors
-
-    leaves = [
-        LeafSpec(f"t{i}", "tensor", TensorSpec(f"t{i}", "float32", s)) for i, s in enumerate(shapes)
-    ]
-    step = CheckTensors(leaves)
-    actual = [
-        np.zeros(
-            data.draw(
-                st.lists(st.integers(1, 3), min_size=max(0, len(s) - 1), max_size=len(s) + 1)
-            ),
-            data.draw(st.sampled_from([np.float32, np.float32, np.float64])),
-        )
-        for s in shapes
-    ]
-    try:
-        step._check_each(actual)
-        passes = True
-    except (InputDtypeError, InputShapeError):
-        passes = False
-    assert step._all_at_once is not None
-    assert step._all_at_once(actual) == passes

@@ -1,0 +1,141 @@
+"""The error hierarchy of :mod:`adapters`.
+
+Every error raised on purpose by this package derives from :class:`AdapterError`. Messages
+follow one pattern: *where* (a display path such as ``past_key_values[1][0]`` or a spec field
+such as ``inputs[2].tensor.dtype``), *what was expected*, *what came*, and *what to do next*.
+
+Several classes also derive from a builtin (``ValueError``/``TypeError``) so that code written
+against plain Python conventions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdapterError",
+    "AdapterSpecError",
+    "UnsupportedValueError",
+    "LeafCountError",
+    "InputError",
+    "InputBindingError",
+    "InputStructureError",
+    "InputDtypeError",
+    "InputShapeError",
+    "ConstantMismatchError",
+]
+
+
+class AdapterError(Exception):
+    """Base class of every error raised by :mod:`adapters`.
+
+    Example:
+        >>> try:
+        ...     raise InputDtypeError("x: expected dtype float32, got float64")
+        ... except AdapterError as e:
+        ...     print(type(e).__name__)
+        InputDtypeError
+    """
+
+
+class AdapterSpecError(AdapterError, ValueError):
+    """An adapter spec (or its JSON in a model's metadata) is malformed or does not fit the model.
+
+    Raised while reading or validating a spec, never while running a model. The message names
+    the offending field, e.g. ``inputs[2].tensor.dtype``.
+
+    Example:
+        >>> from adapters import AdapterSpec
+        >>> try:
+        ...     AdapterSpec.from_json("{")
+        ... except AdapterSpecError as e:
+        ...     print(str(e).split(":")[0])
+        adapter spec
+    """
+
+
+class UnsupportedValueError(AdapterError, TypeError):
+    """A value cannot be described by a spec (an unsupported leaf, dict key or context).
+
+    Example:
+        >>> from adapters import tree_flatten
+        >>> try:
+        ...     tree_flatten({(1, 2): 0})
+        ... except UnsupportedValueError as e:
+        ...     print("dict key" in str(e))
+        True
+    """
+
+
+class LeafCountError(AdapterError, ValueError):
+    """The number of leaves handed over does not match the tree spec (or the model's outputs).
+
+    Example:
+        >>> from adapters import tree_flatten, tree_unflatten
+        >>> _, spec = tree_flatten((1, 2))
+        >>> try:
+        ...     tree_unflatten(spec, [1])
+        ... except LeafCountError as e:
+        ...     print("expected 2" in str(e))
+        True
+    """
+
+
+class InputError(AdapterError, ValueError):
+    """Base class of the errors raised while adapting call-time inputs.
+
+    Example:
+        >>> issubclass(InputShapeError, InputError)
+        True
+    """
+
+
+class InputBindingError(InputError, TypeError):
+    """The call's arguments do not bind to the exported ``forward`` signature.
+
+    It is a ``TypeError`` too, like the error Python raises for a bad call.
+
+    Example:
+        >>> import inspect
+        >>> from adapters import canonicalize_inputs
+        >>> def forward(x, y): ...
+        >>> try:
+        ...     canonicalize_inputs(inspect.signature(forward), (1,), {})
+        ... except InputBindingError as e:
+        ...     print("'y'" in str(e))
+        True
+    """
+
+
+class InputStructureError(InputError):
+    """The nesting of the inputs differs from the export: missing keys, other lengths, types.
+
+    Example:
+        >>> str(InputStructureError("inputs: expected dict keys ['a'], got ['b']"))[:6]
+        'inputs'
+    """
+
+
+class InputDtypeError(InputError):
+    """A tensor input has another dtype than the exported model expects.
+
+    Example:
+        >>> str(InputDtypeError("x: expected dtype float32, got float64"))
+        'x: expected dtype float32, got float64'
+    """
+
+
+class InputShapeError(InputError):
+    """A tensor input has another rank, static dimension, or inconsistent symbolic dimension.
+
+    Example:
+        >>> str(InputShapeError("x: expected rank 2, got rank 3"))
+        'x: expected rank 2, got rank 3'
+    """
+
+
+class ConstantMismatchError(InputError):
+    """A non-tensor input differs from the constant the model was exported with.
+
+    Example:
+        >>> str(ConstantMismatchError("scale: expected 2.0, got 3.0"))
+        'scale: expected 2.0, got 3.0'
+    """

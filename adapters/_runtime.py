@@ -1,0 +1,231 @@
+"""``OnnxModule``: run an exported model like the PyTorch model, with onnxruntime only.
+
+``onnxruntime`` is imported when a module is created, not when :mod:`adapters` is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from adapters._build import flat_input_names, flat_output_names
+from adapters._errors import InputStructureError
+from adapters._iobinding import CudaIOBinding
+from adapters._ortvalues import OrtValueRunner, needs_ortvalues
+from adapters._pipeline import InputAdapter, OutputAdapter
+from adapters._session_checks import check_spec_fits_session, read_spec, resolve_providers
+from adapters._spec import AdapterSpec
+from adapters._torch import torch_module
+from adapters._torch_convert import numpy_to_torch, torch_to_numpy
+
+__all__ = ["OnnxModule", "load"]
+
+_NDARRAY = np.ndarray
+
+
+class OnnxModule:
+    """An ONNX model called with the PyTorch model's nested inputs, returning nested outputs.
+
+    numpy arrays in give numpy arrays out; torch tensors in give torch tensors out (on the
+    inputs' device). With ``CUDAExecutionProvider`` and torch CUDA tensors the data stays on
+    the GPU (IOBinding). Without a spec in the file (and none passed) the module runs in flat
+    mode: arrays in graph input order (or by input name), a list of arrays out.
+
+    Args:
+        model: Path to a ``.onnx`` file, or its bytes.
+        spec: The adapter spec; ``None`` reads it from the model's ``metadata_props`` (key
+            :data:`~adapters.METADATA_KEY`) through onnxruntime alone.
+        providers: Execution providers: ``"cpu"``, ``"cuda"``, or onnxruntime names. An
+            unavailable one is skipped with a warning; CPU is always last. Default: CPU.
+        session_options: ``onnxruntime.SessionOptions`` for the session.
+        allowed_classes: Classes that outputs may be rebuilt as (namedtuples, dataclasses,
+            ``ModelOutput`` subclasses), matched by ``module.qualname``; others come back as
+            ``dict``. Nothing is ever imported from a name in the file.
+
+    Raises:
+        AdapterSpecError: The spec is malformed or does not fit the model's inputs/outputs.
+
+    Example:
+        >>> import numpy as np, onnx
+        >>> from onnx import helper, TensorProto
+        >>> from adapters import build_adapter_spec
+        >>> x = np.ones(2, np.float32)
+        >>> spec = build_adapter_spec(None, ({"a": x},), {}, [x])
+        >>> graph = helper.make_graph(
+        ...     [helper.make_node("Neg", ["args.0.a"], ["output.0"])], "g",
+        ...     [helper.make_tensor_value_info("args.0.a", TensorProto.FLOAT, [2])],
+        ...     [helper.make_tensor_value_info("output.0", TensorProto.FLOAT, [2])])
+        >>> opset = [helper.make_opsetid("", 21)]
+        >>> model = helper.make_model(graph, opset_imports=opset, ir_version=10)
+        >>> module = OnnxModule(model.SerializeToString(), spec)
+        >>> module({"a": np.array([1, 2], np.float32)})
+        [array([-1., -2.], dtype=float32)]
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | bytes,
+        spec: AdapterSpec | None = None,
+        *,
+        providers: Sequence[str] | None = None,
+        session_options: Any = None,
+        allowed_classes: Sequence[type] = (),
+    ) -> None:
+        ort = importlib.import_module("onnxruntime")
+        source = model if isinstance(model, bytes) else os.fspath(model)
+        resolved = resolve_providers(providers, ort.get_available_providers())
+        self._session = ort.InferenceSession(
+            source, sess_options=session_options, providers=resolved
+        )
+        self._spec = spec if spec is not None else read_spec(self._session)
+        self._input_adapter: InputAdapter | None = None
+        self._output_adapter: OutputAdapter | None = None
+        self._iobinding: CudaIOBinding | None = None
+        self._ortvalues: OrtValueRunner | None = None
+        if self._spec is None:
+            self._input_names = [a.name for a in self._session.get_inputs()]
+            self._output_names = [a.name for a in self._session.get_outputs()]
+            return
+        check_spec_fits_session(self._spec, self._session)
+        self._input_adapter = InputAdapter(self._spec)
+        self._output_adapter = OutputAdapter(self._spec, allowed_classes)
+        self._input_names = flat_input_names(self._spec)
+        self._output_names = flat_output_names(self._spec)
+        self._iobinding, self._ortvalues = self._make_runners(ort, self._spec)
+
+    @property
+    def spec(self) -> AdapterSpec | None:
+        """The adapter spec, or ``None`` in flat mode."""
+        return self._spec
+
+    @property
+    def input_names(self) -> list[str]:
+        """The ONNX graph input names, in the order the adapter produces them."""
+        return list(self._input_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        """The ONNX graph output names, in the order the adapter consumes them."""
+        return list(self._output_names)
+
+    @property
+    def providers(self) -> list[str]:
+        """The execution providers the session uses, in priority order."""
+        return list(self._session.get_providers())
+
+    @property
+    def session(self) -> Any:
+        """The underlying ``onnxruntime.InferenceSession``."""
+        return self._session
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        """Run the model on inputs shaped like the PyTorch model's; return its outputs.
+
+        Raises:
+            InputError: Subclasses name the input by path and say what was expected.
+        """
+        if self._input_adapter is None or self._output_adapter is None:
+            return self._call_flat(args, kwargs)
+        arrays = self._input_adapter(*args, **kwargs)
+        if self._ortvalues is None:
+            for array in arrays:
+                if type(array) is not _NDARRAY:
+                    break
+            else:  # plain numpy arrays: straight to the session
+                feed = dict(zip(self._input_names, arrays))  # noqa: B905  # same length; strict= is slow
+                return self._output_adapter(self._session.run(self._output_names, feed))
+        return self._output_adapter(self._run_general(arrays))
+
+    def _run_general(self, arrays: list[object]) -> list[object]:
+        """Run any inputs: torch tensors, ndarray subclasses, dtypes that need ``OrtValue`` s.
+
+        With torch tensors among the inputs, outputs become torch tensors on their device.
+        """
+        torch = torch_module()
+        tensors = [a for a in arrays if torch is not None and isinstance(a, torch.Tensor)]
+        if not tensors:
+            return list(self._run_numpy([np.asarray(a) for a in arrays]))
+        device = tensors[0].device
+        if self._iobinding is not None and device.type == "cuda":
+            return self._iobinding.run(arrays)
+        outputs = self._run_numpy([torch_to_numpy(a) for a in arrays])
+        return [numpy_to_torch(o, device) for o in outputs]
+
+    def _run_numpy(self, arrays: list[np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
+        if self._ortvalues is not None:
+            return self._ortvalues.run(arrays)
+        feed = dict(zip(self._input_names, arrays, strict=True))
+        return list(self._session.run(self._output_names, feed))
+
+    def _call_flat(self, args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
+        names = self._input_names
+        if len(args) > len(names) or any(k not in names[len(args) :] for k in kwargs):
+            raise InputStructureError(
+                f"inputs: expected the graph inputs {names} (by position or name), got "
+                f"{len(args)} positional and names {list(kwargs)}. This model has no adapter "
+                "metadata, so pass flat arrays in graph input order."
+            )
+        feed = dict(zip(names, args, strict=False)) | kwargs
+        missing = [n for n in names if n not in feed]
+        if missing:
+            raise InputStructureError(
+                f"inputs: expected a value for every graph input {names}, got none for "
+                f"{missing}. Pass one array per graph input."
+            )
+        arrays = [feed[n] for n in names]
+        if all(type(a) is np.ndarray for a in arrays):
+            return list(self._session.run(self._output_names, feed))
+        return self._run_general(arrays)
+
+    def _make_runners(
+        self, ort: Any, spec: AdapterSpec
+    ) -> tuple[CudaIOBinding | None, OrtValueRunner | None]:
+        """Build the special runners: IOBinding (CUDA), OrtValues (dtypes numpy lacks).
+
+        Each is ``None`` when this spec and session do not need it.
+        """
+        inputs = [leaf.tensor for leaf in spec.inputs if leaf.tensor is not None]
+        outputs = [leaf.tensor for leaf in spec.outputs if leaf.tensor is not None]
+        on_cuda = "CUDAExecutionProvider" in self._session.get_providers()
+        iobinding = None
+        if on_cuda and CudaIOBinding.supports(inputs, outputs):
+            iobinding = CudaIOBinding(self._session, inputs, outputs)
+        ortvalues = None
+        if needs_ortvalues([*inputs, *outputs]):
+            ortvalues = OrtValueRunner(ort, self._session, inputs, outputs)
+        return iobinding, ortvalues
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    providers: Sequence[str] | None = None,
+    session_options: Any = None,
+    allowed_classes: Sequence[type] = (),
+) -> OnnxModule:
+    """Load a saved model with its adapter spec (from ``metadata_props``), ready to call.
+
+    Args:
+        path: The ``.onnx`` file (external data next to it is found by onnxruntime).
+        providers: See :class:`OnnxModule`.
+        session_options: See :class:`OnnxModule`.
+        allowed_classes: See :class:`OnnxModule`.
+
+    Returns:
+        The module; in flat mode if the file has no adapter metadata.
+
+    Raises:
+        AdapterSpecError: The metadata is malformed or does not fit the model.
+
+    Example:
+        >>> import adapters
+        >>> module = adapters.load("model.onnx", providers=["cuda"])  # doctest: +SKIP
+        >>> outputs = module(input_ids=ids, attention_mask=mask)  # doctest: +SKIP
+    """
+    return OnnxModule(
+        path, providers=providers, session_options=session_options, allowed_classes=allowed_classes
+    )

@@ -1,0 +1,318 @@
+"""The adapter spec: pure data that travels in a model's ``metadata_props`` as JSON.
+
+An :class:`AdapterSpec` records ``forward``'s parameters, the structure of the canonical
+inputs and of the outputs, and one :class:`LeafSpec` per leaf: a tensor (its ONNX graph name,
+dtype and shape) or a constant (its value). Constructing a spec validates it; every problem is
+an :class:`~adapters.AdapterSpecError` naming the field, e.g. ``inputs[2].tensor.dtype``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal, TypeAlias, get_args
+
+from adapters._dtypes import DTYPE_NAMES
+from adapters._json import Constant, is_constant, spec_error
+from adapters._treespec import TreeSpec
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_KEY",
+    "ParameterKind",
+    "LeafKind",
+    "Dim",
+    "TensorSpec",
+    "LeafSpec",
+    "ParameterSpec",
+    "AdapterSpec",
+]
+
+FORMAT_VERSION = 1
+"""Version of the JSON format written by :meth:`AdapterSpec.to_json`."""
+
+METADATA_KEY = "onnx_export.adapter_spec"
+"""Key of the adapter spec in ``ModelProto.metadata_props``."""
+
+ParameterKind: TypeAlias = Literal[
+    "positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword"
+]
+"""Parameter kinds, in the order Python requires them in a signature."""
+
+LeafKind: TypeAlias = Literal["tensor", "constant"]
+"""What a leaf is: an ONNX graph input/output, or a constant recorded in the spec."""
+
+Dim: TypeAlias = int | str
+"""A dimension: an int for a static size, a str naming a symbolic size."""
+
+PARAMETER_KINDS: tuple[str, ...] = get_args(ParameterKind)
+LEAF_KINDS: tuple[str, ...] = get_args(LeafKind)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor that crosses the ONNX boundary.
+
+    Attributes:
+        name: The ONNX graph input or output name.
+        dtype: numpy-style dtype name: ``"float32"``, ``"int64"``, ``"bool"``, ``"complex64"``,
+            ``"bfloat16"``... A complex tensor's ONNX value is its real view (float dtype,
+            shape + ``(2,)``).
+        shape: One entry per axis: an int for a static size, a str for a symbolic one.
+
+    Example:
+        >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
+        ('batch', 16)
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """One leaf of the inputs or outputs, in flattening order.
+
+    Attributes:
+        path: Display path, e.g. ``"past_key_values[1][0]"``; used in messages only.
+        kind: ``"tensor"`` or ``"constant"``.
+        tensor: The tensor spec (tensors only).
+        value: The recorded value (constants only): bool, int, finite float or str.
+
+    Example:
+        >>> LeafSpec("scale", "constant", value=2.0).value
+        2.0
+    """
+
+    path: str
+    kind: LeafKind
+    tensor: TensorSpec | None = None
+    value: Constant | None = None
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One parameter of the exported ``forward``.
+
+    Attributes:
+        name: The parameter name.
+        kind: Its kind (``inspect.Parameter`` kinds, in snake case).
+        has_default: Whether a default is recorded. Defaults that are not JSON constants
+            (tensors, objects) are not recorded; such parameters must be passed at run time.
+        default: The default (``None`` or a constant) when ``has_default``.
+
+    Example:
+        >>> ParameterSpec("scale", "keyword_only", has_default=True, default=1.0).default
+        1.0
+    """
+
+    name: str
+    kind: ParameterKind
+    has_default: bool = False
+    default: Constant | None = None
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """Everything the adapters need to call an ONNX model like the PyTorch model.
+
+    The input tree is always ``(args, kwargs)``: the canonical form of
+    :func:`~adapters.canonicalize_inputs`, a tuple of a tuple and a dict.
+
+    Attributes:
+        version: The format version, :data:`FORMAT_VERSION`.
+        parameters: ``forward``'s parameters in signature order.
+        input_tree: Structure of the canonical ``(args, kwargs)``.
+        inputs: One leaf spec per leaf of ``input_tree``.
+        output_tree: Structure of the outputs.
+        outputs: One leaf spec per leaf of ``output_tree``.
+
+    Example:
+        >>> import numpy as np
+        >>> from adapters import build_adapter_spec
+        >>> spec = build_adapter_spec(None, (np.zeros(2, np.float32),), {}, np.zeros(2))
+        >>> AdapterSpec.from_json(spec.to_json()) == spec
+        True
+    """
+
+    version: int
+    parameters: tuple[ParameterSpec, ...]
+    input_tree: TreeSpec
+    inputs: tuple[LeafSpec, ...]
+    output_tree: TreeSpec
+    outputs: tuple[LeafSpec, ...]
+
+    def __post_init__(self) -> None:
+        _check_adapter_spec(self)
+
+    def to_json(self) -> str:
+        """Serialise to compact JSON text, the inverse of :meth:`from_json`.
+
+        Returns:
+            The JSON text.
+
+        Example:
+            >>> import numpy as np
+            >>> from adapters import build_adapter_spec
+            >>> spec = build_adapter_spec(None, (np.zeros(2, np.float32),), {}, 1)
+            >>> spec.to_json()[:12]
+            '{"version":1'
+        """
+        from adapters._spec_json import spec_to_json_obj
+
+        return json.dumps(spec_to_json_obj(self), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> AdapterSpec:
+        """Parse and strictly validate JSON written by :meth:`to_json`.
+
+        Nothing in the text is imported or executed.
+
+        Args:
+            text: The JSON text, e.g. from a model's ``metadata_props``.
+
+        Returns:
+            The spec.
+
+        Raises:
+            AdapterSpecError: Not JSON, another version, an unknown kind, a wrong type, or
+                inconsistent counts; the message names the field.
+
+        Example:
+            >>> from adapters import AdapterSpecError
+            >>> try:
+            ...     AdapterSpec.from_json('{"version": 99}')
+            ... except AdapterSpecError as e:
+            ...     print(str(e)[:50])
+            adapter spec field 'version': expected 1, the form
+        """
+        from adapters._spec_json import spec_from_json_text
+
+        return spec_from_json_text(text)
+
+
+def check_constant(value: object, where: str) -> Constant:
+    """Return ``value`` if it is a constant (bool, int, finite float, str), else raise.
+
+    Example:
+        >>> check_constant("mean", "reduction")
+        'mean'
+    """
+    if not is_constant(value):
+        raise spec_error(where, "a bool, int, finite float or string", value)
+    return value  # type: ignore[return-value]  # is_constant checked the type
+
+
+def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
+    """Validate one tensor spec; errors name ``where.name``, ``where.dtype``, ``where.shape``.
+
+    Example:
+        >>> check_tensor_spec(TensorSpec("x", "float32", (2, "n")), "inputs[0].tensor")
+    """
+    if not isinstance(tensor.name, str) or not tensor.name:
+        raise spec_error(f"{where}.name", "a non-empty graph name", tensor.name)
+    if tensor.dtype not in DTYPE_NAMES:
+        raise spec_error(f"{where}.dtype", f"one of {', '.join(DTYPE_NAMES)}", tensor.dtype)
+    if not isinstance(tensor.shape, tuple):
+        raise spec_error(f"{where}.shape", "a tuple of dimensions", tensor.shape)
+    for axis, dim in enumerate(tensor.shape):
+        ok_int = type(dim) is int and dim >= 0
+        if not ok_int and not (isinstance(dim, str) and dim):
+            raise spec_error(
+                f"{where}.shape[{axis}]", "an int >= 0 or a symbolic dimension name", dim
+            )
+
+
+def _check_adapter_spec(spec: AdapterSpec) -> None:
+    """Validate a whole spec; the first problem raises, naming its field."""
+    if type(spec.version) is not int or spec.version != FORMAT_VERSION:
+        raise spec_error(
+            "version",
+            f"{FORMAT_VERSION} (this onnx-export reads format {FORMAT_VERSION})",
+            spec.version,
+        )
+    _check_parameters(spec.parameters)
+    _check_input_tree(spec.input_tree, spec.parameters)
+    for name, tree, leaves in (
+        ("inputs", spec.input_tree, spec.inputs),
+        ("outputs", spec.output_tree, spec.outputs),
+    ):
+        if not isinstance(leaves, tuple) or len(leaves) != tree.num_leaves:
+            count = len(leaves) if isinstance(leaves, tuple) else leaves
+            raise spec_error(name, f"{tree.num_leaves} leaf specs (one per tree leaf)", count)
+        _check_leaves(leaves, name)
+
+
+def _check_parameters(parameters: tuple[ParameterSpec, ...]) -> None:
+    seen: set[str] = set()
+    last_rank = 0
+    positional_default = False
+    for i, p in enumerate(parameters):
+        where = f"parameters[{i}]"
+        if not isinstance(p, ParameterSpec):
+            raise spec_error(where, "a ParameterSpec", p)
+        if not p.name.isidentifier() or p.name in seen:
+            raise spec_error(f"{where}.name", "a unique Python identifier", p.name)
+        seen.add(p.name)
+        if p.kind not in PARAMETER_KINDS:
+            raise spec_error(f"{where}.kind", f"one of {', '.join(PARAMETER_KINDS)}", p.kind)
+        rank = PARAMETER_KINDS.index(p.kind)
+        if rank < last_rank or (rank == last_rank and p.kind.startswith("var_")):
+            raise spec_error(f"{where}.kind", "kinds in Python's signature order", p.kind)
+        last_rank = rank
+        if p.has_default and (p.kind.startswith("var_") or not _is_default(p.default)):
+            raise spec_error(f"{where}.default", "no default (var) or a constant/None", p.default)
+        if p.kind in ("positional_only", "positional_or_keyword"):
+            if positional_default and not p.has_default:
+                raise spec_error(where, "a default (it follows a parameter with one)", p.name)
+            positional_default = positional_default or p.has_default
+
+
+def _is_default(value: object) -> bool:
+    return value is None or is_constant(value)
+
+
+def _check_input_tree(tree: TreeSpec, parameters: tuple[ParameterSpec, ...]) -> None:
+    """The input tree is ``(args, kwargs)`` and fits the parameters."""
+    if not isinstance(tree, TreeSpec):
+        raise spec_error("input_tree", "a TreeSpec", tree)
+    kinds = tuple(c.kind for c in tree.children)
+    if tree.kind != "tuple" or kinds != ("tuple", "dict"):
+        raise spec_error("input_tree", "a tuple (args tuple, kwargs dict)", repr(tree)[:60])
+    by_kind = {p.kind for p in parameters}
+    positional = sum(p.kind in ("positional_only", "positional_or_keyword") for p in parameters)
+    n_args = len(tree.children[0].children)
+    if "var_positional" not in by_kind and n_args > positional:
+        raise spec_error("input_tree.children[0]", f"at most {positional} arguments", n_args)
+    keywords = {p.name for p in parameters if p.kind in ("positional_or_keyword", "keyword_only")}
+    for i, key in enumerate(tree.children[1].keys):
+        ok = isinstance(key, str) and (key in keywords or "var_keyword" in by_kind)
+        if not ok:
+            raise spec_error(f"input_tree.children[1].keys[{i}]", "a parameter name", key)
+
+
+def _check_leaves(leaves: tuple[LeafSpec, ...], name: str) -> None:
+    names: set[str] = set()
+    for i, leaf in enumerate(leaves):
+        where = f"{name}[{i}]"
+        if not isinstance(leaf, LeafSpec):
+            raise spec_error(where, "a LeafSpec", leaf)
+        if not isinstance(leaf.path, str):
+            raise spec_error(f"{where}.path", "a display path string", leaf.path)
+        if leaf.kind == "tensor":
+            if leaf.value is not None:
+                raise spec_error(f"{where}.value", "no value for a tensor leaf", leaf.value)
+            tensor = leaf.tensor
+            if not isinstance(tensor, TensorSpec):
+                raise spec_error(f"{where}.tensor", "a TensorSpec for a tensor leaf", tensor)
+            check_tensor_spec(tensor, f"{where}.tensor")
+            if tensor.name in names:
+                raise spec_error(f"{where}.tensor.name", f"a name unique in {name}", tensor.name)
+            names.add(tensor.name)
+        elif leaf.kind == "constant":
+            if leaf.tensor is not None:
+                raise spec_error(f"{where}.tensor", "no tensor for a constant leaf", leaf.tensor)
+            check_constant(leaf.value, f"{where}.value")
+        else:
+            raise spec_error(f"{where}.kind", "tensor or constant", leaf.kind)

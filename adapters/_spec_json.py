@@ -1,0 +1,166 @@
+"""Reading and writing :class:`~adapters.AdapterSpec` JSON, strictly.
+
+Reading checks every field's JSON type and rejects unknown fields; the semantic checks
+(counts, kinds, unique names) run when the dataclasses are constructed. Nothing read is ever
+imported or executed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import cast
+
+from adapters._errors import AdapterSpecError
+from adapters._json import (
+    read_constant,
+    read_int,
+    read_list,
+    read_object,
+    read_str,
+    spec_error,
+)
+from adapters._spec import (
+    FORMAT_VERSION,
+    LEAF_KINDS,
+    PARAMETER_KINDS,
+    AdapterSpec,
+    Dim,
+    LeafKind,
+    LeafSpec,
+    ParameterKind,
+    ParameterSpec,
+    TensorSpec,
+)
+from adapters._treespec import TreeSpec
+
+__all__ = ["spec_to_json_obj", "spec_from_json_text"]
+
+_TOP_FIELDS = ("version", "parameters", "input_tree", "inputs", "output_tree", "outputs")
+
+
+def spec_to_json_obj(spec: AdapterSpec) -> dict[str, object]:
+    """Convert a spec to JSON data.
+
+    Example:
+        >>> import numpy as np
+        >>> from adapters import build_adapter_spec
+        >>> obj = spec_to_json_obj(build_adapter_spec(None, (), {}, 1))
+        >>> obj["outputs"]
+        [{'path': 'output', 'kind': 'constant', 'value': 1}]
+    """
+    return {
+        "version": spec.version,
+        "parameters": [_parameter_to_json(p) for p in spec.parameters],
+        "input_tree": spec.input_tree.to_json_obj(),
+        "inputs": [_leaf_to_json(leaf) for leaf in spec.inputs],
+        "output_tree": spec.output_tree.to_json_obj(),
+        "outputs": [_leaf_to_json(leaf) for leaf in spec.outputs],
+    }
+
+
+def _parameter_to_json(p: ParameterSpec) -> dict[str, object]:
+    obj: dict[str, object] = {"name": p.name, "kind": p.kind}
+    if p.has_default:
+        obj["default"] = p.default
+    return obj
+
+
+def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
+    obj: dict[str, object] = {"path": leaf.path, "kind": leaf.kind}
+    if leaf.tensor is not None:
+        t = leaf.tensor
+        obj["tensor"] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+    else:
+        obj["value"] = leaf.value
+    return obj
+
+
+def spec_from_json_text(text: str) -> AdapterSpec:
+    """Parse JSON text into a validated spec.
+
+    Args:
+        text: The JSON text.
+
+    Returns:
+        The spec.
+
+    Raises:
+        AdapterSpecError: Naming the first bad field.
+
+    Example:
+        >>> spec_from_json_text("[]")
+        Traceback (most recent call last):
+        ...
+        adapters._errors.AdapterSpecError: adapter spec field 'version': expected an integer ...
+    """
+    if not isinstance(text, str | bytes):
+        raise spec_error("spec", "JSON text", type(text).__name__)
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise AdapterSpecError(
+            f"adapter spec: expected JSON text, got text that does not parse ({e}). The "
+            "adapter metadata is corrupt; re-export the model or pass a spec explicitly."
+        ) from None
+    version = read_int(obj.get("version") if isinstance(obj, dict) else None, "version")
+    if version != FORMAT_VERSION:  # checked first: another version may have other fields
+        raise spec_error("version", f"{FORMAT_VERSION}, the format this code reads", version)
+    data = read_object(obj, "spec", _TOP_FIELDS)
+    parameters = tuple(
+        _read_parameter(p, f"parameters[{i}]")
+        for i, p in enumerate(read_list(data["parameters"], "parameters"))
+    )
+    return AdapterSpec(
+        version=version,
+        parameters=parameters,
+        input_tree=TreeSpec.from_json_obj(data["input_tree"], "input_tree"),
+        inputs=_read_leaves(data["inputs"], "inputs"),
+        output_tree=TreeSpec.from_json_obj(data["output_tree"], "output_tree"),
+        outputs=_read_leaves(data["outputs"], "outputs"),
+    )
+
+
+def _read_parameter(obj: object, where: str) -> ParameterSpec:
+    data = read_object(obj, where, ("name", "kind"), ("default",))
+    name = read_str(data["name"], f"{where}.name")
+    kind = read_str(data["kind"], f"{where}.kind", choices=PARAMETER_KINDS)
+    has_default = "default" in data
+    default = data.get("default")
+    if default is not None:
+        default = read_constant(default, f"{where}.default")
+    return ParameterSpec(name, cast(ParameterKind, kind), has_default, default)
+
+
+def _read_leaves(obj: object, where: str) -> tuple[LeafSpec, ...]:
+    return tuple(_read_leaf(x, f"{where}[{i}]") for i, x in enumerate(read_list(obj, where)))
+
+
+def _read_leaf(obj: object, where: str) -> LeafSpec:
+    kind_obj = obj.get("kind") if isinstance(obj, dict) else None
+    kind = cast(LeafKind, read_str(kind_obj, f"{where}.kind", choices=LEAF_KINDS))
+    if kind == "tensor":
+        data = read_object(obj, where, ("path", "kind", "tensor"))
+        path = read_str(data["path"], f"{where}.path", nonempty=False)
+        return LeafSpec(path, kind, tensor=_read_tensor(data["tensor"], f"{where}.tensor"))
+    data = read_object(obj, where, ("path", "kind", "value"))
+    path = read_str(data["path"], f"{where}.path", nonempty=False)
+    return LeafSpec(path, kind, value=read_constant(data["value"], f"{where}.value"))
+
+
+def _read_tensor(obj: object, where: str) -> TensorSpec:
+    data = read_object(obj, where, ("name", "dtype", "shape"))
+    shape = tuple(
+        _read_dim(d, f"{where}.shape[{i}]")
+        for i, d in enumerate(read_list(data["shape"], f"{where}.shape"))
+    )
+    return TensorSpec(
+        name=read_str(data["name"], f"{where}.name"),
+        dtype=read_str(data["dtype"], f"{where}.dtype"),
+        shape=shape,
+    )
+
+
+def _read_dim(obj: object, where: str) -> Dim:
+    if isinstance(obj, str) and obj:
+        return obj
+    return read_int(obj, where)

@@ -1,0 +1,75 @@
+"""The adapter spec of an export: how the model's nested inputs and outputs map to ONNX's.
+
+Built from the example inputs, the program's output structure and the ONNX graph's own
+inputs and outputs (names, dtypes, symbolic shapes), without running the model again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
+
+from adapters import AdapterSpec, build_adapter_spec
+from onnx_export._dtypes import to_torch_dtype
+
+__all__ = ["build_spec"]
+
+_REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _dims(value: ir.Value, is_complex: bool) -> tuple[int | str, ...]:
+    shape = value.shape
+    if shape is None:
+        raise ValueError(f"The ONNX graph does not know the shape of {value.name!r}.")
+    dims = tuple(d if isinstance(d, int) else str(d.value or "?") for d in shape.dims)
+    return dims[:-1] if is_complex else dims
+
+
+def _placeholder(value: ir.Value) -> torch.Tensor:
+    """A tiny tensor with the output's rank and dtype (complex where the graph has a real view)."""
+    is_complex = bool(value.meta.get("complex"))
+    dtype = to_torch_dtype(value.dtype) if value.dtype is not None else torch.float32
+    if is_complex:
+        dtype = _REAL_TO_COMPLEX[dtype]
+    return torch.empty([1] * len(_dims(value, is_complex)), dtype=dtype)
+
+
+def _output_structure(program: ExportedProgram, user_outputs: Sequence[Any]) -> Any:
+    leaves = [_placeholder(v) if isinstance(v, ir.Value) else v for v in user_outputs]
+    return pytree.tree_unflatten(leaves, program.call_spec.out_spec)
+
+
+def build_spec(
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    program: ExportedProgram,
+    model: ir.Model,
+    user_outputs: Sequence[Any],
+) -> AdapterSpec:
+    """The adapter spec for ``model``, exported from ``program`` with these example inputs."""
+    inputs = list(model.graph.inputs)
+    outputs = [v for v in user_outputs if isinstance(v, ir.Value)]
+    input_leaves = [
+        leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)
+    ]
+    complex_inputs = [leaf.is_complex() for leaf in input_leaves]
+    return build_adapter_spec(
+        signature,
+        args,
+        kwargs,
+        _output_structure(program, user_outputs),
+        input_names=lambda index, _path: str(inputs[index].name),
+        input_shapes={
+            i: _dims(v, complex_inputs[i] if i < len(complex_inputs) else False)
+            for i, v in enumerate(inputs)
+        },
+        output_names=[str(v.name) for v in outputs],
+        output_shapes={i: _dims(v, bool(v.meta.get("complex"))) for i, v in enumerate(outputs)},
+    )
