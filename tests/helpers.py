@@ -40,8 +40,9 @@ def assert_onnx_program_close(
     """Run ``model`` eagerly and ``program`` in ONNX Runtime on the same inputs; compare.
 
     The program returns the model's own output structure (its adapter rebuilds it): plain
-    dicts keep their keys, tuples and lists their length. Then it compares the number of tensor outputs, then each output's shape, dtype and values
-    (floats within ``rtol``/``atol``; bool and integer outputs exactly).
+    dicts keep their keys, tuples and lists their length. Then it compares the number of
+    tensor outputs, then each output's shape, dtype and values (floats within
+    ``rtol``/``atol``; bool and integer outputs exactly).
 
     Returns:
         The max absolute difference of each output (0.0 for exact matches).
