@@ -134,17 +134,47 @@ def measure(
     return statistics.median(adapted) / 1e3, statistics.median(raw) / 1e3
 
 
-# ---------------------------------------------------------------------------------------------
-# HOOK for the lead: the competitor comparison (torch.onnx.export(..., dynamo=True) and eager
-# PyTorch). Fill in later; it must not be required for the adapter overhead check above.
-# ---------------------------------------------------------------------------------------------
-def compare_torch_onnx(*args: Any, **kwargs: Any) -> dict[str, float] | None:
-    """HOOK (to be filled in by the lead): time the same models exported by the competitor.
+def _median_call_us(fn: Any, calls: int) -> float:
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
-    Expected to return ``{"label": median_us, ...}`` to print next to our numbers, or ``None``
-    when not implemented. Called once per run from :func:`main`.
+
+def compare_torch_onnx(calls: int = 2000) -> dict[str, float] | None:
+    """Per-call time of both exporters' ``ONNXProgram.__call__`` on the same tiny model.
+
+    Both take torch tensors and return torch tensors; the raw ORT figure is a session on
+    our exported model, fed numpy arrays. Wall-clock medians, in one process.
     """
-    return None
+    import warnings
+
+    import torch
+
+    import onnx_export
+
+    class AddModel(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x + y
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    ours = onnx_export.dynamo_export(AddModel(), x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.onnx.export(AddModel(), (x, y), dynamo=True, verbose=False)
+    session = ort.InferenceSession(
+        ours.model_proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    feed = {"x": x.numpy(), "y": y.numpy()}
+    return {
+        "tiny model, raw ORT session.run": _median_call_us(lambda: session.run(None, feed), calls),
+        "onnx_export ONNXProgram(x, y)": _median_call_us(lambda: ours(x, y), calls),
+        "torch.onnx ONNXProgram(x, y)": _median_call_us(lambda: theirs(x, y), calls),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             f"overhead {overhead:+7.2f} us | ratio {adapted / raw:5.3f} | limit {limit:.1f} us "
             f"{verdict}"
         )
-    competitor = compare_torch_onnx()
+    competitor = compare_torch_onnx(calls)
     if competitor:
         for label, median_us in competitor.items():
             print(f"{label:32s} {median_us:8.2f} us")
