@@ -20,6 +20,7 @@ from diagnostics import DiagnosticContext, Location, rules
 from onnx_export import _report
 from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
+from onnx_export._cleanup import remove_identity_reshapes
 from onnx_export._decomp import decompose
 from onnx_export._naming import (
     dim_names_from_program,
@@ -208,6 +209,16 @@ def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) ->
                 "nodes_after": after,
             },
         )
+        removed = remove_identity_reshapes(model)
+        if removed:
+            context.emit(
+                rules.OPTIMIZER_PASS,
+                message_args={
+                    "pass_name": "remove_identity_reshapes",
+                    "nodes_before": after,
+                    "nodes_after": after - removed,
+                },
+            )
     convert_opset(model, options.opset_version)
 
 
