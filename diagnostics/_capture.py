@@ -24,27 +24,32 @@ LogFunction = Callable[[Diagnostic], Diagnostic | None]
 
 
 @contextlib.contextmanager
-def capture_python_warnings(log: LogFunction) -> Iterator[None]:
+def capture_python_warnings(log: LogFunction, library_paths: Sequence[str] = ()) -> Iterator[None]:
     """Records each warning raised in the block as a :data:`~rules.PYTHON_WARNING` diagnostic.
 
     The active warning filters still apply ("ignore" stays ignored); warnings are recorded
     instead of printed. Warnings are logged when the block ends, even if it raises.
+    Warnings whose file lies under one of ``library_paths`` are recorded as notes.
     """
+    prefixes = tuple(library_paths)
     with warnings.catch_warnings(record=True) as caught:
         try:
             yield
         finally:
             for message in caught:
-                log(_diagnostic_from_warning(message))
+                from_library = bool(prefixes) and message.filename.startswith(prefixes)
+                log(_diagnostic_from_warning(message, Level.NOTE if from_library else None))
 
 
-def _diagnostic_from_warning(warning: warnings.WarningMessage) -> Diagnostic:
+def _diagnostic_from_warning(
+    warning: warnings.WarningMessage, level: Level | None = None
+) -> Diagnostic:
     category = warning.category.__name__
     text = str(warning.message)
     snippet = linecache.getline(warning.filename, warning.lineno).strip() or None
     return Diagnostic(
         rule=rules.PYTHON_WARNING,
-        level=Level.WARNING,
+        level=level or Level.WARNING,
         message=rules.PYTHON_WARNING.format_message(category=category, message=text),
         locations=(Location(warning.filename, line=warning.lineno, snippet=snippet),),
         properties={"category": f"{warning.category.__module__}.{warning.category.__qualname__}"},

@@ -297,14 +297,18 @@ class DiagnosticContext:
         """
         return write_json_atomic(self.to_sarif(), path)
 
-    def record_python_warnings(self) -> AbstractContextManager[None]:
+    def record_python_warnings(
+        self, *, library_paths: Sequence[str] = ()
+    ) -> AbstractContextManager[None]:
         """Records warnings raised in the block as PYTHON_WARNING diagnostics.
 
         Each ``warnings.warn`` in the block becomes a WARNING diagnostic located at the
         warning's file and line; it is recorded instead of printed, and the active warning
-        filters still decide what is raised at all. :func:`warnings.catch_warnings` is
-        process-global: serialise blocks that use it across threads (``torch.export`` is
-        not thread-safe either).
+        filters still decide what is raised at all. Warnings whose file lies under one of
+        ``library_paths`` (third-party code the user cannot change) are recorded as notes,
+        so that ``warnings_as_errors`` is about the user's own code.
+        :func:`warnings.catch_warnings` is process-global: serialise blocks that use it
+        across threads (``torch.export`` is not thread-safe either).
 
         Example:
             >>> import warnings
@@ -314,7 +318,7 @@ class DiagnosticContext:
             >>> context.diagnostics[0].message
             'UserWarning: old API'
         """
-        return capture_python_warnings(self.log)
+        return capture_python_warnings(self.log, library_paths)
 
     def record_log_records(
         self, logger_names: Sequence[str], *, min_level: int = logging.WARNING

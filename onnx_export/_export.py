@@ -293,7 +293,11 @@ def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any])
 def _recording(context: DiagnosticContext) -> Iterator[None]:
     # Warnings filters, logging handlers and torch.export's mode stack are process-global:
     # one export at a time records them, so each report holds only its own.
-    with EXPORT_LOCK, context.record_python_warnings(), context.record_log_records(_report.LOGGERS):
+    with (
+        EXPORT_LOCK,
+        context.record_python_warnings(library_paths=_report.LIBRARY_PATHS),
+        context.record_log_records(_report.LOGGERS),
+    ):
         yield
 
 

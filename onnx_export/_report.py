@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 
@@ -36,6 +37,14 @@ _LIBRARY_DIRS = tuple(
     os.path.dirname(path) + os.sep
     for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__, __file__)
     if path
+)
+
+#: Where third-party code lives: warnings raised there are notes, not the user's warnings.
+LIBRARY_PATHS = (
+    *_LIBRARY_DIRS,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    sysconfig.get_paths()["purelib"] + os.sep,
+    sysconfig.get_paths()["platlib"] + os.sep,
 )
 
 

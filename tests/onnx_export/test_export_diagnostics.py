@@ -188,6 +188,17 @@ def test_warnings_as_errors_fails_the_export() -> None:
     assert any("warns on purpose" in r["message"]["text"] for r in warned)
 
 
+def test_library_warnings_do_not_fail_warnings_as_errors() -> None:
+    # torch 2.13 warns (FutureWarning) from its own code during export; that is not the
+    # user's warning, so it is a note and the export succeeds.
+    strict = onnx_export.ExportOptions(
+        diagnostic_options=DiagnosticOptions(warnings_as_errors=True, verbosity=Level.NOTE)
+    )
+    program = onnx_export.dynamo_export(UsesRelu(), torch.randn(3), export_options=strict)
+    for result in _results(program.diagnostic_context.to_sarif(), "OXE0014"):
+        assert result["level"] in ("none", "note")
+
+
 @pytest.mark.parametrize(
     ("verbosity", "has_notes"),
     [(Level.NOTE, True), (Level.WARNING, False)],
@@ -282,7 +293,7 @@ def test_cli_summarizes_a_failing_report(tmp_path: pathlib.Path) -> None:
 
 # -- golden snapshots ---------------------------------------------------------------------
 
-_NUMBER = re.compile(r"\d+\.\d+")
+_NUMBER = re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?")
 
 
 def _stable_view(log: dict[str, Any]) -> dict[str, Any]:
@@ -318,7 +329,11 @@ def _stable_view(log: dict[str, Any]) -> dict[str, Any]:
         "schema": log["$schema"],
         "version": log["version"],
         "tool": run["tool"]["driver"]["name"],
-        "rules": [r["id"] for r in run["tool"]["driver"]["rules"]],
+        "rules": [
+            r["id"]
+            for r in run["tool"]["driver"]["rules"]
+            if r["id"] not in ("OXE0014", "OXE0015")
+        ],
         "executionSuccessful": run["invocations"][0]["executionSuccessful"],
         "results": results,
     }
@@ -341,6 +356,7 @@ def test_golden_failing_export() -> None:
 
 
 def test_golden_successful_export() -> None:
+    torch.manual_seed(0)
     options = onnx_export.ExportOptions(diagnostic_options=DiagnosticOptions(verbosity=Level.NOTE))
     program = onnx_export.dynamo_export(UsesRelu(), torch.randn(3), export_options=options)
     program.verify(torch.randn(3))
