@@ -27,6 +27,7 @@ from onnx_export.errors import (
 if TYPE_CHECKING:
     from onnx_export._capture import CaptureAttempt
     from onnx_export._export import dynamo_export
+    from onnx_export._fake import enable_fake_mode
     from onnx_export._options import ExportOptions
     from onnx_export._program import ONNXProgram
     from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "CaptureAttempt": "onnx_export._capture",
     "dynamo_export": "onnx_export._export",
+    "enable_fake_mode": "onnx_export._fake",
     "ExportOptions": "onnx_export._options",
     "ONNXProgram": "onnx_export._program",
     "OnnxFunctionEntry": "onnx_export._registry",
@@ -47,6 +49,8 @@ _LAZY = {
     "NodeMismatch": "onnx_export._verify",
     "OutputComparison": "onnx_export._verify",
     "VerificationResult": "onnx_export._verify",
+    "EnvironmentReport": "onnx_export._environment",
+    "check_environment": "onnx_export._environment",
 }
 
 
@@ -69,6 +73,7 @@ __all__ = [
     "ExportOptions",
     "ONNXProgram",
     "CaptureAttempt",
+    "enable_fake_mode",
     # Running a saved model (numpy and onnxruntime only; no torch needed)
     "load",
     # Custom ops
@@ -88,4 +93,7 @@ __all__ = [
     "VerificationResult",
     "OutputComparison",
     "NodeMismatch",
+    # The installation
+    "check_environment",
+    "EnvironmentReport",
 ]

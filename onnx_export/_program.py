@@ -20,6 +20,17 @@ from adapters import METADATA_KEY, AdapterSpec, OnnxModule, canonicalize_inputs
 from diagnostics import DiagnosticContext, rules
 from onnx_export._capture import CaptureAttempt
 from onnx_export._dispatch import Dispatch
+from onnx_export._fake import (
+    ModelState,
+    WeightPlaceholder,
+    WeightsError,
+    attached,
+    missing_message,
+    open_model_state,
+    real_tensors,
+    resolve_weights,
+    state_names,
+)
 from onnx_export._report import origin_locations
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export._verify import VerificationResult, compare, find_culprit
@@ -91,21 +102,38 @@ class ONNXProgram:
         return ir.serde.serialize_model(self.model)
 
     def save(
-        self, path: str | os.PathLike[str], *, external_data: bool | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        external_data: bool | str | None = None,
+        model_state: ModelState | None = None,
+        progress: bool | None = None,
     ) -> pathlib.Path:
-        """Write the model to ``path``, atomically.
+        """Write the model to ``path``, atomically, streaming the weights one at a time.
 
         Args:
             path: Destination ``.onnx`` file; missing folders are created.
-            external_data: Put the weights in ``<name>.data`` beside the model. By default
-                this happens only when they would pass protobuf's 2 GB limit.
+            external_data: ``True`` puts the weights in ``<name>.data`` beside the model;
+                a string names that file instead (relative, inside the model's folder);
+                ``False`` keeps one file. By default (``None``) the weights go to
+                ``<name>.data`` only when they would pass protobuf's 2 GB limit.
+            model_state: The weights to write, by ``state_dict`` name: a state_dict
+                (``Mapping[str, torch.Tensor]``), a ``.safetensors`` file, a folder of
+                ``.safetensors`` shards, or a list of those. Required when the model was
+                exported from fake or meta tensors (:func:`onnx_export.enable_fake_mode`);
+                otherwise it replaces the exported weights of those names. Files are
+                read one tensor at a time, never loaded whole.
+            progress: Show a progress bar (bytes written) on stderr; by default only when
+                stderr is a terminal and the weights take 64 MB or more.
 
         Returns:
             The absolute path written.
 
         Raises:
-            SerializationError: When the file cannot be written; an earlier file at
-                ``path`` is left as it was.
+            SerializationError: When the file cannot be written, when weights have no
+                data (a fake export saved without ``model_state``), or when
+                ``model_state`` lacks weights, has unknown ones, or has other dtypes or
+                shapes (all are named); an earlier file at ``path`` is left as it was.
 
         Example:
             >>> import tempfile, pathlib, torch, onnx_export
@@ -117,22 +145,48 @@ class ONNXProgram:
         if self.adapter_spec is not None:
             self.model.metadata_props[METADATA_KEY] = self.adapter_spec.to_json()
         try:
-            written, _ = save_model(self.model, path, external_data=external_data)
+            with real_tensors():  # saving inside enable_fake_mode() must not fake the weights
+                weights = self._weights_to_attach(model_state)
+            with real_tensors(), attached(weights):
+                written, _ = save_model(
+                    self.model, path, external_data=external_data, progress=progress
+                )
         except (OSError, ValueError) as e:
             self.diagnostic_context.emit(
                 rules.SERIALIZATION_FAILED,
                 message_args={"path": os.fspath(path), "exception_message": str(e)},
                 exception=e,
             )
-            raise SerializationError(
-                f"Could not save the ONNX model to {os.fspath(path)!r}: {e}. "
-                "Check that the folder is writable and has space; any earlier file "
+            advice = (
+                "Any earlier file there is unchanged."
+                if isinstance(e, WeightsError)
+                else "Check that the folder is writable and has space; any earlier file "
                 "there is unchanged."
+            )
+            raise SerializationError(
+                f"Could not save the ONNX model to {os.fspath(path)!r}: {str(e).rstrip('.')}. "
+                + advice
             ) from e
         self.diagnostic_context.emit(
             rules.MODEL_SAVED, message_args={"path": str(written), "size": written.stat().st_size}
         )
         return written
+
+    def _weights_to_attach(self, model_state: ModelState | None) -> dict[ir.Value, Any]:
+        """The data to write for each weight; ``WeightsError`` when it does not fit."""
+        known, transient = state_names(self.exported_program)
+        if model_state is None:
+            missing = [
+                str(v.name)
+                for graph in self.model.graphs()
+                for v in graph.initializers.values()
+                if isinstance(v.const_value, WeightPlaceholder)
+            ]
+            if missing:
+                raise WeightsError(missing_message(missing, transient, given=False))
+            return {}
+        tensors = open_model_state(model_state)
+        return resolve_weights(self.model, tensors, known=known, transient=transient)
 
     def save_diagnostics(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Write what the export recorded as a SARIF 2.1.0 report (atomically).

@@ -10,13 +10,13 @@ from typing import Any
 import onnx_ir as ir
 import torch
 import torch.fx
-from onnx_ir.tensor_adapters import TorchTensor
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from onnx_export._builder import TaggingGraphBuilder
 from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
+from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
 from onnx_export._recorder import recording
 from onnx_export._registry import OnnxRegistry
 from onnx_export._source import NodeOrigin, node_origin
@@ -298,17 +298,21 @@ class _Translator:
 
     # -- the main graph --------------------------------------------------------------
 
-    def _initializer(self, name: str, tensor: torch.Tensor) -> ir.Value:
+    def _initializer(self, name: str, tensor: torch.Tensor, *, weight: bool = False) -> ir.Value:
         # Weights are shared with the model, not copied (a model of S bytes must not need
-        # 2 S of memory); buffers that forward mutates are cloned by the caller.
+        # 2 S of memory); buffers that forward mutates are cloned by the caller. Fake and
+        # meta tensors become placeholders whose data comes at save time (model_state).
         if tensor.is_complex():
             tensor = torch.view_as_real(tensor)
+        data = placeholder_or_tensor(name, tensor)
         value = ir.Value(
             name=name,
-            shape=ir.Shape(list(tensor.shape)),
-            type=ir.TensorType(to_ir_dtype(tensor.dtype)),
-            const_value=TorchTensor(tensor.detach(), name=name),
+            shape=ir.Shape(list(data.shape.numpy())),
+            type=ir.TensorType(data.dtype),
+            const_value=data,
         )
+        if weight or isinstance(data, WeightPlaceholder):
+            value.meta[WEIGHT_KEY] = True
         self.graph.register_initializer(value)
         self._used_names.add(name)
         return value
@@ -332,7 +336,12 @@ class _Translator:
                     tensor = program.constants[target]
                 if target in mutated:  # forward changes it: keep its value at export time
                     tensor = tensor.detach().clone()
-                env[node] = self._initializer(target, tensor)
+                # Parameters and persistent buffers (the state_dict) keep their names and
+                # are never folded; non-persistent buffers and constants may be.
+                weight = spec.kind == InputKind.PARAMETER or (
+                    spec.kind == InputKind.BUFFER and bool(spec.persistent)
+                )
+                env[node] = self._initializer(target, tensor, weight=weight)
             elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.Tensor):
                 value = ir.Value(name=next(names))
                 _set_type_and_shape(value, val, self.dim_names)
@@ -349,7 +358,9 @@ class _Translator:
         value: ir.Value = raw if isinstance(raw, ir.Value) else self.builder.constant(raw)
         reused = value.is_graph_input() or value.is_initializer() or id(value) in seen
         if reused or value.const_value is not None:
-            value = self.builder._one("Identity", {}, value)
+            source = value
+            value = self.builder._one("Identity", {}, source)
+            value.type, value.shape = source.type, source.shape  # the adapter needs them
         seen.add(id(value))
         return value
 

@@ -1,0 +1,159 @@
+"""``onnx-export run``: call a saved model on inputs from an ``.npz`` file, without torch.
+
+The keys of the ``.npz`` file are either
+
+- the graph input names, one array each (nested inputs have dotted names such as
+  ``cache.0``); with adapter metadata, the nested call is rebuilt from the spec, with the
+  constants and ``None`` s recorded at export; or
+- with adapter metadata, ``forward``'s parameter names, each a tensor argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import zipfile
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import numpy as np
+
+from onnx_export._cli_common import (
+    CommandError,
+    Status,
+    Subcommands,
+    UsageError,
+    existing_file,
+    from_onnxruntime,
+)
+
+__all__ = ["add_run_command", "named_leaves"]
+_SHOWN_VALUES = 6
+
+
+def add_run_command(commands: Subcommands) -> None:
+    """Add ``run MODEL.onnx --inputs INPUTS.npz [--provider P] [--output OUT.npz]``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "run",
+        help="run a saved model in ONNX Runtime on inputs from an .npz file",
+        description="Load MODEL.onnx with onnx_export.load and call it on the arrays in "
+        "INPUTS.npz, keyed by graph input name (nested inputs have dotted names such as "
+        "cache.0) or, for models saved with adapter metadata, by forward's parameter name. "
+        "Prints each output's name, dtype, shape and first values, or saves them. Exits 1 "
+        "when the inputs do not fit the model or the run fails.",
+    )
+    parser.add_argument("model", type=pathlib.Path, metavar="MODEL.onnx", help="the model")
+    parser.add_argument(
+        "--inputs", type=pathlib.Path, required=True, metavar="INPUTS.npz", help="the inputs"
+    )
+    parser.add_argument(
+        "--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (cpu)"
+    )
+    parser.add_argument(
+        "--output",
+        type=pathlib.Path,
+        metavar="OUT.npz",
+        help="save the outputs here, keyed by graph output name, instead of printing them",
+    )
+    parser.set_defaults(handler=run_run)
+
+
+def run_run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    """Load, call, print or save; 0 on success."""
+    from adapters import AdapterError, load
+
+    existing_file(args.model, "the model")
+    arrays = _read_npz(existing_file(args.inputs, "the inputs file"))
+    status = Status()
+    try:
+        with status(f"Loading {args.model}"):
+            module = load(args.model, providers=[args.provider])
+    except Exception as e:
+        if not (isinstance(e, AdapterError) or from_onnxruntime(e)):
+            raise
+        raise UsageError(f"cannot load {args.model}: {e}") from e
+    try:
+        with status("Running"):
+            outputs = _call(module, arrays)
+    except AdapterError as e:
+        raise CommandError(str(e)) from e
+    except Exception as e:
+        if not from_onnxruntime(e):
+            raise
+        raise CommandError(f"ONNX Runtime failed: {type(e).__name__}: {e}") from e
+    leaves = named_leaves(module, outputs)
+    if args.output is not None:
+        saved: dict[str, Any] = {name: np.asarray(value) for name, value in leaves}
+        np.savez(args.output, **saved)
+        echo(f"Saved {len(leaves)} outputs to {args.output} (ran on {module.providers[0]})")
+        return 0
+    echo(f"Ran {args.model.name} on {module.providers[0]}:")
+    for name, value in leaves:
+        echo(f"  {name}: {_describe(value)}")
+    return 0
+
+
+def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray[Any, Any]]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise UsageError(f"{path} holds one array; save the inputs with np.savez.")
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot read {path} as an .npz file of arrays: {e}") from e
+
+
+def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
+    spec = module.spec
+    if spec is None:
+        return module(**arrays)  # flat mode: by graph input name
+    tensor_names = {leaf.tensor.name for leaf in spec.inputs if leaf.tensor is not None}
+    if set(arrays) == tensor_names:
+        return _call_by_graph_names(module, spec, arrays)
+    parameters = {p.name: p.kind for p in spec.parameters}
+    unknown = sorted(set(arrays) - set(parameters))
+    if unknown:
+        raise CommandError(
+            f"the inputs file has arrays {unknown} that are neither graph inputs "
+            f"{sorted(tensor_names)} (all of them) nor parameters of forward "
+            f"{list(parameters)}. Key the arrays by one or the other."
+        )
+    positional = [arrays[p.name] for p in spec.parameters if p.kind == "positional_only"]
+    named = {k: v for k, v in arrays.items() if parameters[k] != "positional_only"}
+    return module(*positional, **named)
+
+
+def _call_by_graph_names(module: Any, spec: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
+    """Rebuild forward's ``(args, kwargs)`` from the spec: arrays, recorded constants."""
+    from adapters import tree_unflatten
+
+    leaves = [
+        arrays[leaf.tensor.name] if leaf.tensor is not None else leaf.value for leaf in spec.inputs
+    ]
+    canonical = tree_unflatten(spec.input_tree, leaves)  # always (args, kwargs)
+    args, kwargs = cast(tuple[tuple[Any, ...], dict[str, Any]], canonical)
+    return module(*args, **kwargs)
+
+
+def named_leaves(module: Any, outputs: Any) -> list[tuple[str, Any]]:
+    """Each output leaf with its graph output name (or its path, for constants)."""
+    from adapters import leaf_paths, tree_flatten
+
+    spec = module.spec
+    if spec is None:
+        return list(zip(module.output_names, outputs, strict=True))
+    leaves, tree = tree_flatten(outputs)
+    if len(leaves) == len(spec.outputs):
+        names = [leaf.tensor.name if leaf.tensor else leaf.path for leaf in spec.outputs]
+    else:  # a structure the spec does not describe; name by path
+        names = leaf_paths(tree, "output")
+    return list(zip(names, leaves, strict=True))
+
+
+def _describe(value: Any) -> str:
+    if not isinstance(value, np.ndarray):
+        return f"{type(value).__name__} {value!r}"
+    flat = value.reshape(-1)
+    shown = np.array2string(flat[:_SHOWN_VALUES], precision=4, separator=", ")
+    more = f" ... ({flat.size} values)" if flat.size > _SHOWN_VALUES else ""
+    return f"{value.dtype}{list(value.shape)} {shown}{more}"
