@@ -330,9 +330,7 @@ def _stable_view(log: dict[str, Any]) -> dict[str, Any]:
         "version": log["version"],
         "tool": run["tool"]["driver"]["name"],
         "rules": [
-            r["id"]
-            for r in run["tool"]["driver"]["rules"]
-            if r["id"] not in ("OXE0014", "OXE0015")
+            r["id"] for r in run["tool"]["driver"]["rules"] if r["id"] not in ("OXE0014", "OXE0015")
         ],
         "executionSuccessful": run["invocations"][0]["executionSuccessful"],
         "results": results,
