@@ -17,6 +17,7 @@ from onnx_export._builder import TaggingGraphBuilder
 from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
+from onnx_export._progress import translation_progress
 from onnx_export._recorder import recording
 from onnx_export._registry import OnnxRegistry
 from onnx_export._source import NodeOrigin, node_origin
@@ -400,8 +401,9 @@ class _Translator:
         self, input_names: Sequence[str], output_names: Sequence[str] | None
     ) -> tuple[list[str], list[Any]]:
         env = self._placeholders(input_names)
-        for node in self.program.graph.nodes:
-            if node.op == "call_function":
+        calls = [n for n in self.program.graph.nodes if n.op == "call_function"]
+        with translation_progress(len(calls)) as progress:
+            for node in calls:
                 self.builder.set_fx_node(node)
                 try:
                     env[node] = self._call_function(node, env, self.builder, "")
@@ -410,6 +412,7 @@ class _Translator:
                 except Exception as e:
                     decision = self.decisions.get(decision_key(node))
                     raise NodeTranslationError(node, decision, e) from e
+                progress.advance()
         self.builder.set_fx_node(None)
         return self._outputs(env, output_names)
 
