@@ -3,6 +3,11 @@
 Dispatch never raises: it returns a :class:`Dispatch` that carries the chosen function
 (or ``None``) and the reason, so that every unsupported node can be collected and
 reported together.
+
+Dispatch is dtype-aware: torch promotes mixed dtypes implicitly (``float / int64``,
+``sum`` of bools), ONNX does not. For elementwise ops with promotion rules and for
+sum-like reductions, the chosen function is wrapped so that tensor inputs are cast to
+the dtype torch computes in (see :func:`promotion_casts`).
 """
 
 from __future__ import annotations
@@ -10,15 +15,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import keyword
 from typing import Any
 
 import onnx_ir as ir
 import torch.fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from onnx_export._dtypes import is_complex_value, value_dtype
+from onnx_export._dtypes import is_complex_value, to_ir_dtype, value_dtype
 from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
 
-__all__ = ["Dispatch", "dispatch", "bind_arguments"]
+__all__ = ["Dispatch", "dispatch", "bind_arguments", "promotion_casts"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +48,19 @@ class Dispatch:
     args: tuple[Any, ...] = ()
 
 
+def _python_name(name: str) -> str:
+    """ATen argument names that are Python keywords (``from``) end in ``_`` in Python."""
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
 def _aten_named_arguments(node: torch.fx.Node) -> dict[str, Any] | None:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return None
     named: dict[str, Any] = {}
     for formal, actual in zip(schema.arguments, node.args, strict=False):
-        named[formal.name] = actual
-    named.update(node.kwargs)
+        named[_python_name(formal.name)] = actual
+    named.update({_python_name(k): v for k, v in node.kwargs.items()})
     return named
 
 
@@ -187,10 +199,151 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
         args, named = bind_arguments(node, entry.function, entry.signature)
         why_not = _mismatch(entry, named)
         if not why_not:
-            origin = "user-registered" if entry.is_custom else "torchlib"
-            return Dispatch(name, entry, f"{origin} function whose types fit", False, args)
+            origin = "user-registered" if entry.is_custom else _origin(entry)
+            return _promoted(
+                Dispatch(name, entry, f"{origin} function whose types fit", False, args), node
+            )
         reasons.append(f"{entry.name}: {why_not}")
     first = candidates[0]
     args, _ = bind_arguments(node, first.function, first.signature)
     reason = "no overload matched exactly (" + "; ".join(reasons) + f"); using {first.name}"
-    return Dispatch(name, first, reason, True, args)
+    return _promoted(Dispatch(name, first, reason, True, args), node)
+
+
+def _origin(entry: OnnxFunctionEntry) -> str:
+    from onnx_export._functions import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
+
+    table = OWN_COMPLEX_FUNCTIONS if entry.is_complex else OWN_FUNCTIONS
+    return "onnx-export" if table.get(entry.target) is entry.function else "torchlib"
+
+
+# -- type promotion --------------------------------------------------------------------
+
+_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND
+
+#: Elementwise ops (by ``OpOverloadPacket`` name) and how torch promotes their inputs.
+_ELEMENTWISE: dict[str, ELEMENTWISE_TYPE_PROMOTION_KIND] = {
+    **dict.fromkeys(
+        ["add", "sub", "subtract", "rsub", "mul", "multiply", "floor_divide", "remainder",
+         "fmod", "maximum", "minimum", "fmax", "fmin", "where", "lerp", "clamp", "clip",
+         "addcmul", "bitwise_and", "bitwise_or", "bitwise_xor", "hypot", "nextafter",
+         "heaviside", "logaddexp", "logaddexp2"],
+        _KIND.DEFAULT,
+    ),
+    **dict.fromkeys(
+        ["div", "divide", "true_divide", "atan2", "copysign", "xlogy", "addcdiv",
+         "special_xlog1py", "special_zeta", "igamma", "igammac"],
+        _KIND.INT_TO_FLOAT,
+    ),
+    **dict.fromkeys(
+        ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+         "isclose"],
+        _KIND.ALWAYS_BOOL,
+    ),
+    "pow": _KIND.BOOL_TO_LONG,
+}  # fmt: skip
+
+#: Ops whose leading arguments take no part in promotion (``where``'s condition).
+_FIRST_PROMOTED = {"where": 1}
+
+#: Reductions and scans that accumulate bools and small integers in int64 (or a dtype=).
+_ACCUMULATING = {"sum", "nansum", "prod", "cumsum", "mean"}
+
+
+def _packet(node: torch.fx.Node) -> str:
+    target = node.target
+    name = getattr(getattr(target, "overloadpacket", None), "__name__", "")
+    return str(name)
+
+
+def _rounds(node: torch.fx.Node) -> bool:
+    """Whether a division node rounds (``rounding_mode`` "trunc" or "floor")."""
+    mode = node.kwargs.get("rounding_mode")
+    if mode is None and len(node.args) > 2:
+        mode = node.args[2]
+    return isinstance(mode, str)
+
+
+def _promotable(value: Any) -> Any:
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+    if isinstance(val, torch.Tensor) and not val.is_complex():
+        return val
+    if isinstance(val, (bool, int, float)) and not isinstance(value, torch.fx.Node):
+        return val
+    return None
+
+
+def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.DataType]:
+    """Positions of ``args`` (FX nodes) to cast, and to which dtype, as torch promotes them.
+
+    Elementwise ops: every tensor input goes to the promoted dtype of all inputs (Python
+    scalars included), floating for int-to-float ops. Sum-like reductions: the input
+    goes to the output's dtype. Empty when the dtypes already agree.
+    """
+    packet = _packet(node)
+    target: torch.dtype | None = None
+    first = _FIRST_PROMOTED.get(packet, 0)
+    if packet in _ELEMENTWISE:
+        values = [v for v in (_promotable(a) for a in args[first:]) if v is not None]
+        if not any(isinstance(v, torch.Tensor) for v in values):
+            return {}
+        kind = _ELEMENTWISE[packet]
+        if _rounds(node):  # div(..., rounding_mode=...) stays integral
+            kind = _KIND.DEFAULT
+        if kind in (_KIND.ALWAYS_BOOL, _KIND.BOOL_TO_LONG):
+            kind = _KIND.DEFAULT
+        try:
+            _, target = elementwise_dtypes(*values, type_promotion_kind=kind)
+        except (TypeError, ValueError, RuntimeError):
+            return {}
+    elif packet in _ACCUMULATING:
+        out = node.meta.get("val")
+        target = out.dtype if isinstance(out, torch.Tensor) and not out.is_complex() else None
+        if target is None or target == torch.bool:
+            return {}
+    if target is None:
+        return {}
+    casts: dict[int, ir.DataType] = {}
+    for i, arg in enumerate(args):
+        if i < first or not isinstance(arg, torch.fx.Node):
+            continue
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor) and not val.is_complex() and val.dtype != target:
+            if packet in _ACCUMULATING and i > 0:
+                continue  # only the accumulated input
+            casts[i] = to_ir_dtype(target)
+    return casts
+
+
+def _promoted(decision: Dispatch, node: torch.fx.Node) -> Dispatch:
+    entry = decision.entry
+    if entry is None or entry.is_custom:
+        return decision
+    casts = promotion_casts(node, decision.args)
+    if not casts:
+        return decision
+    function = _with_casts(entry.function, casts, entry.name)
+    targets = ", ".join(f"arg {i} to {d.name}" for i, d in sorted(casts.items()))
+    return dataclasses.replace(
+        decision,
+        entry=dataclasses.replace(entry, function=function),
+        reason=f"{decision.reason}; inputs promoted as torch does ({targets})",
+    )
+
+
+def _with_casts(function: Any, casts: dict[int, ir.DataType], name: str) -> Any:
+    from onnxscript import opset18
+
+    cast: Any = opset18.Cast  # typed for onnxscript's tensors; records ir.Values here
+
+    def promoted(*args: Any) -> Any:
+        converted = list(args)
+        for i, dtype in casts.items():
+            value = converted[i]
+            if isinstance(value, ir.Value) and value.dtype != dtype:
+                converted[i] = cast(value, to=int(dtype))
+        return function(*converted)
+
+    promoted.__name__ = name
+    promoted.op_signature = getattr(function, "op_signature", None)  # type: ignore[attr-defined]
+    return promoted

@@ -2,6 +2,24 @@
 
 Each is plain Python calling ``onnxscript.opset18`` ops; the recorder turns the calls into
 graph nodes. Keeping these ops whole also spares a ``run_decompositions`` re-trace.
+Parameters follow the ATen schema's argument names (``from`` is ``from_``).
+
+``OWN_FUNCTIONS`` is the one table; the functions live by family:
+
+- here: ``to``, bitwise dunders, ``diff``, ``var``/``std`` with ``correction``;
+- ``_functions_math``: sign and float helpers, erf family, gcd/lcm, ``nextafter``;
+- ``_functions_gamma``: lgamma, digamma, polygamma, zeta, incomplete gammas;
+- ``_functions_bessel``: Bessel, modified Bessel, Airy (Cephes tables in ``_data``);
+- ``_functions_poly``: orthogonal polynomials (an ONNX ``Loop`` over the degree);
+- ``_functions_reduce`` / ``_functions_histogram``: amax/amin/all/any, scans, order
+  statistics, sorted search / histograms;
+- ``_functions_tensor`` / ``_functions_scatter``: copies, selection, conversion to
+  complex, random sampling / scatter reductions, ``put``, ``segment_reduce``, MoE matmul;
+- ``_functions_nn`` / ``_functions_pool`` / ``_functions_attention``: batch norm
+  (training), padding, upsampling, ``im2col`` / pooling / attention and cross entropy;
+- ``_functions_linalg`` / ``_functions_spectral``: LU, Cholesky, triangular solves and
+  what builds on them / QR, Jacobi eigen- and singular values, ``pinv``, rank;
+- ``_functions_complex``: ``OWN_COMPLEX_FUNCTIONS``, for complex inputs (real view).
 """
 
 from __future__ import annotations
@@ -13,7 +31,24 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import opset18
 
-__all__ = ["OWN_FUNCTIONS"]
+from onnx_export import (
+    _functions_attention,
+    _functions_bessel,
+    _functions_complex,
+    _functions_gamma,
+    _functions_histogram,
+    _functions_linalg,
+    _functions_math,
+    _functions_nn,
+    _functions_poly,
+    _functions_pool,
+    _functions_reduce,
+    _functions_scatter,
+    _functions_spectral,
+    _functions_tensor,
+)
+
+__all__ = ["OWN_FUNCTIONS", "OWN_COMPLEX_FUNCTIONS"]
 
 _INT64_MAX = 2**63 - 1
 
@@ -24,7 +59,7 @@ op: Any = opset18
 def _cast_or_identity(self: ir.Value, dtype: int | None) -> Any:
     if dtype is None or dtype == -1:
         return op.Identity(self)
-    return op.Cast(self, to=dtype)
+    return _functions_tensor.aten_to_copy(self, dtype)  # complex targets as real views
 
 
 def aten_to_dtype(
@@ -160,6 +195,19 @@ def aten_std_mean_correction(
 
 OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
     {
+        **_functions_math.FUNCTIONS,
+        **_functions_gamma.FUNCTIONS,
+        **_functions_bessel.FUNCTIONS,
+        **_functions_reduce.FUNCTIONS,
+        **_functions_histogram.FUNCTIONS,
+        **_functions_tensor.FUNCTIONS,
+        **_functions_scatter.FUNCTIONS,
+        **_functions_nn.FUNCTIONS,
+        **_functions_attention.FUNCTIONS,
+        **_functions_pool.FUNCTIONS,
+        **_functions_poly.FUNCTIONS,
+        **_functions_linalg.FUNCTIONS,
+        **_functions_spectral.FUNCTIONS,
         "aten::to.dtype": aten_to_dtype,
         "aten::to.device": aten_to_device,
         "aten::to.dtype_layout": aten_to_dtype_layout,
@@ -172,4 +220,9 @@ OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
         "aten::var_mean.correction": aten_var_mean_correction,
         "aten::std_mean.correction": aten_std_mean_correction,
     }
+)
+
+#: Our functions for complex-valued inputs (their real view, trailing dimension 2).
+OWN_COMPLEX_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
+    dict(_functions_complex.COMPLEX_FUNCTIONS)
 )

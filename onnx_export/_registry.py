@@ -71,9 +71,12 @@ def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
 
 @functools.cache
 def _own_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
-    from onnx_export._functions import OWN_FUNCTIONS
+    from onnx_export._functions import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
 
-    return MappingProxyType({k: (OnnxFunctionEntry(k, f),) for k, f in OWN_FUNCTIONS.items()})
+    table = {k: (OnnxFunctionEntry(k, f),) for k, f in OWN_FUNCTIONS.items()}
+    for k, f in OWN_COMPLEX_FUNCTIONS.items():
+        table[k] = (*table.get(k, ()), OnnxFunctionEntry(k, f, is_complex=True))
+    return MappingProxyType(table)
 
 
 def target_name(target: object) -> str:

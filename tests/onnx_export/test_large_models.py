@@ -167,11 +167,6 @@ def test_saved_with_real_weights_matches_eager(
                       WeightPlaceholder)  # fmt: skip  # the program itself stays fake
 
 
-@pytest.mark.xfail(
-    reason="translation: Llama's dynamic-length mask does aten.cumsum on a bool tensor, which "
-    "becomes CumSum(bool), which ONNX Runtime refuses (real exports fail the same way)",
-    strict=True,
-)
 def test_fake_export_keeps_dynamic_dims(
     real: torch.nn.Module,
     buffers: dict[str, torch.Tensor],

@@ -1,0 +1,314 @@
+"""OpInfo sweep: our exporter and torch.onnx.export(dynamo=True) side by side.
+
+For every entry of torch's ``op_db`` (or those ``--ops`` names), the first ``--samples``
+CPU samples in the op's primary dtype (float32; int64 or complex64 for ops without
+float32) are wrapped in a module, exported by each exporter, run in ONNX Runtime and
+compared with eager PyTorch, using the tolerances and skips of the op test table
+(``tests/ops/ops_test_data.py``). ``--dtypes all`` adds float16, int64 and bool samples.
+
+Prints per-status counts of both exporters and every op where either fails, with the
+reason; writes the results as JSON (merged into an earlier file, so that partial runs
+update it) and the coverage table ``docs/coverage.md``.
+
+    python bench/bench_opinfo.py [--ops abs,fft.*] [--limit 50] [--exporters ours]
+    python bench/bench_opinfo.py --report-only     # rebuild docs/coverage.md from JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import fnmatch
+import json
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.ops import ops_test_data as table  # noqa: E402
+from tests.ops.opinfo_harness import EXPORTERS, check_op, op_db_by_key  # noqa: E402
+
+RESULTS = ROOT / "bench" / "opinfo_results.json"
+COVERAGE = ROOT / "docs" / "coverage.md"
+STATUSES = ("pass", "fail", "skip")
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    return str(dtype).replace("torch.", "") if dtype is not None else "-"
+
+
+def _dtypes_for(entry: table.OpTest, opinfo: Any, mode: str) -> list[torch.dtype | None]:
+    primary = table.primary_dtype(entry, opinfo)
+    if mode == "primary":
+        return [primary]
+    supported = opinfo.supported_dtypes("cpu")
+    extra = [d for d in table.SWEEP_DTYPES if d in supported and d != primary]
+    return [primary, *extra]
+
+
+def _run_one(
+    key: str, opinfo: Any, dtype: torch.dtype | None, exporter: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    entry = table.entry_for(key)
+    record: dict[str, Any] = {"op": key, "dtype": _dtype_name(dtype), "exporter": exporter}
+    expectation = entry.expectation(dtype) if dtype is not None else None
+    if dtype is None:
+        return record | {"status": "skip", "reason": "supports none of the tested dtypes"}
+    if expectation is not None and expectation.kind == "skip":
+        return record | {"status": "skip", "reason": expectation.reason}
+    result = check_op(
+        exporter,
+        opinfo,
+        dtype,
+        count=args.samples,
+        tolerance=entry.tol,
+        shape_only=entry.compare_shape_only,
+        timeout=args.timeout,
+        skip_samples=entry.skipped_samples,
+    )
+    record |= {"status": result.status, "reason": result.reason, "seconds": result.seconds}
+    if exporter == "ours":
+        record["expected"] = "fail" if expectation is not None else "pass"
+    return record
+
+
+def _selected(args: argparse.Namespace) -> list[str]:
+    keys = list(op_db_by_key())
+    if args.ops:
+        patterns = args.ops.split(",")
+        keys = [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+    return keys[: args.limit] if args.limit else keys
+
+
+def _load(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    records = json.loads(path.read_text())
+    return {_record_id(r): r for r in records}
+
+
+def _record_id(record: dict[str, Any]) -> str:
+    return f"{record['op']}|{record['dtype']}|{record['exporter']}"
+
+
+def _save(path: Path, records: dict[str, dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(list(records.values()), indent=0))
+    tmp.replace(path)
+
+
+def sweep(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    records = _load(args.json)
+    db = op_db_by_key()
+    keys = _selected(args)
+    exporters = args.exporters.split(",")
+    start = time.perf_counter()
+    for i, key in enumerate(keys):
+        opinfo = db[key]
+        entry = table.entry_for(key)
+        for dtype in _dtypes_for(entry, opinfo, args.dtypes):
+            for exporter in exporters:
+                record = _run_one(key, opinfo, dtype, exporter, args)
+                records[_record_id(record)] = record
+                reason = f"  {record['reason'][:150]}" if record["status"] != "pass" else ""
+                print(
+                    f"[{i + 1}/{len(keys)} {time.perf_counter() - start:6.0f}s] {key} "
+                    f"{record['dtype']} {exporter}: {record['status']}{reason}",
+                    flush=True,
+                )
+        _save(args.json, records)
+    return records
+
+
+# -- the report ------------------------------------------------------------------------
+
+
+def _by_op(
+    records: dict[str, dict[str, Any]], dtype_mode: str
+) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    db = op_db_by_key()
+    order = {k: i for i, k in enumerate(db)}
+    grouped: dict[tuple[str, str], dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    for r in records.values():
+        if r["op"] not in order:
+            continue
+        entry = table.entry_for(r["op"])
+        primary = _dtype_name(table.primary_dtype(entry, db[r["op"]]))
+        if dtype_mode == "primary" and r["dtype"] != primary:
+            continue
+        grouped[(r["op"], r["dtype"])][r["exporter"]] = r
+    return dict(sorted(grouped.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
+
+
+def _counts(grouped: dict[Any, dict[str, dict[str, Any]]], exporter: str) -> collections.Counter:
+    return collections.Counter(
+        ops[exporter]["status"] for ops in grouped.values() if exporter in ops
+    )
+
+
+def print_summary(records: dict[str, dict[str, Any]], dtype_mode: str) -> None:
+    grouped = _by_op(records, dtype_mode)
+    exporters = sorted({e for ops in grouped.values() for e in ops}, key=list(EXPORTERS).index)
+    print(f"\n{len(grouped)} (op, dtype) pairs")
+    for exporter in exporters:
+        counts = _counts(grouped, exporter)
+        print(f"  {exporter:11s} " + "  ".join(f"{s} {counts.get(s, 0):4d}" for s in STATUSES))
+    print("\nOps where either fails:")
+    for (op, dtype), ops in grouped.items():
+        if all(r["status"] != "fail" for r in ops.values()):
+            continue
+        print(f"  {op} [{dtype}]")
+        for exporter in exporters:
+            r = ops.get(exporter)
+            if r is not None and r["status"] != "pass":
+                print(f"      {exporter}: {r['status']}: {r['reason'][:200]}")
+    if "ours" in exporters and "torch.onnx" in exporters:
+        lost = [
+            f"{op} [{dt}]"
+            for (op, dt), ops in grouped.items()
+            if ops.get("torch.onnx", {}).get("status") == "pass"
+            and ops.get("ours", {}).get("status") == "fail"
+        ]
+        print(f"\ntorch.onnx passes, ours fails ({len(lost)}): {', '.join(lost)}")
+    unexpected = [
+        f"{ops['ours']['op']} [{dt}] ({ops['ours']['status']})"
+        for (_, dt), ops in grouped.items()
+        if "ours" in ops
+        and ops["ours"]["status"] != "skip"
+        and ops["ours"].get("expected", ops["ours"]["status"]) != ops["ours"]["status"]
+    ]
+    print(f"ours differs from the table's expectation ({len(unexpected)}): {', '.join(unexpected)}")
+
+
+def _cell(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    return {"pass": "pass", "fail": "**fail**", "skip": "skip"}[record["status"]]
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:240]
+
+
+def write_markdown(
+    records: dict[str, dict[str, Any]], path: Path, args: argparse.Namespace
+) -> None:
+    grouped = _by_op(records, "primary")
+    ours, theirs = _counts(grouped, "ours"), _counts(grouped, "torch.onnx")
+    lines = [
+        "# Op coverage: OpInfo sweep",
+        "",
+        "Generated by `python bench/bench_opinfo.py` (do not edit by hand). Every entry of",
+        "torch's `op_db` (torch 2.13): the first two CPU samples in the op's primary dtype",
+        "(float32; int64 or complex64 for ops that have no float32 samples), each wrapped in",
+        "a small module, exported, run in ONNX Runtime and compared with eager PyTorch",
+        "(rtol 1e-3, atol 1e-4 unless the op test table says otherwise). Random and",
+        "uninitialised outputs are compared by shape and dtype. Skips, per-op tolerances",
+        "and the reasons of our expected failures live in `tests/ops/ops_test_data.py`.",
+        "",
+        "| exporter | pass | fail | skip |",
+        "|---|---|---|---|",
+        f"| onnx-export | {ours['pass']} | {ours['fail']} | {ours['skip']} |",
+        f"| torch.onnx.export(dynamo=True) | {theirs['pass']} | {theirs['fail']} "
+        f"| {theirs['skip']} |",
+        "",
+        "| op | dtype | onnx-export | torch.onnx "
+        "| reason (ours; torch.onnx's when only it fails) |",
+        "|---|---|---|---|---|",
+    ]
+    for (op, dtype), ops in grouped.items():
+        mine, other = ops.get("ours"), ops.get("torch.onnx")
+        reason = ""
+        if mine is not None and mine["status"] != "pass":
+            reason = mine["reason"]
+            expectation = table.entry_for(op).expectation(getattr(torch, dtype, torch.float32))
+            if expectation is not None and mine["status"] == "fail":
+                reason = f"{expectation.reason} ({mine['reason']})"
+        elif other is not None and other["status"] != "pass":
+            reason = f"torch.onnx: {other['reason']}"
+        lines.append(f"| `{op}` | {dtype} | {_cell(mine)} | {_cell(other)} | {_escape(reason)} |")
+    lines += _zoo_section()
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
+def _zoo_cell(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    if record["status"] != "pass":
+        return f"**fail** ({record['seconds']:.1f} s)"
+    return (
+        f"pass: {record['seconds']:.1f} s, err {record.get('max_error', 0):.1e}, "
+        f"{record.get('nodes', 0)} nodes, {record.get('bytes', 0) / 1024:.0f} KiB, "
+        f"{record.get('latency_ms', 0):.2f} ms"
+    )
+
+
+def _zoo_section() -> list[str]:
+    """The model zoo table of ``bench/bench_zoo.py``'s last run, when there is one."""
+    results = ROOT / "bench" / "zoo_results.json"
+    if not results.exists():
+        return []
+    records: dict[str, dict[str, Any]] = json.loads(results.read_text())
+    rows = sorted({k.rsplit("|", 1)[0] for k in records})
+    passing = collections.Counter(
+        k.rsplit("|", 1)[1] for k, r in records.items() if r["status"] == "pass"
+    )
+    lines = [
+        "",
+        "## Model zoo",
+        "",
+        "Generated by `python bench/bench_zoo.py`: small-config transformers models and",
+        "torch.nn patterns (`tests/e2e/zoo_models.py`), exported with grad mode on and off,",
+        "static and with dynamic dims (run again at other sizes), compared with eager in",
+        "ONNX Runtime (rtol 1e-3, atol 1e-4). Each cell: status, export time (s), largest",
+        "absolute difference from eager, main-graph nodes, file size (KiB) and median",
+        "ONNX Runtime call (ms, each exporter's own input/output handling included).",
+        "",
+        f"Passing cases (of {len(rows)}): onnx-export {passing['ours']}, "
+        f"torch.onnx {passing['torch.onnx']}.",
+        "",
+        "| model | case | onnx-export | torch.onnx | reason (ours, else torch.onnx's) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        mine, other = records.get(f"{row}|ours"), records.get(f"{row}|torch.onnx")
+        failing = mine if mine and mine["status"] != "pass" else other
+        reason = failing["reason"] if failing and failing["status"] != "pass" else ""
+        model, case = row.split("|")
+        cells = [_zoo_cell(r) for r in (mine, other)]
+        lines.append(f"| {model} | {case} | {cells[0]} | {cells[1]} | {_escape(reason)} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", help="comma-separated op keys or fnmatch patterns")
+    parser.add_argument("--limit", type=int, default=0, help="first N ops only")
+    parser.add_argument("--exporters", default="ours,torch.onnx")
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--dtypes", choices=("primary", "all"), default="primary")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per sample")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--markdown", type=Path, default=COVERAGE)
+    parser.add_argument("--no-markdown", action="store_true")
+    parser.add_argument("--report-only", action="store_true", help="no sweep; report the JSON")
+    args = parser.parse_args()
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    records = _load(args.json) if args.report_only else sweep(args)
+    print_summary(records, args.dtypes)
+    if not args.no_markdown:
+        write_markdown(records, args.markdown, args)
+
+
+if __name__ == "__main__":
+    main()

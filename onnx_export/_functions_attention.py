@@ -1,0 +1,166 @@
+"""Attention and losses torchlib gets wrong or lacks.
+
+``scaled_dot_product_attention`` on inputs that are not 4-D (torchlib's handles 4-D and is
+used for those), and ``cross_entropy_loss`` with probability targets, unbatched inputs,
+class weights and label smoothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_export._functions_base import const, ints, op, rank
+
+__all__ = ["FUNCTIONS"]
+
+
+def aten_scaled_dot_product_attention(
+    query: ir.Value,
+    key: ir.Value,
+    value: ir.Value,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """scaled_dot_product_attention(...): torchlib's for 4-D inputs, any rank >= 2 here."""
+    if rank(query) == 4 and rank(key) == 4 and rank(value) == 4:
+        from onnxscript.function_libs.torch_lib.ops.nn import (
+            aten_scaled_dot_product_attention as torchlib_sdpa,
+        )
+
+        return torchlib_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    dims = query.shape
+    assert dims is not None
+    width = dims[-1]
+    assert isinstance(width, int), "attention needs a static head size"
+    factor = scale if scale is not None else 1.0 / math.sqrt(width)
+    k, v = key, value
+    if enable_gqa and rank(query) is not None and rank(query) >= 3:  # type: ignore[operator]
+        heads_q, heads_k = dims[-3], (key.shape or [0, 0, 0])[-3]
+        if isinstance(heads_q, int) and isinstance(heads_k, int) and heads_q != heads_k:
+            repeat = heads_q // heads_k
+            r = rank(key) or 3
+            expanded = op.Unsqueeze(key, ints([r - 2]))
+            k = op.Reshape(
+                op.Expand(
+                    expanded,
+                    op.Concat(op.Shape(key, start=0, end=r - 2), ints([repeat, 1, 1]), axis=0),
+                ),
+                op.Concat(
+                    op.Shape(key, start=0, end=r - 3),
+                    ints([heads_q]),
+                    op.Shape(key, start=r - 2),
+                    axis=0,
+                ),
+            )
+            expanded_v = op.Unsqueeze(value, ints([r - 2]))
+            v = op.Reshape(
+                op.Expand(
+                    expanded_v,
+                    op.Concat(op.Shape(value, start=0, end=r - 2), ints([repeat, 1, 1]), axis=0),
+                ),
+                op.Concat(
+                    op.Shape(value, start=0, end=r - 3),
+                    ints([heads_q]),
+                    op.Shape(value, start=r - 2),
+                    axis=0,
+                ),
+            )
+    scores = op.Mul(
+        op.MatMul(query, op.Transpose(k, perm=_swap_last(rank(key) or 2))), const(factor, query)
+    )
+    if is_causal:
+        ones = op.ConstantOfShape(
+            op.Concat(op.Shape(query, start=-2, end=-1), op.Shape(k, start=-2, end=-1), axis=0),
+            value=ir.tensor([1], dtype=ir.DataType.INT32),
+        )
+        allowed = op.Cast(op.Trilu(ones, upper=0), to=int(ir.DataType.BOOL))
+        scores = op.Where(allowed, scores, const(float("-inf"), query))
+    if attn_mask is not None:
+        if attn_mask.dtype == ir.DataType.BOOL:
+            scores = op.Where(attn_mask, scores, const(float("-inf"), query))
+        else:
+            scores = op.Add(scores, op.CastLike(attn_mask, scores))
+    weights = op.Softmax(scores, axis=-1)
+    return op.MatMul(weights, v)
+
+
+def _swap_last(r: int) -> list[int]:
+    return [*range(r - 2), r - 1, r - 2]
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def aten_cross_entropy_loss(
+    self: ir.Value,
+    target: ir.Value,
+    weight: Any = None,
+    reduction: int = 1,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+) -> Any:
+    """cross_entropy_loss(Tensor self, Tensor target, ...): class indices or probabilities."""
+    unbatched = rank(self) == 1
+    x = op.Unsqueeze(self, ints([0])) if unbatched else self
+    tgt = op.Unsqueeze(target, ints([0])) if unbatched else target
+    log_probs = op.LogSoftmax(x, axis=1)
+    classes = op.CastLike(op.Reshape(op.Shape(x, start=1, end=2), ints([])), x)
+    r = (rank(self) or 1) + (1 if unbatched else 0)
+    weight_shape = [1, -1] + [1] * (r - 2)
+    kind = _REDUCTIONS[int(reduction)]
+    if target.dtype not in (ir.DataType.INT64, ir.DataType.INT32):
+        smoothed = tgt
+        if label_smoothing:
+            smoothed = op.Add(
+                op.Mul(tgt, const(1.0 - label_smoothing, x)),
+                op.Div(const(label_smoothing, x), classes),
+            )
+        terms = op.Mul(log_probs, smoothed)
+        if weight is not None:
+            terms = op.Mul(terms, op.Reshape(weight, ints(weight_shape)))
+        loss = op.Neg(op.ReduceSum(terms, ints([1]), keepdims=0))
+        if kind == "none":
+            return op.Squeeze(loss, ints([0])) if unbatched else loss
+        total = op.ReduceSum(loss, keepdims=0)
+        if kind == "sum":
+            return total
+        count = op.Div(op.CastLike(op.Size(x), x), classes)
+        return op.Div(total, count)
+    valid = op.Not(op.Equal(tgt, op.CastLike(const(ignore_index, tgt), tgt)))
+    safe = op.Where(valid, tgt, op.CastLike(op.Constant(value_int=0), tgt))
+    picked = op.Squeeze(
+        op.GatherElements(log_probs, op.Unsqueeze(safe, ints([1])), axis=1), ints([1])
+    )
+    mask = op.CastLike(valid, x)
+    class_weight = op.Gather(weight, safe, axis=0) if weight is not None else const(1.0, x)
+    sample_weight = op.Mul(class_weight, mask)
+    loss = op.Neg(op.Mul(picked, sample_weight))
+    if label_smoothing:
+        everything = log_probs
+        if weight is not None:
+            everything = op.Mul(everything, op.Reshape(weight, ints(weight_shape)))
+        smooth = op.Mul(op.Neg(op.ReduceSum(everything, ints([1]), keepdims=0)), mask)
+        loss = op.Add(
+            op.Mul(loss, const(1.0 - label_smoothing, x)),
+            op.Mul(smooth, op.Div(const(label_smoothing, x), classes)),
+        )
+    if kind == "none":
+        return op.Squeeze(loss, ints([0])) if unbatched else loss
+    total = op.ReduceSum(loss, keepdims=0)
+    if kind == "sum":
+        return total
+    denominator = op.ReduceSum(op.Mul(op.Expand(class_weight, op.Shape(mask)), mask), keepdims=0)
+    return op.Div(total, denominator)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::scaled_dot_product_attention": aten_scaled_dot_product_attention,
+    "aten::cross_entropy_loss": aten_cross_entropy_loss,
+}

@@ -1,0 +1,71 @@
+"""Complex-valued variants torchlib lacks.
+
+Complex tensors travel as their real view: a float tensor with a trailing dimension of 2
+(real, imaginary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_export._functions_base import const, ints, op, rank
+
+__all__ = ["COMPLEX_FUNCTIONS"]
+
+
+def aten_constant_pad_nd_complex(self: ir.Value, pad: Sequence[int], value: float = 0) -> Any:
+    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0), complex self."""
+    if value:
+        raise NotImplementedError("complex constant_pad_nd with a non-zero fill value")
+    r = rank(self)
+    assert r is not None, "constant_pad_nd needs the input's rank"
+    begins, ends = [0] * r, [0] * r
+    for i in range(len(pad) // 2):
+        axis = r - 2 - i  # the trailing (real, imaginary) axis is not padded
+        begins[axis], ends[axis] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return op.Pad(self, ints(begins + ends), const(0.0, self))
+
+
+def aten_conj_physical_complex(self: ir.Value) -> Any:
+    """_conj_physical(Tensor self), complex self: negates the imaginary part."""
+    return op.Mul(self, op.CastLike(op.Constant(value_floats=[1.0, -1.0]), self))
+
+
+def aten_unsqueeze_complex(self: ir.Value, dim: int) -> Any:
+    """unsqueeze(Tensor self, int dim), complex self: negative dims skip the real view."""
+    return op.Unsqueeze(self, ints([dim - 1 if dim < 0 else dim]))
+
+
+COMPLEX_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::constant_pad_nd": aten_constant_pad_nd_complex,
+    "aten::_conj_physical": aten_conj_physical_complex,
+    "aten::unsqueeze": aten_unsqueeze_complex,
+}
+
+
+def _parts(x: Any) -> tuple[Any, Any]:
+    real = op.Gather(x, op.Constant(value_int=0), axis=-1)
+    imag = op.Gather(x, op.Constant(value_int=1), axis=-1)
+    return real, imag
+
+
+def _join(real: Any, imag: Any) -> Any:
+    return op.Concat(op.Unsqueeze(real, ints([-1])), op.Unsqueeze(imag, ints([-1])), axis=-1)
+
+
+def aten_silu_complex(self: ir.Value) -> Any:
+    """silu(Tensor self), complex self: x / (1 + exp(-x))."""
+    a, b = _parts(self)
+    scale = op.Exp(op.Neg(a))
+    c = op.Add(const(1.0, a), op.Mul(scale, op.Cos(b)))  # 1 + exp(-x), real part
+    d = op.Neg(op.Mul(scale, op.Sin(b)))  # imaginary part
+    norm = op.Add(op.Mul(c, c), op.Mul(d, d))
+    real = op.Div(op.Add(op.Mul(a, c), op.Mul(b, d)), norm)
+    imag = op.Div(op.Sub(op.Mul(b, c), op.Mul(a, d)), norm)
+    return _join(real, imag)
+
+
+COMPLEX_FUNCTIONS["aten::silu"] = aten_silu_complex

@@ -1,0 +1,211 @@
+"""Histograms: ``histogram`` (bin count or edges) and ``histogramdd``.
+
+Bin indices by arithmetic on the range (or by counting edges), counts by a
+``ScatterElements`` sum; ranges, empty inputs and ``density`` as torch defines them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export._functions_base import const, ints, op
+from onnx_export._functions_reduce import count_before
+
+__all__ = ["FUNCTIONS"]
+
+
+def _histogram_counts(
+    x: Any, index: Any, inside: Any, bins: Any, weight: Any, density: bool, edges: Any
+) -> tuple[Any, Any]:
+    """Counts (or weights) per bin of the elements ``inside`` the range, as torch does."""
+    values = (
+        op.CastLike(inside, x)
+        if weight is None
+        else op.Where(inside, op.Reshape(op.CastLike(weight, x), ints([-1])), const(0.0, x))
+    )
+    zeros = op.ConstantOfShape(bins, value=ir.tensor([0.0], dtype=x.dtype))
+    hist = op.ScatterElements(zeros, index, values, axis=0, reduction="add")
+    if density:
+        widths = op.Sub(op.Slice(edges, ints([1]), ints([2**62]), ints([0])),
+                        op.Slice(edges, ints([0]), ints([-1]), ints([0])))  # fmt: skip
+        hist = op.Div(hist, op.Mul(op.ReduceSum(hist, keepdims=0), widths))
+    return hist, edges
+
+
+def aten_histogram_bin_ct(
+    self: ir.Value,
+    bins: int = 100,
+    range: Sequence[float] | None = None,  # the ATen argument's name
+    weight: Any = None,
+    density: bool = False,
+) -> tuple[Any, Any]:
+    """histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, ...)."""
+    x = op.Reshape(self, ints([-1]))
+    if range is not None:
+        low, high = const(float(range[0]), x), const(float(range[1]), x)
+    else:
+        empty = op.Equal(op.Size(x), op.Constant(value_int=0))
+        low = op.Where(empty, const(0.0, x), op.ReduceMin(x, keepdims=0))
+        high = op.Where(empty, const(1.0, x), op.ReduceMax(x, keepdims=0))
+    same = op.Equal(low, high)
+    low = op.Where(same, op.Sub(low, const(0.5, x)), low)
+    high = op.Where(same, op.Add(high, const(0.5, x)), high)
+    steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(bins + 1, dtype=np.float32))), x)
+    edges = op.Add(low, op.Mul(op.Div(op.Sub(high, low), const(float(bins), x)), steps))
+    scaled = op.Mul(op.Div(op.Sub(x, low), op.Sub(high, low)), const(float(bins), x))
+    index = op.Cast(op.Clip(op.Floor(scaled), const(0.0, x), const(float(bins - 1), x)), to=7)
+    inside = op.And(op.GreaterOrEqual(x, low), op.LessOrEqual(x, high))
+    return _histogram_counts(x, index, inside, ints([bins]), weight, density, edges)
+
+
+def aten_histogram_bins_tensor(
+    self: ir.Value, bins: ir.Value, weight: Any = None, density: bool = False
+) -> tuple[Any, Any]:
+    """histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight, bool density)."""
+    x = op.Reshape(self, ints([-1]))
+    edges = op.CastLike(bins, x)
+    count = op.Sub(op.Shape(edges), ints([1]))
+    last = op.Squeeze(op.Sub(count, ints([1])), ints([0]))
+    index = op.Sub(count_before(edges, x, right=True, per_row=False), op.Constant(value_int=1))
+    index = op.Min(op.Max(index, op.Constant(value_int=0)), last)
+    low = op.Gather(edges, op.Constant(value_int=0), axis=0)
+    high = op.Gather(edges, op.Constant(value_int=-1), axis=0)
+    inside = op.And(op.GreaterOrEqual(x, low), op.LessOrEqual(x, high))
+    return _histogram_counts(x, index, inside, count, weight, density, edges)
+
+
+def _column_range(x: Any, d: int, range: Sequence[float] | None) -> tuple[Any, Any]:
+    column = op.Gather(x, op.Constant(value_int=d), axis=1)
+    if range is not None:
+        low, high = const(float(range[2 * d]), x), const(float(range[2 * d + 1]), x)
+    else:
+        empty = op.Equal(op.Size(column), op.Constant(value_int=0))
+        low = op.Where(empty, const(0.0, x), op.ReduceMin(column, keepdims=0))
+        high = op.Where(empty, const(1.0, x), op.ReduceMax(column, keepdims=0))
+    same = op.Equal(low, high)
+    return (
+        op.Where(same, op.Sub(low, const(0.5, x)), low),
+        op.Where(same, op.Add(high, const(0.5, x)), high),
+    )
+
+
+def _samples(self: ir.Value, count: int) -> Any:
+    return op.Reshape(self, ints([-1, count]))
+
+
+def aten_histogramdd_bin_edges(
+    self: ir.Value,
+    bins: Sequence[int],
+    range: Sequence[float] | None = None,
+    weight: Any = None,
+    density: bool = False,
+) -> list[Any]:
+    """_histogramdd_bin_edges(Tensor self, int[] bins, *, float[]? range, ...) -> Tensor[]."""
+    x = _samples(self, len(bins))
+    edges = []
+    for d, count in enumerate(bins):
+        low, high = _column_range(x, d, range)
+        steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(count + 1, dtype=np.float32))), x)
+        edges.append(op.Add(low, op.Mul(op.Div(op.Sub(high, low), const(float(count), x)), steps)))
+    return edges
+
+
+def aten_histogramdd_from_bin_cts(
+    self: ir.Value,
+    bins: Sequence[int],
+    range: Sequence[float] | None = None,
+    weight: Any = None,
+    density: bool = False,
+) -> Any:
+    """_histogramdd_from_bin_cts(Tensor self, int[] bins, *, float[]? range, ...) -> Tensor."""
+    x = _samples(self, len(bins))
+    flat: Any = op.Constant(value_int=0)
+    inside: Any = None
+    volume: Any = None
+    for d, count in enumerate(bins):
+        low, high = _column_range(x, d, range)
+        column = op.Gather(x, op.Constant(value_int=d), axis=1)
+        scaled = op.Mul(op.Div(op.Sub(column, low), op.Sub(high, low)), const(float(count), x))
+        index = op.Cast(op.Clip(op.Floor(scaled), const(0.0, x), const(float(count - 1), x)), to=7)
+        within = op.And(op.GreaterOrEqual(column, low), op.LessOrEqual(column, high))
+        inside = within if inside is None else op.And(inside, within)
+        flat = op.Add(op.Mul(flat, op.Constant(value_int=count)), index)
+        width = op.Div(op.Sub(high, low), const(float(count), x))
+        volume = width if volume is None else op.Mul(volume, width)
+    values = op.CastLike(inside, x)
+    if weight is not None:
+        values = op.Where(inside, op.Reshape(op.CastLike(weight, x), ints([-1])), const(0.0, x))
+    total = int(np.prod([int(b) for b in bins]))
+    hist = op.ScatterElements(
+        op.ConstantOfShape(ints([total]), value=ir.tensor([0.0], dtype=x.dtype)),
+        flat,
+        values,
+        axis=0,
+        reduction="add",
+    )
+    if density:
+        hist = op.Div(hist, op.Mul(op.ReduceSum(hist, keepdims=0), volume))
+    return op.Reshape(hist, ints([int(b) for b in bins]))
+
+
+def aten_histogramdd_from_bin_tensors(
+    self: ir.Value, bins: Sequence[ir.Value], weight: Any = None, density: bool = False
+) -> Any:
+    """_histogramdd_from_bin_tensors(Tensor self, Tensor[] bins, *, ...) -> Tensor."""
+    x = _samples(self, len(bins))
+    flat: Any = op.Constant(value_int=0)
+    inside: Any = None
+    shape = []
+    widths = []
+    for d, edges_d in enumerate(bins):
+        edges = op.CastLike(edges_d, x)
+        count = (edges_d.shape or [0])[0]
+        assert isinstance(count, int), "histogramdd needs a static number of bin edges"
+        column = op.Gather(x, op.Constant(value_int=d), axis=1)
+        position = op.Sub(count_before(edges, column, right=True, per_row=False), ints([1]))
+        index = op.Min(op.Max(position, op.Constant(value_int=0)), op.Constant(value_int=count - 2))
+        low = op.Gather(edges, op.Constant(value_int=0), axis=0)
+        high = op.Gather(edges, op.Constant(value_int=count - 1), axis=0)
+        within = op.And(op.GreaterOrEqual(column, low), op.LessOrEqual(column, high))
+        inside = within if inside is None else op.And(inside, within)
+        flat = op.Add(op.Mul(flat, op.Constant(value_int=count - 1)), index)
+        shape.append(count - 1)
+        widths.append(
+            op.Sub(
+                op.Slice(edges, ints([1]), ints([count]), ints([0])),
+                op.Slice(edges, ints([0]), ints([count - 1]), ints([0])),
+            )
+        )
+    values = op.CastLike(inside, x)
+    if weight is not None:
+        values = op.Where(inside, op.Reshape(op.CastLike(weight, x), ints([-1])), const(0.0, x))
+    total = int(np.prod(shape))
+    hist = op.ScatterElements(
+        op.ConstantOfShape(ints([total]), value=ir.tensor([0.0], dtype=x.dtype)),
+        flat,
+        values,
+        axis=0,
+        reduction="add",
+    )
+    hist = op.Reshape(hist, ints(shape))
+    if density:
+        volume: Any = None
+        for d, width in enumerate(widths):
+            axes = [a for a in range(len(shape)) if a != d]
+            spread = op.Unsqueeze(width, ints(axes)) if axes else width
+            volume = spread if volume is None else op.Mul(volume, spread)
+        hist = op.Div(hist, op.Mul(op.ReduceSum(hist, keepdims=0), volume))
+    return hist
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::histogram.bin_ct": aten_histogram_bin_ct,
+    "aten::histogram.bins_tensor": aten_histogram_bins_tensor,
+    "aten::_histogramdd_bin_edges": aten_histogramdd_bin_edges,
+    "aten::_histogramdd_from_bin_cts": aten_histogramdd_from_bin_cts,
+    "aten::_histogramdd_from_bin_tensors": aten_histogramdd_from_bin_tensors,
+}

@@ -1,0 +1,381 @@
+"""Neural-network ops torchlib lacks or gets wrong (pooling is in ``_functions_pool``).
+
+Batch norm in training mode (batch statistics and updated running statistics), padding
+modes ONNX Runtime rejects (circular, negative edge), linear upsampling, ``im2col`` at any
+batch size. Attention and losses are in ``_functions_attention``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export._functions_base import (
+    cast_to,
+    const,
+    fx_output_dtypes,
+    ints,
+    op,
+    rank,
+    static_dims,
+)
+from onnx_export._functions_pool import expand_param
+
+__all__ = ["FUNCTIONS"]
+
+_FLOAT = ir.DataType.FLOAT
+
+
+def _out_dtype(index: int, default: ir.DataType | None) -> ir.DataType | None:
+    dtypes = fx_output_dtypes()
+    return dtypes[index] if index < len(dtypes) and dtypes[index] is not None else default
+
+
+def _empty(dtype: ir.DataType | None) -> Any:
+    return op.Constant(value=ir.tensor(np.zeros([0], dtype=(dtype or _FLOAT).numpy())))
+
+
+# -- batch norm --------------------------------------------------------------------------
+
+
+def _channel_shape(x: ir.Value) -> list[int]:
+    r = rank(x)
+    assert r is not None and r >= 2, "batch norm needs an input of rank >= 2"
+    return [1, -1] + [1] * (r - 2)
+
+
+def _normalize(x: Any, mean: Any, invstd: Any, weight: Any, bias: Any, shape: list[int]) -> Any:
+    out = op.Mul(op.Sub(x, op.Reshape(mean, ints(shape))), op.Reshape(invstd, ints(shape)))
+    if weight is not None:
+        out = op.Mul(out, op.Reshape(op.CastLike(weight, out), ints(shape)))
+    if bias is not None:
+        out = op.Add(out, op.Reshape(op.CastLike(bias, out), ints(shape)))
+    return out
+
+
+def _batch_statistics(x: Any, r: int) -> tuple[Any, Any, Any]:
+    """Mean, biased variance and element count per channel (axis 1)."""
+    axes = ints([0, *range(2, r)])
+    mean = op.ReduceMean(x, axes, keepdims=0)
+    centered = op.Sub(x, op.Reshape(mean, ints([1, -1] + [1] * (r - 2))))
+    variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=0)
+    count = op.Div(op.CastLike(op.Size(x), x), op.CastLike(op.Shape(x, start=1, end=2), x))
+    return mean, variance, count
+
+
+def _batch_norm(
+    input: ir.Value,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """(output, mean, invstd, new running mean, new running var), computed in float32+."""
+    r = rank(input)
+    assert r is not None
+    shape = _channel_shape(input)
+    x = (
+        cast_to(input, _FLOAT)
+        if input.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+        else input
+    )
+    if training or running_mean is None:
+        mean, variance, count = _batch_statistics(x, r)
+        invstd = op.Reciprocal(op.Sqrt(op.Add(variance, const(eps, x))))
+        new_mean, new_var = running_mean, running_var
+        if running_mean is not None and running_var is not None:
+            keep = const(1.0 - momentum, x)
+            step = const(momentum, x)
+            unbiased = op.Div(
+                op.Mul(variance, count), op.Max(op.Sub(count, const(1.0, x)), const(1.0, x))
+            )
+            new_mean = op.Add(op.Mul(keep, op.CastLike(running_mean, x)), op.Mul(step, mean))
+            new_var = op.Add(op.Mul(keep, op.CastLike(running_var, x)), op.Mul(step, unbiased))
+    else:
+        mean = op.CastLike(running_mean, x)
+        invstd = op.Reciprocal(op.Sqrt(op.Add(op.CastLike(running_var, x), const(eps, x))))
+        new_mean, new_var = running_mean, running_var
+    out = cast_to(_normalize(x, mean, invstd, weight, bias, shape), input.dtype)
+    return out, mean, invstd, new_mean, new_var
+
+
+def aten_batch_norm(
+    input: ir.Value,
+    weight: Any = None,
+    bias: Any = None,
+    running_mean: Any = None,
+    running_var: Any = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> Any:
+    """batch_norm(Tensor input, Tensor? weight, ..., bool training, ...) -> Tensor.
+
+    With running statistics in eval mode: ONNX ``BatchNormalization`` (which ONNX Runtime
+    folds into a preceding convolution); otherwise the batch statistics, computed here.
+    """
+    if not training and running_mean is not None and running_var is not None:
+        return _inference_batch_norm(input, weight, bias, running_mean, running_var, eps)
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)[0]
+
+
+def _inference_batch_norm(
+    x: ir.Value, weight: Any, bias: Any, mean: Any, var: Any, eps: float
+) -> Any:
+    channels = op.Shape(x, start=1, end=2)
+    scale = op.CastLike(weight, x) if weight is not None else op.Expand(const(1.0, x), channels)
+    shift = op.CastLike(bias, x) if bias is not None else op.Expand(const(0.0, x), channels)
+    return op.BatchNormalization(
+        x, scale, shift, op.CastLike(mean, x), op.CastLike(var, x), epsilon=float(eps)
+    )
+
+
+def aten_native_batch_norm(
+    input: ir.Value,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Any, Any, Any]:
+    """native_batch_norm(...) -> (Tensor, Tensor save_mean, Tensor save_invstd)."""
+    out, mean, invstd, _, _ = _batch_norm(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    if not training and running_mean is not None:
+        return out, _empty(_out_dtype(1, input.dtype)), _empty(_out_dtype(2, input.dtype))
+    return out, cast_to(mean, _out_dtype(1, None)), cast_to(invstd, _out_dtype(2, None))
+
+
+def aten_native_batch_norm_legit_functional(
+    input: ir.Value,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """_native_batch_norm_legit_functional(...) -> (out, mean, rstd, running_mean, running_var)."""
+    out, mean, invstd, new_mean, new_var = _batch_norm(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    if not training:
+        mean, invstd = _empty(_out_dtype(1, input.dtype)), _empty(_out_dtype(2, input.dtype))
+    return (
+        out,
+        cast_to(mean, _out_dtype(1, None)),
+        cast_to(invstd, _out_dtype(2, None)),
+        cast_to(new_mean, _out_dtype(3, None)),
+        cast_to(new_var, _out_dtype(4, None)),
+    )
+
+
+def aten_native_batch_norm_legit_no_stats(
+    input: ir.Value, weight: Any, bias: Any, training: bool, momentum: float, eps: float
+) -> tuple[Any, Any, Any]:
+    """_native_batch_norm_legit.no_stats(...) -> (out, mean, rstd): batch statistics."""
+    out, mean, invstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
+    return out, cast_to(mean, _out_dtype(1, None)), cast_to(invstd, _out_dtype(2, None))
+
+
+def aten_batch_norm_with_update_functional(
+    input: ir.Value,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    momentum: float,
+    eps: float,
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """_batch_norm_with_update_functional(...) -> (out, mean, rstd, reserve, rm, rv)."""
+    out, mean, invstd, new_mean, new_var = _batch_norm(
+        input, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    return (
+        out,
+        cast_to(mean, _out_dtype(1, None)),
+        cast_to(invstd, _out_dtype(2, None)),
+        _empty(_out_dtype(3, ir.DataType.UINT8)),
+        cast_to(new_mean, _out_dtype(4, None)),
+        cast_to(new_var, _out_dtype(5, None)),
+    )
+
+
+# -- average pooling ---------------------------------------------------------------------
+
+
+# -- adaptive pooling --------------------------------------------------------------------
+
+
+# -- padding -----------------------------------------------------------------------------
+
+
+def _crop_negative(x: Any, pad: Sequence[int], r: int) -> tuple[Any, list[int]]:
+    """Slice away negative pads; return the rest as ONNX pads (begins, then ends)."""
+    begins, ends = [0] * r, [0] * r
+    starts, stops, axes = [], [], []
+    for i in range(len(pad) // 2):
+        axis = r - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        if left < 0 or right < 0:
+            starts.append(max(0, -left))
+            stops.append(right if right < 0 else 2**62)
+            axes.append(axis)
+        begins[axis], ends[axis] = max(0, left), max(0, right)
+    if axes:
+        x = op.Slice(x, ints(starts), ints(stops), ints(axes))
+    return x, begins + ends
+
+
+def _circular(x: Any, pad: Sequence[int], r: int) -> Any:
+    for i in range(len(pad) // 2):
+        axis = r - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        parts = []
+        if left > 0:
+            parts.append(op.Slice(x, ints([-left]), ints([2**62]), ints([axis])))
+        core = x
+        if left < 0 or right < 0:
+            core = op.Slice(
+                x, ints([max(0, -left)]), ints([right if right < 0 else 2**62]), ints([axis])
+            )
+        parts.append(core)
+        if right > 0:
+            parts.append(op.Slice(x, ints([0]), ints([right]), ints([axis])))
+        x = op.Concat(*parts, axis=axis) if len(parts) > 1 else core
+    return x
+
+
+def _replicate(x: Any, pad: Sequence[int], r: int) -> Any:
+    """Edge padding as a gather of clamped indices (negative pads crop, as in torch)."""
+    for i in range(len(pad) // 2):
+        axis = r - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        if left == 0 and right == 0:
+            continue
+        size = op.Reshape(op.Shape(x, start=axis, end=axis + 1), ints([]))
+        positions = op.Range(
+            op.Constant(value_int=-left),
+            op.Add(size, op.Constant(value_int=right)),
+            op.Constant(value_int=1),
+        )
+        last = op.Sub(size, op.Constant(value_int=1))
+        clamped = op.Min(op.Max(positions, op.Constant(value_int=0)), last)
+        x = op.Gather(x, clamped, axis=axis)
+    return x
+
+
+def aten_pad(
+    self: ir.Value, pad: Sequence[int], mode: str = "constant", value: float | None = None
+) -> Any:
+    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor."""
+    r = rank(self)
+    assert r is not None, "pad needs the input's rank"
+    if mode == "circular":
+        return _circular(self, pad, r)
+    if mode == "replicate":
+        return _replicate(self, pad, r)
+    cropped, pads = _crop_negative(self, pad, r)
+    if not any(pads):
+        return op.Identity(cropped)
+    onnx_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[mode]
+    if onnx_mode == "constant":
+        fill = const(0 if value is None else value, self)
+        return op.Pad(cropped, ints(pads), fill, mode="constant")
+    return op.Pad(cropped, ints(pads), mode=onnx_mode)
+
+
+# -- attention, losses, upsampling -------------------------------------------------------
+
+
+def aten_upsample_linear1d_vec(
+    input: ir.Value,
+    output_size: Sequence[Any] | None,
+    align_corners: bool,
+    scale_factors: Sequence[float] | None,
+) -> Any:
+    """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, ...)."""
+    mode = "align_corners" if align_corners else "pytorch_half_pixel"
+    if output_size:
+        sizes = op.Concat(
+            op.Shape(input, start=0, end=-1),
+            op.Reshape(
+                op.Cast(output_size[0], to=7)
+                if isinstance(output_size[0], ir.Value)
+                else ints([int(output_size[0])]),
+                ints([1]),
+            ),
+            axis=0,
+        )
+        return op.Resize(
+            input, None, None, sizes, mode="linear", coordinate_transformation_mode=mode
+        )
+    assert scale_factors, "upsample_linear1d needs output_size or scale_factors"
+    scales = op.Constant(
+        value=ir.tensor(np.array([1.0, 1.0, float(scale_factors[0])], dtype=np.float32))
+    )
+    return op.Resize(input, None, scales, mode="linear", coordinate_transformation_mode=mode)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::batch_norm": aten_batch_norm,
+    "aten::native_batch_norm": aten_native_batch_norm,
+    "aten::_native_batch_norm_legit_functional": aten_native_batch_norm_legit_functional,
+    "aten::_native_batch_norm_legit.no_stats": aten_native_batch_norm_legit_no_stats,
+    "aten::_batch_norm_with_update_functional": aten_batch_norm_with_update_functional,
+    "aten::pad": aten_pad,
+    "aten::upsample_linear1d.vec": aten_upsample_linear1d_vec,
+}
+
+
+def aten_im2col(
+    self: ir.Value,
+    kernel_size: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+) -> Any:
+    """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride).
+
+    One strided slice per kernel position, stacked; the shapes are static (any batch size,
+    zero included).
+    """
+    dims = static_dims(self)
+    assert dims is not None, "im2col needs static shapes"
+    kh, kw = expand_param(kernel_size, 2, [])
+    dh, dw = expand_param(dilation, 2, [1, 1])
+    ph, pw = expand_param(padding, 2, [0, 0])
+    sh, sw = expand_param(stride, 2, [1, 1])
+    lead = len(dims) - 2
+    height, width = dims[-2] + 2 * ph, dims[-1] + 2 * pw
+    out_h = (height - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width - dw * (kw - 1) - 1) // sw + 1
+    padded = op.Pad(self, ints([0] * lead + [ph, pw] + [0] * lead + [ph, pw]))
+    patches = []
+    for i in range(kh):
+        for j in range(kw):
+            starts = [i * dh, j * dw]
+            ends = [starts[0] + (out_h - 1) * sh + 1, starts[1] + (out_w - 1) * sw + 1]
+            window = op.Slice(padded, ints(starts), ints(ends), ints([-2, -1]), ints([sh, sw]))
+            patches.append(op.Unsqueeze(window, ints([lead])))
+    stacked = op.Concat(*patches, axis=lead)  # [..., C, kh*kw, out_h, out_w] with C at lead-1
+    channels = dims[lead - 1] if lead >= 1 else 1
+    shape = [channels * kh * kw, out_h * out_w]
+    if lead >= 2:
+        batch = op.Shape(self, start=0, end=lead - 1)
+        return op.Reshape(stacked, op.Concat(batch, ints(shape), axis=0))
+    return op.Reshape(stacked, ints(shape))
+
+
+FUNCTIONS["aten::im2col"] = aten_im2col

@@ -1,0 +1,277 @@
+"""Pooling torchlib gets wrong or lacks.
+
+Average pooling with ``ceil_mode``/padding (exact divisors), adaptive pooling (exact
+windows), fractional max pooling (windows placed from the given samples, as ATen does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export._functions_base import const, ints, op, static_dims
+
+__all__ = ["FUNCTIONS", "expand_param"]
+
+
+def _pool_geometry(
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+) -> list[int]:
+    """Extra right padding per spatial dim so that every output window fits (ceil_mode)."""
+    extra = []
+    for size, k, s, p in zip(sizes, kernel, stride, padding, strict=True):
+        span = size + 2 * p - k
+        out = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (out - 1) * s >= size + p:
+            out -= 1
+        extra.append(max(0, (out - 1) * s + k - (size + 2 * p)))
+    return extra
+
+
+def expand_param(value: Sequence[int] | int, count: int, default: Sequence[int]) -> list[int]:
+    if isinstance(value, int):
+        return [value] * count
+    if not value:
+        return list(default)
+    return list(value) * count if len(value) == 1 else list(value)
+
+
+def _avg_pool(
+    self: ir.Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int] | int,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    spatial: int,
+) -> Any:
+    kernel = expand_param(kernel_size, spatial, [])
+    strides = expand_param(stride, spatial, kernel)
+    pads = expand_param(padding, spatial, [0] * spatial)
+    dims = static_dims(self)
+    assert dims is not None, "avg_pool needs static shapes"
+    lead = len(dims) - spatial
+    extra = _pool_geometry(dims[lead:], kernel, strides, pads, ceil_mode)
+    zeros = [0] * lead
+    padded = op.Pad(
+        self, ints(zeros + pads + zeros + [p + e for p, e in zip(pads, extra, strict=True)])
+    )
+    volume = float(math.prod(kernel))
+    sums = op.Mul(op.AveragePool(padded, kernel_shape=kernel, strides=strides), const(volume, self))
+    if divisor_override:
+        return op.Div(sums, const(float(divisor_override), self))
+    counts = np.ones([1] * lead + dims[lead:], dtype=np.float32)
+    pad_value = 1.0 if count_include_pad else 0.0
+    counts = np.pad(counts, [(0, 0)] * lead + [(p, p) for p in pads], constant_values=pad_value)
+    counts = np.pad(counts, [(0, 0)] * lead + [(0, e) for e in extra])
+    windows = op.AveragePool(
+        op.Constant(value=ir.tensor(counts)), kernel_shape=kernel, strides=strides
+    )
+    divisor = op.Mul(op.CastLike(windows, self), const(volume, self))
+    return op.Div(sums, divisor)
+
+
+def _avg_pool_function(spatial: int) -> Callable[..., Any]:
+    def function(
+        self: ir.Value,
+        kernel_size: Sequence[int],
+        stride: Sequence[int] = (),
+        padding: Sequence[int] | int = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> Any:
+        return _avg_pool(
+            self,
+            kernel_size,
+            stride,
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+            spatial,
+        )
+
+    function.__name__ = f"aten_avg_pool{spatial}d"
+    function.__doc__ = (
+        f"avg_pool{spatial}d(Tensor self, int[{spatial}] kernel_size, ...): exact divisors."
+    )
+    return function
+
+
+def _windows(size: int, out: int) -> list[tuple[int, int]]:
+    return [((i * size) // out, -(-((i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> Any:
+    dims = static_dims(self)
+    assert dims is not None, "adaptive pooling needs static spatial sizes"
+    r = len(dims)
+    result: Any = self
+    for offset in range(spatial):
+        axis = r - spatial + offset
+        size, out = dims[axis], int(output_size[offset])
+        matrix = np.zeros([size, out], dtype=np.float32)
+        for i, (start, end) in enumerate(_windows(size, out)):
+            matrix[start:end, i] = 1.0 / (end - start)
+        weights = op.CastLike(op.Constant(value=ir.tensor(matrix)), self)
+        perm = [*range(axis), *range(axis + 1, r), axis]
+        moved = op.Transpose(result, perm=perm) if axis != r - 1 else result
+        pooled = op.MatMul(moved, weights)
+        inverse = [perm.index(i) for i in range(r)]
+        result = op.Transpose(pooled, perm=inverse) if axis != r - 1 else pooled
+    return result
+
+
+def _adaptive_avg_function(spatial: int) -> Callable[..., Any]:
+    def function(self: ir.Value, output_size: Sequence[int]) -> Any:
+        return _adaptive_avg(self, output_size, spatial)
+
+    function.__name__ = f"aten_adaptive_avg_pool{spatial}d"
+    function.__doc__ = f"_adaptive_avg_pool{spatial}d(Tensor self, SymInt[{spatial}] output_size)."
+    return function
+
+
+def _adaptive_max(self: ir.Value, output_size: Sequence[int], spatial: int) -> tuple[Any, Any]:
+    """Gathers each window's elements (padded by repeating its first) and reduces them."""
+    dims = static_dims(self)
+    assert dims is not None, "adaptive pooling needs static spatial sizes"
+    r = len(dims)
+    sizes = dims[r - spatial :]
+    outs = [int(o) for o in output_size]
+    per_dim = [_windows(s, o) for s, o in zip(sizes, outs, strict=True)]
+    widest = [max(e - s for s, e in w) for w in per_dim]
+    strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
+    table = np.zeros([*outs, int(math.prod(widest))], dtype=np.int64)
+    for cell in np.ndindex(*outs):
+        ranges = [range(*per_dim[d][cell[d]]) for d in range(spatial)]
+        positions = [
+            sum(ranges[d][pos[d]] * strides[d] for d in range(spatial))
+            for pos in np.ndindex(*[len(x) for x in ranges])
+        ]
+        table[cell] = positions + [positions[0]] * (table.shape[-1] - len(positions))
+    lead = dims[: r - spatial]
+    planes = op.Reshape(self, ints([*lead, -1]))
+    gathered = op.Gather(planes, op.Constant(value=ir.tensor(table)), axis=len(lead))
+    values = op.ReduceMax(gathered, ints([-1]), keepdims=0)
+    which = op.ArgMax(gathered, axis=-1, keepdims=1)
+    spread = op.Expand(op.Constant(value=ir.tensor(table)), op.Shape(gathered))
+    indices = op.Squeeze(op.GatherElements(spread, which, axis=-1), ints([-1]))
+    return values, indices
+
+
+def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
+    def function(self: ir.Value, output_size: Sequence[int]) -> tuple[Any, Any]:
+        return _adaptive_max(self, output_size, spatial)
+
+    function.__name__ = f"aten_adaptive_max_pool{spatial}d"
+    function.__doc__ = f"adaptive_max_pool{spatial}d(Tensor self, int[{spatial}] output_size)."
+    return function
+
+
+def _fractional_starts(samples: Any, axis: int, size: int, kernel: int, out: int) -> Any:
+    """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``."""
+    u = op.Gather(samples, op.Constant(value_int=axis), axis=-1)  # [N, C]
+    last = op.CastLike(const(float(size - kernel), samples), samples)
+    if out == 1:
+        return op.Cast(op.Unsqueeze(op.Expand(last, op.Shape(u)), ints([-1])), to=7)
+    alpha = const((size - kernel) / (out - 1), samples)
+    steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(out, dtype=np.float32))), samples)
+    u3 = op.Unsqueeze(u, ints([-1]))
+    starts = op.Sub(op.Floor(op.Mul(op.Add(steps, u3), alpha)), op.Floor(op.Mul(u3, alpha)))
+    starts = op.Where(_mask_last(out), last, starts)
+    return op.Cast(starts, to=7)
+
+
+def _spread(positions: Any, d: int, spatial: int) -> Any:
+    """[N, C, out_d, k_d] to [N, C, 1.., out_d, 1.., 1.., k_d, 1..] (2 + 2 * spatial axes)."""
+    before_out = list(range(2, 2 + d))
+    after_out = list(range(3 + d, 2 + spatial))
+    # after those, k_d sits at 2 + spatial; place it at 2 + spatial + d
+    expanded = op.Unsqueeze(positions, ints(before_out)) if before_out else positions
+    expanded = op.Unsqueeze(expanded, ints(after_out)) if after_out else expanded
+    kernel_before = list(range(2 + spatial, 2 + spatial + d))
+    kernel_after = list(range(3 + spatial + d, 2 + 2 * spatial))
+    expanded = op.Unsqueeze(expanded, ints(kernel_before)) if kernel_before else expanded
+    return op.Unsqueeze(expanded, ints(kernel_after)) if kernel_after else expanded
+
+
+def _mask_last(out: int) -> Any:
+    return op.Constant(value=ir.tensor(np.arange(out) == out - 1))
+
+
+def _fractional_max_pool(
+    self: ir.Value,
+    kernel_size: Sequence[int],
+    output_size: Sequence[int],
+    random_samples: ir.Value,
+) -> tuple[Any, Any]:
+    dims = static_dims(self)
+    assert dims is not None, "fractional max pooling needs static shapes"
+    spatial = len(kernel_size)
+    unbatched = len(dims) == spatial + 1
+    x = op.Unsqueeze(self, ints([0])) if unbatched else self
+    sizes = dims[-spatial:]
+    samples = op.CastLike(random_samples, x)
+    strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
+    index: Any = None
+    for d in range(spatial):
+        # ATen's 2-d op draws (W, H) from the samples, the 3-d op (T, H, W).
+        sample = 1 - d if spatial == 2 else d
+        starts = _fractional_starts(
+            samples, sample, sizes[d], int(kernel_size[d]), int(output_size[d])
+        )
+        offsets = op.Constant(value=ir.tensor(np.arange(int(kernel_size[d]), dtype=np.int64)))
+        positions = op.Add(op.Unsqueeze(starts, ints([-1])), offsets)  # [N, C, out_d, k_d]
+        positions = op.Mul(positions, op.Constant(value_int=strides[d]))
+        positions = _spread(positions, d, spatial)
+        index = positions if index is None else op.Add(index, positions)
+    assert index is not None
+    outs = [int(o) for o in output_size]
+    window = int(math.prod(int(k) for k in kernel_size))
+    flat_index = op.Reshape(index, op.Concat(op.Shape(index, start=0, end=2), ints([-1]), axis=0))
+    planes = op.Reshape(x, op.Concat(op.Shape(x, start=0, end=2), ints([-1]), axis=0))
+    gathered = op.GatherElements(planes, flat_index, axis=2)
+    shape = op.Concat(op.Shape(x, start=0, end=2), ints([*outs, window]), axis=0)
+    gathered = op.Reshape(gathered, shape)
+    grid = op.Reshape(flat_index, shape)
+    values = op.ReduceMax(gathered, ints([-1]), keepdims=0)
+    which = op.ArgMax(gathered, axis=-1, keepdims=1)
+    indices = op.Squeeze(op.GatherElements(grid, which, axis=-1), ints([-1]))
+    if unbatched:
+        return op.Squeeze(values, ints([0])), op.Squeeze(indices, ints([0]))
+    return values, indices
+
+
+def aten_fractional_max_pool(
+    self: ir.Value,
+    kernel_size: Sequence[int],
+    output_size: Sequence[int],
+    random_samples: ir.Value,
+) -> tuple[Any, Any]:
+    """fractional_max_pool{2,3}d(Tensor self, int[] kernel_size, int[] output_size, ...).
+
+    Windows placed as ATen places them from ``random_samples`` (so the results match).
+    """
+    return _fractional_max_pool(self, kernel_size, output_size, random_samples)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::avg_pool2d": _avg_pool_function(2),
+    "aten::avg_pool3d": _avg_pool_function(3),
+    "aten::_adaptive_avg_pool2d": _adaptive_avg_function(2),
+    "aten::_adaptive_avg_pool3d": _adaptive_avg_function(3),
+    "aten::adaptive_max_pool2d": _adaptive_max_function(2),
+    "aten::adaptive_max_pool3d": _adaptive_max_function(3),
+    "aten::fractional_max_pool2d": aten_fractional_max_pool,
+    "aten::fractional_max_pool3d": aten_fractional_max_pool,
+}

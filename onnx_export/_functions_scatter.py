@@ -1,0 +1,203 @@
+"""Scatter-like ops torchlib lacks or gets wrong.
+
+Scatter and index reductions (``mean``, ``include_self=False``), ``put``,
+``segment_reduce``, and transformers' mixture-of-experts ``grouped_mm_fallback``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export._functions_base import const, ints, is_float, op, rank
+
+__all__ = ["FUNCTIONS"]
+
+_INT64 = ir.DataType.INT64
+
+_ONNX_REDUCTION = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",
+                   "amax": "max", "amin": "min", "mean": "add"}  # fmt: skip
+
+
+def _identity(reduce: str, like: ir.Value) -> Any:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if is_float(like):
+        return float("-inf") if reduce == "amax" else float("inf")
+    info = np.iinfo(ir.DataType(like.dtype).numpy()) if like.dtype is not None else None
+    assert info is not None
+    return int(info.min if reduce == "amax" else info.max)
+
+
+def _scatter_reduce(
+    self: ir.Value, dim: int, index: Any, src: Any, reduce: str, include_self: bool
+) -> Any:
+    base: Any = self
+    if not include_self:
+        fill = op.Expand(const(_identity(reduce, self), self), op.Shape(index))
+        base = op.ScatterElements(self, index, fill, axis=dim)
+    result = op.ScatterElements(base, index, src, axis=dim, reduction=_ONNX_REDUCTION[reduce])
+    if reduce != "mean":
+        return result
+    ones = op.Expand(const(1, self), op.Shape(index))
+    count: Any = op.Expand(const(1, self), op.Shape(self))
+    if not include_self:
+        count = op.ScatterElements(count, index, op.Mul(ones, const(0, self)), axis=dim)
+    count = op.ScatterElements(count, index, ones, axis=dim, reduction="add")
+    safe = op.Max(count, const(1, self))
+    return op.Div(result, safe)
+
+
+def aten_scatter_reduce_two(
+    self: ir.Value, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
+) -> Any:
+    """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, ...)."""
+    return _scatter_reduce(self, dim, index, src, reduce, include_self)
+
+
+def aten_scatter_reduce(self: ir.Value, dim: int, index: Any, src: Any, reduce: str) -> Any:
+    """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce)."""
+    return _scatter_reduce(self, dim, index, src, reduce, True)
+
+
+def aten_scatter_value_reduce(
+    self: ir.Value, dim: int, index: Any, value: float, reduce: str
+) -> Any:
+    """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce)."""
+    src = op.Expand(const(value, self), op.Shape(index))
+    return _scatter_reduce(self, dim, index, src, reduce, True)
+
+
+def aten_index_reduce(
+    self: ir.Value,
+    dim: int,
+    index: ir.Value,
+    source: ir.Value,
+    reduce: str,
+    include_self: bool = True,
+) -> Any:
+    """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, ...)."""
+    r = rank(self)
+    assert r is not None, "index_reduce needs the input's rank"
+    if r == 0:  # one element: reduce as a 1-element vector
+        vector = op.Reshape(self, ints([1]))
+        updates = op.Reshape(source, ints([1]))
+        reduced = _scatter_reduce(
+            vector, 0, op.Reshape(index, ints([1])), updates, reduce, include_self
+        )
+        return op.Reshape(reduced, ints([]))
+    axis = dim % r
+    shape = [1] * r
+    shape[axis] = -1
+    spread = op.Expand(op.Reshape(index, ints(shape)), op.Shape(source))
+    return _scatter_reduce(self, axis, spread, source, reduce, include_self)
+
+
+def aten_put(self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool = False) -> Any:
+    """put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor."""
+    flat = op.Reshape(self, ints([-1]))
+    positions = op.Reshape(index, ints([-1]))
+    count = op.Shape(flat)
+    positions = op.Where(op.Less(positions, ints([0])), op.Add(positions, count), positions)
+    updates = op.Reshape(source, ints([-1]))
+    reduction = "add" if accumulate else "none"
+    scattered = op.ScatterElements(flat, positions, updates, axis=0, reduction=reduction)
+    return op.Reshape(scattered, op.Shape(self))
+
+
+def transformers_grouped_mm_fallback(input: ir.Value, weight: ir.Value, offs: ir.Value) -> Any:
+    """transformers::grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs).
+
+    Mixture-of-experts matmul: rows of ``input`` (sorted by expert) up to ``offs[e]``
+    (cumulative counts) go through ``weight[e]``; rows past the last offset are zeros.
+    """
+    rows = op.Shape(input, start=0, end=1)
+    positions = op.Range(
+        op.Constant(value_int=0), op.Squeeze(rows, ints([0])), op.Constant(value_int=1)
+    )
+    ends = op.Cast(offs, to=int(_INT64))
+    expert = op.ReduceSum(
+        op.Cast(op.LessOrEqual(ends, op.Unsqueeze(positions, ints([1]))), to=int(_INT64)),
+        ints([1]),
+        keepdims=0,
+    )
+    experts = op.Shape(weight, start=0, end=1)
+    valid = op.Less(expert, experts)
+    chosen = op.Gather(weight, op.Min(expert, op.Sub(experts, ints([1]))), axis=0)
+    products = op.Squeeze(op.MatMul(op.Unsqueeze(input, ints([1])), chosen), ints([1]))
+    return op.Where(op.Unsqueeze(valid, ints([1])), products, const(0.0, products))
+
+
+_SEGMENT_REDUCTION = {"sum": "add", "mean": "add", "prod": "mul", "max": "max", "min": "min"}
+
+_SEGMENT_IDENTITY = {
+    "sum": 0.0,
+    "mean": 0.0,
+    "prod": 1.0,
+    "max": float("-inf"),
+    "min": float("inf"),
+}
+
+
+def aten_segment_reduce(
+    data: ir.Value,
+    reduce: str,
+    lengths: Any = None,
+    indices: Any = None,
+    offsets: Any = None,
+    axis: int = 0,
+    unsafe: bool = False,
+    initial: float | None = None,
+) -> Any:
+    """segment_reduce(Tensor data, str reduce, *, Tensor? lengths, ..., Tensor? offsets, ...).
+
+    Consecutive segments along ``axis`` 0 (1-D lengths or offsets), reduced with a
+    scatter; ``initial`` takes part in every segment, and is what an empty one holds.
+    """
+    if axis != 0 or indices is not None:
+        raise NotImplementedError("segment_reduce along axis 0 with lengths or offsets")
+    if lengths is not None:
+        sizes = op.Cast(lengths, to=int(_INT64))
+        ends = op.CumSum(sizes, op.Constant(value_int=0))
+    else:
+        bounds = op.Cast(offsets, to=int(_INT64))
+        ends = op.Slice(bounds, ints([1]), ints([2**62]), ints([0]))
+        sizes = op.Sub(ends, op.Slice(bounds, ints([0]), ints([-1]), ints([0])))
+    rows = op.Shape(data, start=0, end=1)
+    positions = op.Range(
+        op.Constant(value_int=0), op.Squeeze(rows, ints([0])), op.Constant(value_int=1)
+    )
+    segment = op.ReduceSum(
+        op.Cast(op.LessOrEqual(ends, op.Unsqueeze(positions, ints([1]))), to=int(_INT64)),
+        ints([1]),
+        keepdims=0,
+    )
+    r = rank(data) or 1
+    index = op.Expand(op.Reshape(segment, ints([-1] + [1] * (r - 1))), op.Shape(data))
+    start = _SEGMENT_IDENTITY[reduce] if initial is None else float(initial)
+    out_shape = op.Concat(op.Shape(sizes), op.Shape(data, start=1), axis=0)
+    base = op.Expand(const(start, data), out_shape)
+    result = op.ScatterElements(base, index, data, axis=0, reduction=_SEGMENT_REDUCTION[reduce])
+    if reduce != "mean":
+        return result
+    count = op.CastLike(op.Reshape(sizes, ints([-1] + [1] * (r - 1))), data)
+    averaged = op.Div(result, count)
+    if initial is None:
+        return averaged
+    return op.Where(op.Equal(count, const(0.0, data)), const(float(initial), data), averaged)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::scatter_reduce.two": aten_scatter_reduce_two,
+    "aten::scatter.reduce": aten_scatter_reduce,
+    "aten::scatter.value_reduce": aten_scatter_value_reduce,
+    "aten::index_reduce": aten_index_reduce,
+    "aten::put": aten_put,
+    "transformers::grouped_mm_fallback": transformers_grouped_mm_fallback,
+    "aten::segment_reduce": aten_segment_reduce,
+}

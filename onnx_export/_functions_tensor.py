@@ -1,0 +1,369 @@
+"""Tensor ops torchlib lacks or gets wrong.
+
+Copies, selection, scatter with reductions, distances, index generators, conversion to
+complex and random sampling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export._functions_base import (
+    cast_to,
+    const,
+    fx_output_dtypes,
+    ints,
+    op,
+    rank,
+    static_dims,
+)
+
+__all__ = ["FUNCTIONS"]
+
+_INT64 = ir.DataType.INT64
+_COMPLEX_TO_REAL = {
+    ir.DataType.COMPLEX64: ir.DataType.FLOAT,
+    ir.DataType.COMPLEX128: ir.DataType.DOUBLE,
+}
+
+
+def _output_dtype(default: ir.DataType | None = None) -> ir.DataType | None:
+    dtypes = fx_output_dtypes()
+    return dtypes[0] if dtypes and dtypes[0] is not None else default
+
+
+# -- copies and views --------------------------------------------------------------------
+
+
+def aten_to_copy(
+    self: ir.Value,
+    dtype: int | None = None,
+    layout: str | None = None,
+    device: str | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    memory_format: str | None = None,
+) -> Any:
+    """_to_copy(Tensor self, *, ScalarType? dtype=None, ...): complex targets as real views."""
+    if dtype is None:
+        return op.Identity(self)
+    target = ir.DataType(dtype)
+    real = _COMPLEX_TO_REAL.get(target)
+    if real is None:
+        return op.Cast(self, to=int(target))
+    values = op.Unsqueeze(op.Cast(self, to=int(real)), ints([-1]))
+    return op.Concat(values, op.Mul(values, const(0.0, values)), axis=-1)
+
+
+def _atleast(minimum: int) -> Callable[..., Any]:
+    def function(tensors: Sequence[ir.Value]) -> list[Any]:
+        results = []
+        for x in tensors:
+            r = rank(x)
+            assert r is not None, f"atleast_{minimum}d needs each input's rank"
+            if r >= minimum:
+                results.append(op.Identity(x))
+            elif r == 0:
+                results.append(op.Reshape(x, ints([1] * minimum)))
+            elif minimum == 3 and r == 1:
+                results.append(op.Unsqueeze(x, ints([0, 2])))
+            elif minimum == 3:
+                results.append(op.Unsqueeze(x, ints([2])))
+            else:
+                results.append(op.Unsqueeze(x, ints([0])))
+        return results
+
+    function.__name__ = f"aten_atleast_{minimum}d_sequence"
+    function.__doc__ = f"atleast_{minimum}d.Sequence(Tensor[] tensors) -> Tensor[]."
+    return function
+
+
+def _as_scalar_tensor(value: Any) -> Any:
+    return op.Reshape(value, ints([1])) if isinstance(value, ir.Value) else ints([int(value)])
+
+
+def aten_narrow_copy(self: ir.Value, dim: int, start: Any, length: Any) -> Any:
+    """narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor."""
+    begin = _as_scalar_tensor(start)
+    end = op.Add(begin, _as_scalar_tensor(length))
+    return op.Slice(self, begin, end, ints([dim]))
+
+
+def aten_permute_copy(self: ir.Value, dims: Sequence[int]) -> Any:
+    """permute_copy(Tensor self, int[] dims) -> Tensor."""
+    r = rank(self) or len(dims)
+    return op.Transpose(self, perm=[d % r for d in dims]) if r else op.Identity(self)
+
+
+def aten_unbind_copy(self: ir.Value, dim: int = 0) -> list[Any]:
+    """unbind_copy.int(Tensor self, int dim=0) -> Tensor[] (the size along dim is static)."""
+    dims = self.shape
+    size = dims[dim] if dims is not None else None
+    assert isinstance(size, int), "unbind_copy needs a static size"
+    count = size
+    return [op.Gather(self, op.Constant(value_int=i), axis=dim) for i in range(count)]
+
+
+def aten_squeeze_dims(self: ir.Value, dim: Sequence[int]) -> Any:
+    """squeeze.dims(Tensor self, int[] dim): squeezes those of ``dim`` whose size is 1."""
+    r = rank(self)
+    if not r:
+        return op.Identity(self)
+    dims = self.shape
+    assert dims is not None
+    axes = sorted({d % r for d in dim if dims[d % r] == 1})
+    return op.Squeeze(self, ints(axes)) if axes else op.Identity(self)
+
+
+def _strided_indices(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:
+    index = np.full([int(s) for s in size], int(offset), dtype=np.int64)
+    for axis, (length, step) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[axis] = int(length)
+        index = index + (np.arange(int(length), dtype=np.int64) * int(step)).reshape(shape)
+    return index
+
+
+def aten_as_strided_copy(
+    self: ir.Value, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None
+) -> Any:
+    """as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset)."""
+    index = _strided_indices(size, stride, storage_offset or 0)
+    flat = op.Reshape(self, ints([-1]))
+    return op.Gather(flat, op.Constant(value=ir.tensor(index)), axis=0)
+
+
+def aten_as_strided_scatter(
+    self: ir.Value,
+    src: ir.Value,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None = None,
+) -> Any:
+    """as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, ...)."""
+    index = _strided_indices(size, stride, storage_offset or 0).reshape(-1)
+    flat = op.Reshape(self, ints([-1]))
+    updates = op.Reshape(src, ints([-1]))
+    scattered = op.ScatterElements(flat, op.Constant(value=ir.tensor(index)), updates, axis=0)
+    return op.Reshape(scattered, op.Shape(self))
+
+
+def aten_diagonal_scatter(
+    self: ir.Value, src: ir.Value, offset: int = 0, dim1: int = 0, dim2: int = 1
+) -> Any:
+    """diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1)."""
+    dims = static_dims(self)
+    assert dims is not None, "diagonal_scatter needs static shapes"
+    r = len(dims)
+    d1, d2 = dim1 % r, dim2 % r
+    rest = [d for d in range(r) if d not in (d1, d2)]
+    perm = [*rest, d1, d2]
+    moved = op.Transpose(self, perm=perm)
+    n1, n2 = dims[d1], dims[d2]
+    rows = np.arange(n1).reshape(-1, 1)
+    cols = np.arange(n2).reshape(1, -1)
+    mask = op.Constant(value=ir.tensor(cols - rows == offset))
+    length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+    along = n1 if offset >= 0 else n2
+    padded = op.Pad(src, ints([0] * (len(rest) + 1) + [0] * len(rest) + [along - length]))
+    # offset >= 0: src[..., i] sits in row i; otherwise src[..., j] sits in column j.
+    spread = op.Unsqueeze(padded, ints([-1 if offset >= 0 else -2]))
+    updated = op.Where(mask, spread, moved)
+    inverse = [perm.index(i) for i in range(r)]
+    return op.Transpose(updated, perm=inverse)
+
+
+def aten_masked_select(self: ir.Value, mask: ir.Value) -> Any:
+    """masked_select(Tensor self, Tensor mask) -> Tensor (1-D)."""
+    values = op.Where(mask, self, self)  # self broadcast against mask
+    full_mask = op.Expand(mask, op.Shape(values))
+    return op.Compress(op.Reshape(values, ints([-1])), op.Reshape(full_mask, ints([-1])), axis=0)
+
+
+def aten_nonzero(self: ir.Value) -> Any:
+    """nonzero(Tensor self) -> Tensor: (count, rank) indices, (count, 0) for 0-d."""
+    if rank(self) == 0:
+        count = op.Cast(op.Not(op.Equal(self, const(0, self))), to=int(_INT64))
+        shape = op.Concat(op.Reshape(count, ints([1])), ints([0]), axis=0)
+        return op.ConstantOfShape(shape, value=ir.tensor([0], dtype=_INT64))
+    return op.Transpose(op.NonZero(self), perm=[1, 0])
+
+
+def aten_nonzero_static(self: ir.Value, size: Any, fill_value: int = -1) -> Any:
+    """nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor."""
+    r = rank(self)
+    assert r is not None, "nonzero_static needs the input's rank"
+    rows = _as_scalar_tensor(size)
+    if r == 0:
+        return op.ConstantOfShape(
+            op.Concat(rows, ints([0]), axis=0), value=ir.tensor([0], dtype=_INT64)
+        )
+    found = op.Transpose(op.NonZero(self), perm=[1, 0])
+    padding = op.ConstantOfShape(
+        op.Concat(rows, ints([r]), axis=0), value=ir.tensor([fill_value], dtype=_INT64)
+    )
+    return op.Slice(op.Concat(found, padding, axis=0), ints([0]), rows, ints([0]))
+
+
+# -- scatter with reductions -------------------------------------------------------------
+
+
+# -- distances ---------------------------------------------------------------------------
+
+
+def _p_norm(difference: Any, p: float, axes: Sequence[int] | None, keepdim: bool) -> Any:
+    magnitude = op.Abs(difference)
+    axes_value = [ints(axes)] if axes is not None else []
+    keep = int(keepdim)
+    if p == 0:
+        nonzero = op.CastLike(op.Not(op.Equal(magnitude, const(0.0, magnitude))), magnitude)
+        return op.ReduceSum(nonzero, *axes_value, keepdims=keep)
+    if math.isinf(p):
+        reducer = op.ReduceMax if p > 0 else op.ReduceMin
+        return reducer(magnitude, *axes_value, keepdims=keep)
+    if p == 1:
+        return op.ReduceSum(magnitude, *axes_value, keepdims=keep)
+    if p == 2:
+        return op.Sqrt(op.ReduceSum(op.Mul(magnitude, magnitude), *axes_value, keepdims=keep))
+    total = op.ReduceSum(op.Pow(magnitude, const(p, magnitude)), *axes_value, keepdims=keep)
+    return op.Pow(total, const(1.0 / p, magnitude))
+
+
+def aten_dist(self: ir.Value, other: ir.Value, p: float = 2) -> Any:
+    """dist(Tensor self, Tensor other, Scalar p=2): the p-norm of self - other."""
+    return _p_norm(op.Sub(self, other), float(p), None, False)
+
+
+def aten_cdist_forward(x1: ir.Value, x2: ir.Value, p: float, compute_mode: int | None) -> Any:
+    """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor."""
+    difference = op.Sub(op.Unsqueeze(x1, ints([-2])), op.Unsqueeze(x2, ints([-3])))
+    return _p_norm(difference, float(p), [-1], False)
+
+
+def aten_pdist_forward(self: ir.Value, p: float = 2.0) -> Any:
+    """_pdist_forward(Tensor self, float p=2.): distances of rows i < j, row-major."""
+    full = aten_cdist_forward(self, self, p, None)
+    n = op.Shape(self, start=0, end=1)
+    ones = op.ConstantOfShape(
+        op.Concat(n, n, axis=0), value=ir.tensor([1], dtype=ir.DataType.INT32)
+    )
+    upper = op.Trilu(ones, op.Constant(value_int=1), upper=1)
+    where = op.Reshape(op.NonZero(op.Reshape(upper, ints([-1]))), ints([-1]))
+    return op.Gather(op.Reshape(full, ints([-1])), where, axis=0)
+
+
+# -- index generators and uninitialised tensors ------------------------------------------
+
+
+def _triangle_indices(upper: bool) -> Callable[..., Any]:
+    def function(row: int, col: int, offset: int = 0, **_: Any) -> Any:
+        pick = np.triu_indices if upper else np.tril_indices
+        found = np.stack(pick(int(row), int(offset), int(col))).astype(np.int64)
+        result = op.Constant(value=ir.tensor(found.reshape(2, -1)))
+        return cast_to(result, _output_dtype(_INT64))
+
+    kind = "triu" if upper else "tril"
+    function.__name__ = f"aten_{kind}_indices"
+    function.__doc__ = f"{kind}_indices(int row, int col, int offset=0, *, ScalarType? dtype)."
+    return function
+
+
+def aten_empty_permuted(size: Sequence[Any], physical_layout: Sequence[int], **_: Any) -> Any:
+    """empty_permuted(SymInt[] size, int[] physical_layout, ...): zeros (contents unspecified)."""
+    dtype = _output_dtype(ir.DataType.FLOAT)
+    assert dtype is not None
+    shape = size if size else ints([])
+    return op.ConstantOfShape(shape, value=ir.tensor([0], dtype=dtype))
+
+
+# -- random sampling ---------------------------------------------------------------------
+
+
+def _uniform(self: ir.Value, low: float = 0.0, high: float = 1.0) -> Any:
+    return op.RandomUniformLike(self, low=float(low), high=float(high))
+
+
+def aten_uniform(self: ir.Value, from_: float = 0.0, to: float = 1.0, generator: Any = None) -> Any:
+    """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None)."""
+    return _uniform(self, from_, to)
+
+
+def aten_cauchy(
+    self: ir.Value, median: float = 0.0, sigma: float = 1.0, generator: Any = None
+) -> Any:
+    """cauchy(Tensor self, float median=0., float sigma=1., *, Generator? generator=None)."""
+    angle = op.Mul(op.Sub(_uniform(self), const(0.5, self)), const(math.pi, self))
+    return op.Add(const(median, self), op.Mul(const(sigma, self), op.Tan(angle)))
+
+
+def aten_exponential(self: ir.Value, lambd: float = 1.0, generator: Any = None) -> Any:
+    """exponential(Tensor self, float lambd=1., *, Generator? generator=None)."""
+    survival = op.Sub(const(1.0, self), _uniform(self))
+    return op.Div(op.Neg(op.Log(survival)), const(lambd, self))
+
+
+def aten_geometric(self: ir.Value, p: float, generator: Any = None) -> Any:
+    """geometric(Tensor self, float p, *, Generator? generator=None): trials to success."""
+    survival = op.Sub(const(1.0, self), _uniform(self))
+    return op.Ceil(op.Div(op.Log(survival), const(math.log1p(-p), self)))
+
+
+def aten_log_normal(
+    self: ir.Value, mean: float = 1.0, std: float = 2.0, generator: Any = None
+) -> Any:
+    """log_normal(Tensor self, float mean=1., float std=2., *, Generator? generator=None)."""
+    return op.Exp(op.RandomNormalLike(self, mean=float(mean), scale=float(std)))
+
+
+def aten_rrelu_with_noise_functional(
+    self: ir.Value,
+    noise: ir.Value,
+    lower: float = 0.125,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    generator: Any = None,
+) -> tuple[Any, Any]:
+    """rrelu_with_noise_functional(Tensor self, Tensor noise, ...) -> (Tensor, Tensor noise_out)."""
+    negative = op.Less(self, const(0.0, self))
+    if training:
+        slope = _uniform(self, lower, upper)
+        noise_out = op.Where(negative, slope, const(1.0, self))
+    else:
+        slope = const((lower + upper) / 2.0, self)
+        noise_out = op.Identity(noise)
+    return op.Where(negative, op.Mul(self, slope), self), noise_out
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::_to_copy": aten_to_copy,
+    "aten::atleast_1d.Sequence": _atleast(1),
+    "aten::atleast_2d.Sequence": _atleast(2),
+    "aten::atleast_3d.Sequence": _atleast(3),
+    "aten::narrow_copy": aten_narrow_copy,
+    "aten::permute_copy": aten_permute_copy,
+    "aten::unbind_copy.int": aten_unbind_copy,
+    "aten::squeeze.dims": aten_squeeze_dims,
+    "aten::as_strided_copy": aten_as_strided_copy,
+    "aten::as_strided_scatter": aten_as_strided_scatter,
+    "aten::diagonal_scatter": aten_diagonal_scatter,
+    "aten::masked_select": aten_masked_select,
+    "aten::nonzero": aten_nonzero,
+    "aten::nonzero_static": aten_nonzero_static,
+    "aten::dist": aten_dist,
+    "aten::_cdist_forward": aten_cdist_forward,
+    "aten::_pdist_forward": aten_pdist_forward,
+    "aten::triu_indices": _triangle_indices(upper=True),
+    "aten::tril_indices": _triangle_indices(upper=False),
+    "aten::empty_permuted": aten_empty_permuted,
+    "aten::uniform": aten_uniform,
+    "aten::cauchy": aten_cauchy,
+    "aten::exponential": aten_exponential,
+    "aten::geometric": aten_geometric,
+    "aten::log_normal": aten_log_normal,
+    "aten::rrelu_with_noise_functional": aten_rrelu_with_noise_functional,
+}
