@@ -4,6 +4,10 @@
 it runs only when needed: when an op has no ONNX function, or when the graph still
 mutates tensors in place (its functionalisation removes those). Ops with an ONNX
 function stay whole (``scaled_dot_product_attention``, ``layer_norm``, ...).
+
+Decomposition runs under ``torch.no_grad()`` whatever the caller's grad mode: the graph
+was captured already (train/eval behaviour included) and ONNX has no autograd.
+Side-effect tokens that decompositions introduce (``_linalg_check_errors``) are removed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable
 import torch
 import torch.fx
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 
 from onnx_export._capture import EXPORT_LOCK
 from onnx_export._registry import OnnxRegistry
@@ -27,6 +32,7 @@ _ASSERTIONS = {
     torch.ops.aten._assert_tensor_metadata.default,
     torch.ops.aten.sym_constrain_range_for_size.default,
     torch.ops.aten._assert_async.msg,
+    torch.ops.aten._linalg_check_errors.default,  # raises on singular input; returns nothing
 }
 
 
@@ -52,6 +58,31 @@ def _call_targets(gm: torch.fx.GraphModule) -> Iterable[object]:
     for sub in gm.children():
         if isinstance(sub, torch.fx.GraphModule):
             yield from _call_targets(sub)
+
+
+# In-place ops that change only autograd metadata: no values change, so they are dropped
+# rather than functionalised (``transformers`` caches ``detach_`` fresh tensors).
+_METADATA_ONLY_INPLACE = {
+    torch.ops.aten.detach_.default,
+    torch.ops.aten.requires_grad_.default,
+}
+
+
+def drop_metadata_only_inplace(program: ExportedProgram) -> int:
+    """Replace ``detach_``-like nodes by their input; return how many were dropped."""
+    dropped = 0
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        graph = module.graph
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target in _METADATA_ONLY_INPLACE:
+                node.replace_all_uses_with(node.args[0])
+                graph.erase_node(node)
+                dropped += 1
+        if dropped:
+            module.recompile()
+    return dropped
 
 
 def _is_mutating(target: object) -> bool:
@@ -84,6 +115,16 @@ def _table(registry: OnnxRegistry) -> dict[torch._ops.OperatorBase, object]:
     return table
 
 
+def _without_effect_tokens(program: ExportedProgram) -> ExportedProgram:
+    """Side-effect tokens (e.g. around ``_linalg_check_errors``) have no ONNX meaning."""
+    kinds = {spec.kind for spec in program.graph_signature.input_specs}
+    if InputKind.TOKEN not in kinds:
+        return program
+    from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
+
+    return _remove_effect_tokens(program)
+
+
 def remove_assertions(program: ExportedProgram) -> None:
     """Drop runtime assertion nodes, which compute nothing the model returns."""
     graph = program.graph_module.graph
@@ -97,13 +138,18 @@ def decompose(
     program: ExportedProgram, registry: OnnxRegistry, *, always: bool = False
 ) -> tuple[ExportedProgram, DecompositionReport]:
     """Decompose ``program`` when ONNX needs it, keeping ops that have ONNX functions."""
+    drop_metadata_only_inplace(program)
     why = "requested (decompose='always')" if always else _needs(program, registry)
     if not why:
         remove_assertions(program)
         return program, DecompositionReport(False, "every op has an ONNX function")
     before = {str(t) for t in _call_targets(program.graph_module)}
-    with EXPORT_LOCK:
-        program = program.run_decompositions(_table(registry))
+    # Inference semantics: ONNX graphs carry no autograd, and the model's train/eval
+    # behaviour (dropout, batch norm) was fixed at capture. Re-tracing with grad mode on
+    # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:
+    # "Cannot view a tensor with shape ... and strides").
+    with EXPORT_LOCK, torch.no_grad():
+        program = _without_effect_tokens(program.run_decompositions(_table(registry)))
     after = {str(t) for t in _call_targets(program.graph_module)}
     remove_assertions(program)
     return program, DecompositionReport(True, why, tuple(sorted(before - after)))
