@@ -26,6 +26,7 @@ from typing import Any, cast
 import numpy as np
 
 from adapters._json import canonical_json, check_json_value
+from adapters._library_containers import register_library_container
 from adapters._torch import pytree_registry, registry_state
 from adapters._treespec import TreeSpec
 
@@ -170,6 +171,8 @@ def _dict(obj: dict[object, object], leaves: list[object]) -> StructureKey:
 def _classify(cls: type) -> Handler:
     """Pick (and cache) the handler for a class not in the base table."""
     registry = pytree_registry()
+    if registry is not None and cls not in registry:
+        register_library_container(cls)  # a transformers cache, first met at call time
     handler: Handler
     if _is_namedtuple_class(cls):
         handler = _fields_handler("namedtuple", cls, cast(tuple[str, ...], cls._fields))  # type: ignore[attr-defined]  # checked by _is_namedtuple_class

@@ -19,10 +19,14 @@ def key_names(context: object, count: int) -> list[str] | None:
     """Return a custom node's context as field names if it is a list of ``count`` strings.
 
     ``ModelOutput`` and dataclass-like registrations use such contexts; they name children.
+    A context whose first item is such a list names them too (``transformers``'
+    ``DynamicCache``: ``[["key_cache", "value_cache"], layout]``).
 
     Example:
         >>> key_names(["logits", "loss"], 2), key_names(None, 2)
         (['logits', 'loss'], None)
+        >>> key_names([["key_cache", "value_cache"], [None, None]], 2)
+        ['key_cache', 'value_cache']
     """
     if (
         isinstance(context, list)
@@ -30,6 +34,8 @@ def key_names(context: object, count: int) -> list[str] | None:
         and all(isinstance(k, str) for k in context)
     ):
         return [str(k) for k in context]
+    if isinstance(context, list) and context and isinstance(context[0], list):
+        return key_names(context[0], count)
     return None
 
 

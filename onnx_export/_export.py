@@ -21,6 +21,7 @@ from onnx_export import _report
 from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
 from onnx_export._cleanup import remove_identity_reshapes
+from onnx_export._containers import register_input_containers
 from onnx_export._decomp import decompose
 from onnx_export._naming import (
     dim_names_from_program,
@@ -231,6 +232,7 @@ def _pipeline(
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
     signature = _forward_signature(module)
+    register_input_containers(model_args, model_kwargs)  # transformers caches
     try:
         args, kwargs = canonicalize_inputs(signature, model_args, model_kwargs)
         dynamic, user_dynamic = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))

@@ -24,12 +24,57 @@ def _key_text(key: object) -> str:
     return str(key)
 
 
+def _names_in_context(context: object, count: int) -> list[str] | None:
+    """Child names a pytree context spells out: a list of ``count`` keys, maybe nested first."""
+    if (
+        isinstance(context, (list, tuple))
+        and len(context) == count
+        and all(isinstance(k, (str, int)) for k in context)
+    ):
+        return [str(k) for k in context]
+    if isinstance(context, (list, tuple)) and context:
+        return _names_in_context(context[0], count)
+    return None
+
+
+def _walk_spec(spec: pytree.TreeSpec, prefix: list[str], out: list[list[str]]) -> None:
+    if spec.is_leaf():
+        out.append(prefix)
+        return
+    children = spec.children_specs
+    names: list[str] | None = None
+    fields = getattr(spec.context, "_fields", None)  # namedtuple: the context is the class
+    if isinstance(fields, tuple) and len(fields) == len(children):
+        names = [str(f) for f in fields]
+    if names is None:
+        names = _names_in_context(spec.context, len(children))
+    for index, child in enumerate(children):
+        _walk_spec(child, [*prefix, names[index] if names else str(index)], out)
+
+
+def _key_paths(spec: pytree.TreeSpec) -> list[list[str]]:
+    """The key path of every leaf of ``spec``, as strings.
+
+    Unflattening placeholders gives the exact keys torch's ``flatten_with_keys`` gives;
+    classes whose unflattening needs real tensors (``transformers``' ``DynamicCache``)
+    are named from the spec's contexts instead.
+    """
+    try:
+        skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        return [
+            [_key_text(k) for k in keys] for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]
+        ]
+    except Exception:  # a custom class that cannot hold ints
+        out: list[list[str]] = []
+        _walk_spec(spec, [], out)
+        return out
+
+
 def leaf_paths(spec: pytree.TreeSpec, positional_names: Sequence[str]) -> list[str]:
     """Dotted path of every leaf of an ``(args, kwargs)`` tree spec, e.g. ``"x.a.0"``."""
-    skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
     paths: list[str] = []
-    for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]:
-        parts = [_key_text(k) for k in keys]
+    for keys in _key_paths(spec):
+        parts = keys
         if len(parts) >= 2 and parts[0] == "0":  # positional argument
             index = int(parts[1])
             head = positional_names[index] if index < len(positional_names) else f"arg{index}"
@@ -42,10 +87,9 @@ def leaf_paths(spec: pytree.TreeSpec, positional_names: Sequence[str]) -> list[s
 
 def output_paths(spec: pytree.TreeSpec) -> list[str]:
     """Names for the model's outputs: dict keys and attribute names where there are any."""
-    skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
     paths = []
-    for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]:
-        parts = [_key_text(k) for k in keys]
+    for keys in _key_paths(spec):
+        parts = keys
         if not parts or parts[0].isdigit():
             parts = ["output", *parts]
         paths.append(".".join(parts))

@@ -77,7 +77,9 @@ class ONNXProgram:
         self.diagnostic_context = diagnostic_context or DiagnosticContext("onnx-export", "0.1.0")
         self._decisions = decisions or {}
         self.adapter_spec = adapter_spec
-        self._allowed_classes: tuple[type, ...] = ()
+        # Calls in this process rebuild the model's own output classes (namedtuples,
+        # dataclasses, ModelOutput, caches): they came from the user's code, not a file.
+        self._allowed_classes: tuple[type, ...] = _output_classes(exported_program)
         self._module: OnnxModule | None = None
         self._session_lock = threading.Lock()
 
@@ -348,3 +350,20 @@ def _run_model(model: ir.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]
     data = ir.serde.serialize_model(model).SerializeToString()
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     return [np.asarray(o) for o in session.run(None, feed)]
+
+
+def _output_classes(program: ExportedProgram | None) -> tuple[type, ...]:
+    """The non-builtin container classes of ``program``'s output structure."""
+    if program is None:
+        return ()
+    found: list[type] = []
+    stack = [program.call_spec.out_spec]
+    while stack:
+        spec = stack.pop()
+        if spec is None or spec.is_leaf():
+            continue
+        cls = spec.type
+        if isinstance(cls, type) and cls not in (tuple, list, dict) and cls not in found:
+            found.append(cls)
+        stack.extend(spec.children_specs)
+    return tuple(found)

@@ -6,6 +6,9 @@ sequence dims, then run in ONNX Runtime and compared with eager PyTorch.
 
 from __future__ import annotations
 
+import copy
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -170,3 +173,90 @@ def test_bert_dynamic_torch_dims_with_range(models: dict[str, torch.nn.Module]) 
         export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
     )
     _check_dynamic(program, model, "bert")
+
+
+def test_decoding_loop_with_dynamic_cache_in_and_out(tmp_path: Any) -> None:
+    """A causal LM called as in generation: ``model(ids, mask, cache=DynamicCache)``.
+
+    The cache goes in and comes out as its key/value tensors; in this process the output
+    is rebuilt as the model's own classes (``CausalLMOutputWithPast`` holding a
+    ``DynamicCache``), so it can be fed back for the next step. A saved and reloaded
+    model returns the cache as ``{"key_cache": [...], "value_cache": [...]}``.
+    """
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=37, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+
+    def prompt(batch: int, past: int) -> Any:
+        cache = transformers.DynamicCache()
+        for layer in range(2):
+            cache.update(torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8), layer)
+        return cache
+
+    past = {0: "batch", 2: "past"}
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={
+            "input_ids": {0: "batch", 1: "seq"},
+            "attention_mask": {0: "batch", 1: "total"},
+            "cache": [[past, past], [past, past]],
+        }
+    )
+    ids = torch.randint(0, 100, (2, 3))
+    program = onnx_export.dynamo_export(
+        model, ids, attention_mask=torch.ones(2, 7, dtype=torch.long), cache=prompt(2, 4),
+        export_options=options,
+    )  # fmt: skip
+    assert [v.name for v in program.model.graph.inputs][2] == "cache.key_cache.0"
+
+    ours, theirs = prompt(3, 5), None
+    theirs = copy.deepcopy(ours)
+    ids = torch.randint(0, 100, (3, 1))
+    for step in range(3):
+        mask = torch.ones(3, 5 + step + 1, dtype=torch.long)
+        out = program(ids, attention_mask=mask, cache=ours)
+        with torch.no_grad():
+            expected = model(ids, attention_mask=mask, cache=theirs)
+        assert type(out) is type(expected)
+        assert isinstance(out.cache, transformers.DynamicCache)
+        torch.testing.assert_close(out.logits, expected.logits, rtol=1e-3, atol=1e-4)
+        for got, want in zip(out.cache.layers, expected.cache.layers, strict=True):
+            assert got.keys.shape == (3, 2, 5 + step + 1, 8)
+            torch.testing.assert_close(got.keys, want.keys, rtol=1e-3, atol=1e-4)
+            torch.testing.assert_close(got.values, want.values, rtol=1e-3, atol=1e-4)
+        ours, theirs = out.cache, expected.cache
+        ids = expected.logits[:, -1:].argmax(-1)
+
+    path = tmp_path / "decoder.onnx"
+    program.save(path)
+    loaded = onnx_export.load(path)
+    ids, mask = torch.randint(0, 100, (1, 2)), torch.ones(1, 6, dtype=torch.long)
+    cache = prompt(1, 4)
+    out = loaded(ids, attention_mask=mask, cache=copy.deepcopy(cache))
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, cache=cache)
+    assert sorted(out["cache"]) == ["key_cache", "value_cache"]
+    torch.testing.assert_close(out["logits"], expected.logits, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(
+        out["cache"]["value_cache"][1], expected.cache.layers[1].values, rtol=1e-3, atol=1e-4
+    )
+
+    # A fresh process that never exported: the input adapter registers DynamicCache.
+    script = f"""
+import torch, transformers, onnx_export
+cache = transformers.DynamicCache()
+for layer in range(2):
+    cache.update(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), layer)
+out = onnx_export.load({str(path)!r})(
+    torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 6, dtype=torch.long), cache=cache
+)
+print(tuple(out["cache"]["key_cache"][0].shape))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "(1, 2, 6, 8)"
