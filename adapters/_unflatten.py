@@ -14,6 +14,7 @@ from typing import Any
 
 from adapters._errors import LeafCountError, UnsupportedValueError
 from adapters._flatten import qualified_name
+from adapters._library_containers import register_library_container
 from adapters._paths import key_names
 from adapters._torch import pytree_registry
 from adapters._treespec import TreeSpec
@@ -158,6 +159,8 @@ def _custom_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | None)
             return _dict_builder(names, kids)
         return lambda it: tuple([k(it) for k in kids])
     registry = pytree_registry()
+    if registry is not None and cls not in registry:
+        register_library_container(cls)  # a transformers cache in a fresh process
     if registry is not None and cls in registry:
         unflatten_fn: Callable[[list[object], Any], object] = registry[cls].unflatten_fn
         return lambda it: unflatten_fn([k(it) for k in kids], context)

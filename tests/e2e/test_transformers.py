@@ -250,9 +250,15 @@ import torch, transformers, onnx_export
 cache = transformers.DynamicCache()
 for layer in range(2):
     cache.update(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), layer)
-out = onnx_export.load({str(path)!r})(
-    torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 6, dtype=torch.long), cache=cache
+inputs = (torch.tensor([[1, 2]]),)
+mask = torch.ones(1, 6, dtype=torch.long)
+import copy
+out = onnx_export.load({str(path)!r})(*inputs, attention_mask=mask, cache=copy.deepcopy(cache))
+rebuilt = onnx_export.load({str(path)!r}, allowed_classes=[transformers.DynamicCache])(
+    *inputs, attention_mask=mask, cache=cache
 )
+assert isinstance(rebuilt["cache"], transformers.DynamicCache), type(rebuilt["cache"])
+assert torch.equal(rebuilt["cache"].layers[0].keys, out["cache"]["key_cache"][0])
 print(tuple(out["cache"]["key_cache"][0].shape))
 """
     done = subprocess.run(
