@@ -62,7 +62,7 @@ class OrtValueRunner:
         make = self._ort.OrtValue
         feed = {}
         for (name, element_type), value in zip(self._inputs, arrays, strict=True):
-            array = np.ascontiguousarray(value)
+            array = np.require(value, requirements="C")  # keeps 0-d arrays 0-d
             if element_type is None:
                 feed[name] = make.ortvalue_from_numpy(array)
             else:

@@ -21,6 +21,7 @@ import collections
 import fnmatch
 import json
 import logging
+import re
 import sys
 import time
 import warnings
@@ -194,8 +195,11 @@ def _cell(record: dict[str, Any] | None) -> str:
     return {"pass": "pass", "fail": "**fail**", "skip": "skip"}[record["status"]]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:240]
+    return _ANSI.sub("", text).replace("|", "\\|").replace("\n", " ")[:240]
 
 
 def write_markdown(

@@ -107,11 +107,30 @@ def _needs(program: ExportedProgram, registry: OnnxRegistry) -> str:
     return ""
 
 
-def _table(registry: OnnxRegistry) -> dict[torch._ops.OperatorBase, object]:
+def _table(
+    registry: OnnxRegistry, program: ExportedProgram | None = None
+) -> dict[torch._ops.OperatorBase, object]:
+    """torch.export's default decompositions, less the ops we have ONNX functions for.
+
+    An op of ``program`` that has neither an ONNX function nor a default decomposition
+    takes torch's other registered decomposition when there is one (for example
+    ``max_pool2d_with_indices_backward``).
+    """
     table = dict(torch.export.default_decompositions())
     for op in list(table):
         if isinstance(op, torch._ops.OpOverload) and registry.is_registered(op):
             del table[op]
+    if program is not None:
+        from torch._decomp import decomposition_table
+
+        for op in set(_call_targets(program.graph_module)):
+            if (
+                isinstance(op, torch._ops.OpOverload)
+                and op not in table
+                and op in decomposition_table
+                and not registry.is_registered(op)
+            ):
+                table[op] = decomposition_table[op]
     return table
 
 
@@ -149,7 +168,7 @@ def decompose(
     # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:
     # "Cannot view a tensor with shape ... and strides").
     with EXPORT_LOCK, torch.no_grad():
-        program = _without_effect_tokens(program.run_decompositions(_table(registry)))
+        program = _without_effect_tokens(program.run_decompositions(_table(registry, program)))
     after = {str(t) for t in _call_targets(program.graph_module)}
     remove_assertions(program)
     return program, DecompositionReport(True, why, tuple(sorted(before - after)))

@@ -10,6 +10,7 @@ other sizes for dynamic exports, and the dynamic dims in the exporter's simple f
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -628,7 +629,7 @@ def _first_line(error: BaseException) -> str:
         line = (
             f"{line[:100]} <- {type(root).__name__}: {(str(root).strip().splitlines() or [''])[0]}"
         )
-    return line[:300]
+    return re.sub(r"\x1b\[[0-9;]*m", "", line)[:300]  # no terminal colours
 
 
 def _measure(run: Any, inputs: Inputs) -> tuple[int, int, float]:

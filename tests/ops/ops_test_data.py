@@ -388,9 +388,7 @@ TESTED_OPS_LIST: tuple[OpTest, ...] = (
     _op("nn.functional.fractional_max_pool3d").shape_only(),
     _op("nn.functional.max_pool1d"),
     _op("nn.functional.max_pool2d"),
-    _op("max_pool2d_with_indices_backward").xfail(
-        reason="a gradient (backward) op: out of scope for inference export"
-    ),
+    _op("max_pool2d_with_indices_backward"),
     _op("nn.functional.max_pool3d"),
     _op("nn.functional.max_unpool1d"),
     _op("nn.functional.max_unpool1d.grad"),
@@ -571,12 +569,7 @@ TESTED_OPS_LIST: tuple[OpTest, ...] = (
     _op("put"),
     _op("take"),
     _op("scatter"),
-    _op("bfloat16").xfail(
-        reason=(
-            "ONNX Runtime returns shape (1,) for a 0-d output of Cast to bfloat16"
-            " (the model says ())"
-        )
-    ),
+    _op("bfloat16"),
     _op("bool"),
     _op("byte"),
     _op("char"),
