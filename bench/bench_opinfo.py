@@ -149,7 +149,7 @@ def _by_op(
     return dict(sorted(grouped.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
 
 
-def _counts(grouped: dict[Any, dict[str, dict[str, Any]]], exporter: str) -> collections.Counter:
+def _counts(grouped: dict[Any, dict[str, dict[str, Any]]], exporter: str) -> collections.Counter[str]:
     return collections.Counter(
         ops[exporter]["status"] for ops in grouped.values() if exporter in ops
     )
@@ -239,9 +239,40 @@ def write_markdown(
         elif other is not None and other["status"] != "pass":
             reason = f"torch.onnx: {other['reason']}"
         lines.append(f"| `{op}` | {dtype} | {_cell(mine)} | {_cell(other)} | {_escape(reason)} |")
+    lines += _dtype_section(records)
     lines += _zoo_section()
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")
+
+
+def _dtype_section(records: dict[str, dict[str, Any]]) -> list[str]:
+    """Our results in every dtype of the full sweep (``--dtypes all``), when it ran."""
+    everything = _by_op(records, "all")
+    primary = _by_op(records, "primary")
+    others = {k: v for k, v in everything.items() if k not in primary and "ours" in v}
+    if not others:
+        return []
+    per_dtype: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for (_, dtype), ops in others.items():
+        per_dtype[dtype][ops["ours"]["status"]] += 1
+    lines = [
+        "",
+        "## Other dtypes (onnx-export)",
+        "",
+        "`python bench/bench_opinfo.py --exporters ours --dtypes all`: the same samples in",
+        "float16, int64 and bool wherever the op supports them on CPU (beside the primary",
+        "dtype above). Expected failures carry their reason in the op test table.",
+        "",
+        "| dtype | pass | fail | skip |",
+        "|---|---|---|---|",
+    ]
+    for dtype, counts in sorted(per_dtype.items()):
+        lines.append(f"| {dtype} | {counts['pass']} | {counts['fail']} | {counts['skip']} |")
+    lines += ["", "| op | dtype | reason |", "|---|---|---|"]
+    for (op, dtype), ops in others.items():
+        if ops["ours"]["status"] == "fail":
+            lines.append(f"| `{op}` | {dtype} | {_escape(ops['ours']['reason'])} |")
+    return lines
 
 
 def _zoo_cell(record: dict[str, Any] | None) -> str:
