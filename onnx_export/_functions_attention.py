@@ -18,6 +18,18 @@ from onnx_export._functions_base import const, ints, op, rank
 __all__ = ["FUNCTIONS"]
 
 
+def _repeat_heads(x: Any, repeat: int, heads: int, r: int) -> Any:
+    """Grouped-query attention: repeat each of ``x``'s heads (axis ``r - 3``) ``repeat`` times."""
+    expanded = op.Expand(
+        op.Unsqueeze(x, ints([r - 2])),
+        op.Concat(op.Shape(x, start=0, end=r - 2), ints([repeat, 1, 1]), axis=0),
+    )
+    shape = op.Concat(
+        op.Shape(x, start=0, end=r - 3), ints([heads]), op.Shape(x, start=r - 2), axis=0
+    )
+    return op.Reshape(expanded, shape)
+
+
 def aten_scaled_dot_product_attention(
     query: ir.Value,
     key: ir.Value,
@@ -46,32 +58,7 @@ def aten_scaled_dot_product_attention(
         if isinstance(heads_q, int) and isinstance(heads_k, int) and heads_q != heads_k:
             repeat = heads_q // heads_k
             r = rank(key) or 3
-            expanded = op.Unsqueeze(key, ints([r - 2]))
-            k = op.Reshape(
-                op.Expand(
-                    expanded,
-                    op.Concat(op.Shape(key, start=0, end=r - 2), ints([repeat, 1, 1]), axis=0),
-                ),
-                op.Concat(
-                    op.Shape(key, start=0, end=r - 3),
-                    ints([heads_q]),
-                    op.Shape(key, start=r - 2),
-                    axis=0,
-                ),
-            )
-            expanded_v = op.Unsqueeze(value, ints([r - 2]))
-            v = op.Reshape(
-                op.Expand(
-                    expanded_v,
-                    op.Concat(op.Shape(value, start=0, end=r - 2), ints([repeat, 1, 1]), axis=0),
-                ),
-                op.Concat(
-                    op.Shape(value, start=0, end=r - 3),
-                    ints([heads_q]),
-                    op.Shape(value, start=r - 2),
-                    axis=0,
-                ),
-            )
+            k, v = _repeat_heads(key, repeat, heads_q, r), _repeat_heads(value, repeat, heads_q, r)
     scores = op.Mul(
         op.MatMul(query, op.Transpose(k, perm=_swap_last(rank(key) or 2))), const(factor, query)
     )

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import cast_to, const, fx_output_dtypes, ints, op, rank
-from onnx_export._functions_linalg import eye_like, matrix_size
+from onnx_export._functions_base import cast_to, const, fx_output_dtypes, ints, op
+from onnx_export._functions_linalg import _slice, _transpose, eye_like, matrix_size
 
 __all__ = ["FUNCTIONS"]
 
@@ -26,16 +26,6 @@ _SWEEPS = 8
 
 def _mask(array: np.ndarray) -> Any:
     return op.Constant(value=ir.tensor(np.asarray(array, dtype=bool)))
-
-
-def _slice(x: Any, start: int, end: int, axis: int) -> Any:
-    return op.Slice(x, ints([start]), ints([end]), ints([axis]))
-
-
-def _transpose(x: Any) -> Any:
-    r = rank(x)
-    assert r is not None
-    return op.Transpose(x, perm=[*range(r - 2), r - 1, r - 2])
 
 
 def _output_dtype(index: int, default: ir.DataType | None) -> ir.DataType | None:
