@@ -149,7 +149,9 @@ def _by_op(
     return dict(sorted(grouped.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
 
 
-def _counts(grouped: dict[Any, dict[str, dict[str, Any]]], exporter: str) -> collections.Counter[str]:
+def _counts(
+    grouped: dict[Any, dict[str, dict[str, Any]]], exporter: str
+) -> collections.Counter[str]:
     return collections.Counter(
         ops[exporter]["status"] for ops in grouped.values() if exporter in ops
     )
