@@ -273,29 +273,73 @@ def _promotable(value: Any) -> Any:
     return None
 
 
+def _int_to_float_pointwise(node: torch.fx.Node) -> bool:
+    """A pointwise op (torch's ``pointwise`` tag) that gives a float for integer inputs.
+
+    torch computes ``exp``, ``sin``, ``sqrt``, ``sigmoid``, ``erf``... of integers and
+    bools in floating point; ONNX's ops take floats only, so those inputs are cast to
+    the output's dtype first (only when no input is floating: ``masked_fill``'s mask or
+    ``ldexp``'s exponent stay as they are).
+    """
+    tags = getattr(node.target, "tags", ())
+    out = node.meta.get("val")
+    return (
+        torch.Tag.pointwise in tags
+        and isinstance(out, torch.Tensor)
+        and out.dtype.is_floating_point
+    )
+
+
+def _integer_inputs_to(dtype: torch.dtype, args: tuple[Any, ...]) -> dict[int, ir.DataType]:
+    """Every tensor input to ``dtype``, when none is floating (else: a mask or an index)."""
+    tensors = [
+        val
+        for arg in args
+        if isinstance(arg, torch.fx.Node) and isinstance(val := arg.meta.get("val"), torch.Tensor)
+    ]
+    if any(t.dtype.is_floating_point or t.is_complex() for t in tensors):
+        return {}
+    return {
+        i: to_ir_dtype(dtype)
+        for i, arg in enumerate(args)
+        if isinstance(arg, torch.fx.Node)
+        and isinstance(val := arg.meta.get("val"), torch.Tensor)
+        and not val.is_complex()
+        and not val.dtype.is_floating_point
+    }
+
+
+def _elementwise_target(node: torch.fx.Node, packet: str, args: tuple[Any, ...]) -> Any:
+    """The dtype torch promotes an elementwise op's inputs to (None: nothing to do)."""
+    values = [v for v in (_promotable(a) for a in args) if v is not None]
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        return None
+    kind = _ELEMENTWISE[packet]
+    if _rounds(node):  # div(..., rounding_mode=...) stays integral
+        kind = _KIND.DEFAULT
+    if kind in (_KIND.ALWAYS_BOOL, _KIND.BOOL_TO_LONG):
+        kind = _KIND.DEFAULT
+    try:
+        return elementwise_dtypes(*values, type_promotion_kind=kind)[1]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
 def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.DataType]:
     """Positions of ``args`` (FX nodes) to cast, and to which dtype, as torch promotes them.
 
     Elementwise ops: every tensor input goes to the promoted dtype of all inputs (Python
-    scalars included), floating for int-to-float ops. Sum-like reductions: the input
-    goes to the output's dtype. Empty when the dtypes already agree.
+    scalars included), floating for int-to-float ops. Other pointwise ops with a float
+    output: integer and bool inputs go to the output's dtype. Sum-like reductions: the
+    input goes to the output's dtype. Empty when the dtypes already agree.
     """
     packet = _packet(node)
     target: torch.dtype | None = None
     first = _FIRST_PROMOTED.get(packet, 0)
     if packet in _ELEMENTWISE:
-        values = [v for v in (_promotable(a) for a in args[first:]) if v is not None]
-        if not any(isinstance(v, torch.Tensor) for v in values):
-            return {}
-        kind = _ELEMENTWISE[packet]
-        if _rounds(node):  # div(..., rounding_mode=...) stays integral
-            kind = _KIND.DEFAULT
-        if kind in (_KIND.ALWAYS_BOOL, _KIND.BOOL_TO_LONG):
-            kind = _KIND.DEFAULT
-        try:
-            _, target = elementwise_dtypes(*values, type_promotion_kind=kind)
-        except (TypeError, ValueError, RuntimeError):
-            return {}
+        target = _elementwise_target(node, packet, args[first:])
+    elif _int_to_float_pointwise(node):
+        return _integer_inputs_to(node.meta["val"].dtype, args)
     elif packet in _ACCUMULATING:
         out = node.meta.get("val")
         target = out.dtype if isinstance(out, torch.Tensor) and not out.is_complex() else None

@@ -23,6 +23,7 @@ from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
 from onnx_export._cleanup import remove_identity_reshapes
 from onnx_export._containers import register_input_containers
 from onnx_export._decomp import decompose
+from onnx_export._legalize import legalize_bool_data
 from onnx_export._naming import (
     dim_names_from_program,
     leaf_paths,
@@ -220,6 +221,17 @@ def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) ->
                     "nodes_after": after - removed,
                 },
             )
+    legalized = legalize_bool_data(model)
+    if legalized:
+        nodes = model.graph.num_nodes()
+        context.emit(
+            rules.OPTIMIZER_PASS,
+            message_args={
+                "pass_name": "legalize_bool_data (bool Where/Max/Min/Clip through INT32)",
+                "nodes_before": nodes - 2 * legalized,
+                "nodes_after": nodes,
+            },
+        )
     convert_opset(model, options.opset_version)
 
 

@@ -422,6 +422,34 @@ CASES = [
         ),
         lambda: (torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5),
     ),
+    _case(
+        # torch computes these in float for integer and bool inputs; ONNX needs casts
+        "int_and_bool_into_float_ops",
+        _fn(
+            lambda a, b: (
+                torch.exp(a),
+                torch.sqrt(a.abs()),
+                torch.sigmoid(b),
+                torch.sin(a),
+                torch.log1p(a.abs()),
+                torch.erf(b),
+            )
+        ),
+        lambda: (torch.randint(-5, 5, (3, 4)), torch.rand(3, 4) > 0.5),
+    ),
+    _case(
+        # ONNX Runtime has no bool kernels for Where, Max, Min
+        "bool_where_and_max",
+        _fn(
+            lambda a, b: (
+                a.masked_fill(b, False),
+                torch.where(b, a, ~a),
+                torch.maximum(a, b),
+                torch.minimum(a, b),
+            )
+        ),
+        lambda: (torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5),
+    ),
     _case("float16_linear", Float16Linear, lambda: (_r(3, 8).half(),), atol=1e-2, rtol=1e-2),
     # mutation
     _case("inplace_add_clone", InPlaceAdd, lambda: (_r(3, 4),)),
