@@ -326,6 +326,46 @@ def _zoo_section() -> list[str]:
     return lines
 
 
+_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(")
+_TYPE = re.compile(r"Type '(tensor\(\w+\))' of input parameter \(.*?\) of operator \((\w+)\)")
+
+
+def _short_reason(reason: str, dtype: str) -> str:
+    """A table-worthy reason from a failure message."""
+    text = _ANSI.sub("", reason)
+    if match := _KERNEL.search(text):
+        return f"ONNX Runtime has no {dtype} kernel for {match.group(1)}"
+    if match := _TYPE.search(text):
+        return f"ONNX's {match.group(2)} does not take {match.group(1)}"
+    if match := re.search(r"while running (\w+) node", text):
+        return f"ONNX Runtime fails running {match.group(1)} in {dtype}"
+    if "DataDependent" in text or "GuardOnDataDependent" in text:
+        return "torch.export cannot capture it: the output depends on the data"
+    if "values differ" in text:
+        return f"differs from eager in {dtype} beyond the tolerance"
+    text = text.split("] ", 1)[-1]
+    return (text.rsplit(" <- ", 1)[-1] if " <- " in text else text)[:150]
+
+
+def print_dtype_xfails(records: dict[str, dict[str, Any]]) -> None:
+    """The ``_DTYPE_XFAILS`` table of ``tests/ops/ops_test_data.py``, from the last sweep."""
+    grouped = _by_op(records, "all")
+    primary = _by_op(records, "primary")
+    table_: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for (op, dtype), ops in grouped.items():
+        ours = ops.get("ours")
+        if (op, dtype) in primary or ours is None or ours["status"] != "fail":
+            continue
+        table_[op][dtype] = _short_reason(ours["reason"], dtype)
+    print("_DTYPE_XFAILS: dict[str, dict[str, str]] = {")
+    for op, reasons in table_.items():
+        print(f"    {op!r}: {{")
+        for dtype, reason in reasons.items():
+            print(f"        {dtype!r}: {reason!r},")
+        print("    },")
+    print("}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", help="comma-separated op keys or fnmatch patterns")
@@ -338,9 +378,17 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=COVERAGE)
     parser.add_argument("--no-markdown", action="store_true")
     parser.add_argument("--report-only", action="store_true", help="no sweep; report the JSON")
+    parser.add_argument(
+        "--print-dtype-xfails",
+        action="store_true",
+        help="print the op table's _DTYPE_XFAILS from the JSON (after a --dtypes all sweep)",
+    )
     args = parser.parse_args()
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
+    if args.print_dtype_xfails:
+        print_dtype_xfails(_load(args.json))
+        return
     records = _load(args.json) if args.report_only else sweep(args)
     print_summary(records, args.dtypes)
     if not args.no_markdown:

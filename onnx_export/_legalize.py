@@ -26,10 +26,14 @@ def _is_bool(value: ir.Value | None) -> bool:
     return value is not None and value.dtype == ir.DataType.BOOL
 
 
-def _cast(graph: ir.Graph, node: ir.Node, value: ir.Value, to: ir.DataType) -> ir.Value:
-    cast = ir.node(
-        "Cast", [value], attributes={"to": int(to)}, name=f"{node.name}_cast_{value.name}"
-    )
+def _name(node: ir.Node, suffix: str) -> str | None:
+    return f"{node.name}_{suffix}" if node.name else None  # unique as the node's name is
+
+
+def _cast(graph: ir.Graph, node: ir.Node, index: int, to: ir.DataType) -> ir.Value:
+    value = node.inputs[index]
+    assert value is not None
+    cast = ir.node("Cast", [value], attributes={"to": int(to)}, name=_name(node, f"cast_{index}"))
     cast.outputs[0].dtype = to
     cast.outputs[0].shape = value.shape
     graph.insert_before(node, cast)
@@ -52,12 +56,12 @@ def _legalize(graph: ir.Graph) -> int:
         if not data:
             continue
         for i in data:
-            source = node.inputs[i]
-            assert source is not None
-            node.replace_input_with(i, _cast(graph, node, source, ir.DataType.INT32))
+            node.replace_input_with(i, _cast(graph, node, i, ir.DataType.INT32))
         output = node.outputs[0]
         uses = list(output.uses())
-        back = ir.node("Cast", [output], attributes={"to": int(ir.DataType.BOOL)})
+        back = ir.node(
+            "Cast", [output], attributes={"to": int(ir.DataType.BOOL)}, name=_name(node, "to_bool")
+        )
         boolean = back.outputs[0]
         for use in uses:
             use.node.replace_input_with(use.idx, boolean)

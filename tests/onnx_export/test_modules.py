@@ -444,6 +444,7 @@ CASES = [
             lambda a, b: (
                 a.masked_fill(b, False),
                 torch.where(b, a, ~a),
+                torch.where(a, b, b),  # one value in both branches
                 torch.maximum(a, b),
                 torch.minimum(a, b),
             )
