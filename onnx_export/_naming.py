@@ -37,19 +37,27 @@ def _names_in_context(context: object, count: int) -> list[str] | None:
     return None
 
 
-def _walk_spec(spec: pytree.TreeSpec, prefix: list[str], out: list[list[str]]) -> None:
+def _walk_spec(
+    spec: pytree.TreeSpec, prefix: list[str], out: list[list[str]], *, positional: bool = False
+) -> None:
+    """Leaf paths of ``spec``; ``positional``: indices everywhere but in dicts."""
     if spec.is_leaf():
         out.append(prefix)
         return
     children = spec.children_specs
     names: list[str] | None = None
-    fields = getattr(spec.context, "_fields", None)  # namedtuple: the context is the class
-    if isinstance(fields, tuple) and len(fields) == len(children):
-        names = [str(f) for f in fields]
-    if names is None:
-        names = _names_in_context(spec.context, len(children))
+    if positional:
+        if spec.type is dict:
+            names = _names_in_context(spec.context, len(children))
+    else:
+        fields = getattr(spec.context, "_fields", None)  # namedtuple: the context is the class
+        if isinstance(fields, tuple) and len(fields) == len(children):
+            names = [str(f) for f in fields]
+        if names is None:
+            names = _names_in_context(spec.context, len(children))
     for index, child in enumerate(children):
-        _walk_spec(child, [*prefix, names[index] if names else str(index)], out)
+        step = names[index] if names else str(index)
+        _walk_spec(child, [*prefix, step], out, positional=positional)
 
 
 def _key_paths(spec: pytree.TreeSpec) -> list[list[str]]:
@@ -192,11 +200,17 @@ def dim_names_from_program(
         for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=True)
         if spec.kind == InputKind.USER_INPUT
     ]
-    for path, node in zip(input_paths, user_inputs, strict=True):
+    # The user's spec nests lists where a container is a custom class (a DynamicCache is
+    # given as [keys, values]): find each leaf by its positional path too.
+    positional: list[list[str]] = []
+    _walk_spec(program.call_spec.in_spec, [], positional, positional=True)
+    for index, (path, node) in enumerate(zip(input_paths, user_inputs, strict=True)):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
         spec = _spec_at(dynamic_shapes, path.split("."))
+        if spec is None and index < len(positional):
+            spec = _spec_at(dynamic_shapes, [path.split(".")[0], *positional[index][2:]])
         for axis, name in _axis_names(spec, val).items():
             dim = val.shape[axis]
             if isinstance(dim, torch.SymInt):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -130,11 +131,17 @@ def find_unsupported(
     return decisions, unsupported
 
 
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
 def _symbolic_dim(dim: object, dim_names: Mapping[str, str]) -> int | str:
     if isinstance(dim, int):
         return dim
     expr = str(dim.node.expr) if isinstance(dim, torch.SymInt) else str(dim)
-    return dim_names.get(expr, expr)
+    if expr in dim_names:
+        return dim_names[expr]
+    # An expression of named dims reads with their names: "s10 + s70" -> "past + seq".
+    return _SYMBOL.sub(lambda m: dim_names.get(m.group(0), m.group(0)), expr)
 
 
 def _set_type_and_shape(value: ir.Value, val: object, dim_names: Mapping[str, str]) -> None:

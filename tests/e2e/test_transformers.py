@@ -211,6 +211,9 @@ def test_decoding_loop_with_dynamic_cache_in_and_out(tmp_path: Any) -> None:
         export_options=options,
     )  # fmt: skip
     assert [v.name for v in program.model.graph.inputs][2] == "cache.key_cache.0"
+    graph = program.model.graph
+    assert [str(d) for d in graph.inputs[2].shape] == ["batch", "2", "past", "8"]
+    assert str(graph.outputs[1].shape[2]) == "past + seq"  # named dims in expressions
 
     ours, theirs = prompt(3, 5), None
     theirs = copy.deepcopy(ours)
