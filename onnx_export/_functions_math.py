@@ -302,7 +302,65 @@ def aten_special_log_ndtr(x: Any) -> Any:
     return op.Where(op.Less(x, const(-1.0, x)), lower, upper)
 
 
+# -- float-only ONNX ops on integers and bools -------------------------------------------
+
+
+def _rounding(name: str) -> Callable[..., Any]:
+    """floor/ceil/round/trunc: the identity on integers (ONNX's take floats only)."""
+
+    def rounding(self: ir.Value) -> Any:
+        if self.dtype is not None and not is_float(self):
+            return op.Identity(self)
+        return getattr(op, name)(self)
+
+    rounding.__name__ = f"aten_{name.lower()}"
+    return rounding
+
+
+def aten_trunc(self: ir.Value) -> Any:
+    """trunc(Tensor self) -> Tensor: toward zero; the identity on integers."""
+    if self.dtype is not None and not is_float(self):
+        return op.Identity(self)
+    return op.Mul(op.Floor(op.Abs(self)), op.Sign(self))
+
+
+def _all_false(self: ir.Value) -> Any:
+    return op.Expand(op.Constant(value=ir.tensor(False)), op.Shape(self))
+
+
+def _float32_for_isinf(self: ir.Value) -> Any:
+    """IsInf takes float and double only at opset 18: float16/bfloat16 go through float."""
+    if self.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return op.Cast(self, to=int(ir.DataType.FLOAT))
+    return self
+
+
+def aten_isnan(self: ir.Value) -> Any:
+    """isnan(Tensor self) -> Tensor: all false for integers and bools."""
+    return op.IsNaN(self) if is_float(self) else _all_false(self)
+
+
+def aten_isinf(self: ir.Value) -> Any:
+    """isinf(Tensor self) -> Tensor: all false for integers and bools."""
+    return op.IsInf(_float32_for_isinf(self)) if is_float(self) else _all_false(self)
+
+
+def aten_isfinite(self: ir.Value) -> Any:
+    """isfinite(Tensor self) -> Tensor: all true for integers and bools."""
+    if not is_float(self):
+        return op.Not(_all_false(self))
+    wide = _float32_for_isinf(self)
+    return op.Not(op.Or(op.IsInf(wide), op.IsNaN(wide)))
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "aten::floor": _rounding("Floor"),
+    "aten::ceil": _rounding("Ceil"),
+    "aten::round": _rounding("Round"),
+    "aten::trunc": aten_trunc,
+    "aten::isnan": aten_isnan,
+    "aten::isinf": aten_isinf,
+    "aten::isfinite": aten_isfinite,
     "aten::copysign.Tensor": aten_copysign,
     "aten::copysign.Scalar": aten_copysign,
     "aten::fmax": _nan_aware("Max"),

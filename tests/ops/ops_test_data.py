@@ -129,9 +129,6 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
     "addr": {
         "bool": "ONNX's MatMul does not take tensor(bool)",
     },
-    "ceil": {
-        "int64": "ONNX's Ceil does not take tensor(int64)",
-    },
     "view_as_complex": {
         "float16": "ValueError: torch dtype torch.complex32 has no ONNX equivalent.",
     },
@@ -143,9 +140,6 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
     },
     "cummin": {
         "bool": "ONNX's LessOrEqual does not take tensor(bool)",
-    },
-    "floor": {
-        "int64": "ONNX's Floor does not take tensor(int64)",
     },
     "kthvalue": {
         "int64": "differs from eager in int64 beyond the tolerance",
@@ -238,21 +232,6 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
     },
     "mode": {
         "bool": "ONNX's ReduceMin does not take tensor(bool)",
-    },
-    "round": {
-        "int64": "ONNX's Round does not take tensor(int64)",
-    },
-    "trunc": {
-        "int64": "ONNX's Floor does not take tensor(int64)",
-    },
-    "isfinite": {
-        "bool": "ONNX's IsInf does not take tensor(bool)",
-        "float16": "ONNX's IsInf does not take tensor(float16)",
-        "int64": "ONNX's IsInf does not take tensor(int64)",
-    },
-    "isnan": {
-        "bool": "ONNX's IsNaN does not take tensor(bool)",
-        "int64": "ONNX's IsNaN does not take tensor(int64)",
     },
     "index_add": {
         "float16": "ONNX Runtime fails running ScatterND in float16",
