@@ -433,6 +433,10 @@ CASES = [
                 torch.sin(a),
                 torch.log1p(a.abs()),
                 torch.erf(b),
+                torch.floor(a),  # integers: the identity
+                torch.trunc(a.float() / 3),
+                torch.isnan(a),
+                torch.isfinite(b),
             )
         ),
         lambda: (torch.randint(-5, 5, (3, 4)), torch.rand(3, 4) > 0.5),
