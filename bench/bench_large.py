@@ -72,15 +72,7 @@ def _layers_config(layers: int) -> Any:
 
 
 def _wrapped(model: Any) -> Any:
-    import torch
-
-    class Logits(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-            return self.inner(input_ids, use_cache=False).logits  # type: ignore[no-any-return]
+    from tests.onnx_export.test_large_models import Logits  # the tests' wrapper
 
     return Logits(model).eval()
 
