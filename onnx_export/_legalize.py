@@ -14,11 +14,11 @@ import onnx_ir as ir
 __all__ = ["legalize_bool_data"]
 
 #: op type -> the input positions that carry data (``Where``'s condition stays bool).
-_BOOL_DATA_INPUTS: dict[str, range] = {
-    "Where": range(1, 3),
-    "Max": range(0, 64),
-    "Min": range(0, 64),
-    "Clip": range(0, 3),
+_BOOL_DATA_INPUTS: dict[str, slice] = {
+    "Where": slice(1, 3),
+    "Max": slice(None),
+    "Min": slice(None),
+    "Clip": slice(None),
 }
 
 
@@ -52,7 +52,7 @@ def _legalize(graph: ir.Graph) -> int:
         positions = _BOOL_DATA_INPUTS.get(node.op_type) if node.domain == "" else None
         if positions is None or not _is_bool(node.outputs[0]):
             continue
-        data = [i for i in positions if i < len(node.inputs) and _is_bool(node.inputs[i])]
+        data = [i for i in range(len(node.inputs))[positions] if _is_bool(node.inputs[i])]
         if not data:
             continue
         for i in data:
