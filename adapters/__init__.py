@@ -8,7 +8,7 @@ a file unless the caller allows it, and nothing is pickled.
 
 Usage:
     >>> import numpy as np
-    >>> from adapters import build_adapter_spec, InputAdapter, OutputAdapter
+    >>> from onnx_export.adapters import build_adapter_spec, InputAdapter, OutputAdapter
     >>> spec = build_adapter_spec(None, ({"a": np.ones(2, np.float32)},), {}, (np.ones(2),))
     >>> InputAdapter(spec)({"a": np.zeros(2, np.float32)})
     [array([0., 0.], dtype=float32)]
@@ -16,9 +16,9 @@ Usage:
     (array([1., 1.]),)
 """
 
-from adapters._binding import canonicalize_inputs
-from adapters._build import build_adapter_spec, flat_input_names, flat_output_names
-from adapters._errors import (
+from ._binding import canonicalize_inputs
+from ._build import build_adapter_spec, flat_input_names, flat_output_names
+from ._errors import (
     AdapterError,
     AdapterSpecError,
     ConstantMismatchError,
@@ -30,11 +30,11 @@ from adapters._errors import (
     LeafCountError,
     UnsupportedValueError,
 )
-from adapters._keys import tree_flatten
-from adapters._paths import leaf_paths
-from adapters._pipeline import InputAdapter, OutputAdapter
-from adapters._runtime import OnnxModule, load
-from adapters._spec import (
+from ._keys import tree_flatten
+from ._paths import leaf_paths
+from ._pipeline import InputAdapter, OutputAdapter
+from ._runtime import OnnxModule, load
+from ._spec import (
     FORMAT_VERSION,
     METADATA_KEY,
     AdapterSpec,
@@ -42,8 +42,8 @@ from adapters._spec import (
     ParameterSpec,
     TensorSpec,
 )
-from adapters._treespec import TreeSpec
-from adapters._unflatten import tree_unflatten
+from ._treespec import TreeSpec
+from ._unflatten import tree_unflatten
 
 __all__ = [
     # Tree structure

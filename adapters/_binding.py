@@ -13,9 +13,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from adapters._errors import InputBindingError
-from adapters._json import is_constant
-from adapters._spec import ParameterKind, ParameterSpec
+from ._errors import InputBindingError
+from ._json import is_constant
+from ._spec import ParameterKind, ParameterSpec
 
 __all__ = [
     "Binder",

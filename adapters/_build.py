@@ -7,15 +7,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from adapters._binding import argument_roots, canonicalize_inputs, parameters_from_signature
-from adapters._dtypes import DTYPE_NAMES, dtype_name_of
-from adapters._errors import AdapterSpecError, UnsupportedValueError
-from adapters._json import Constant, is_constant
-from adapters._keys import tree_flatten
-from adapters._paths import leaf_names, leaf_paths
-from adapters._spec import FORMAT_VERSION, AdapterSpec, Dim, LeafSpec, ParameterSpec, TensorSpec
-from adapters._torch import is_torch_tensor
-from adapters._treespec import TreeSpec
+from ._binding import argument_roots, canonicalize_inputs, parameters_from_signature
+from ._dtypes import DTYPE_NAMES, dtype_name_of
+from ._errors import AdapterSpecError, UnsupportedValueError
+from ._json import Constant, is_constant
+from ._keys import tree_flatten
+from ._paths import leaf_names, leaf_paths
+from ._spec import FORMAT_VERSION, AdapterSpec, Dim, LeafSpec, ParameterSpec, TensorSpec
+from ._torch import is_torch_tensor
+from ._treespec import TreeSpec
 
 __all__ = ["build_adapter_spec", "flat_input_names", "flat_output_names", "input_leaf_paths"]
 
@@ -122,7 +122,7 @@ def input_leaf_paths(tree: TreeSpec, parameters: Sequence[ParameterSpec]) -> lis
         One path per leaf, rooted at parameter names: ``"x['a']"``, ``"args[1]"``.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, tree = tree_flatten(((1,), {"y": [2]}))
         >>> input_leaf_paths(tree, [ParameterSpec("x", "positional_only"),
         ...                         ParameterSpec("y", "positional_or_keyword")])

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from adapters._torch import torch_module
+from ._torch import torch_module
 
 __all__ = [
     "DTYPE_NAMES",

@@ -1,4 +1,4 @@
-"""The error hierarchy of :mod:`adapters`.
+"""The error hierarchy of :mod:`onnx_export.adapters`.
 
 Every error raised on purpose by this package derives from :class:`AdapterError`. Messages
 follow one pattern: *where* (a display path such as ``past_key_values[1][0]`` or a spec field
@@ -25,7 +25,7 @@ __all__ = [
 
 
 class AdapterError(Exception):
-    """Base class of every error raised by :mod:`adapters`.
+    """Base class of every error raised by :mod:`onnx_export.adapters`.
 
     Example:
         >>> try:
@@ -43,7 +43,7 @@ class AdapterSpecError(AdapterError, ValueError):
     the offending field, e.g. ``inputs[2].tensor.dtype``.
 
     Example:
-        >>> from adapters import AdapterSpec
+        >>> from onnx_export.adapters import AdapterSpec
         >>> try:
         ...     AdapterSpec.from_json("{")
         ... except AdapterSpecError as e:
@@ -56,7 +56,7 @@ class UnsupportedValueError(AdapterError, TypeError):
     """A value cannot be described by a spec (an unsupported leaf, dict key or context).
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> try:
         ...     tree_flatten({(1, 2): 0})
         ... except UnsupportedValueError as e:
@@ -69,7 +69,7 @@ class LeafCountError(AdapterError, ValueError):
     """The number of leaves handed over does not match the tree spec (or the model's outputs).
 
     Example:
-        >>> from adapters import tree_flatten, tree_unflatten
+        >>> from onnx_export.adapters import tree_flatten, tree_unflatten
         >>> _, spec = tree_flatten((1, 2))
         >>> try:
         ...     tree_unflatten(spec, [1])
@@ -95,7 +95,7 @@ class InputBindingError(InputError, TypeError):
 
     Example:
         >>> import inspect
-        >>> from adapters import canonicalize_inputs
+        >>> from onnx_export.adapters import canonicalize_inputs
         >>> def forward(x, y): ...
         >>> try:
         ...     canonicalize_inputs(inspect.signature(forward), (1,), {})

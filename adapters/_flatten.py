@@ -3,8 +3,8 @@
 The core is :func:`flatten_with_key`, a fast flattener that returns a *structure key*: nested
 tuples that compare equal exactly when two values have the same structure. The input adapter
 compares keys (a C-level tuple comparison) instead of building :class:`TreeSpec` objects on
-every call; :func:`key_from_spec` and ``adapters._keys.spec_from_key`` convert between the
-two. ``adapters._matchers`` builds the hot path on top of it: it flattens values that have the
+every call; :func:`key_from_spec` and ``_keys.spec_from_key`` convert between the
+two. ``_matchers`` builds the hot path on top of it: it flattens values that have the
 exported structure without building a key at all.
 
 Leaf order is torch's: containers in iteration order, dicts in insertion order, namedtuples and
@@ -25,10 +25,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from adapters._json import canonical_json, check_json_value
-from adapters._library_containers import register_library_container
-from adapters._torch import pytree_registry, registry_state
-from adapters._treespec import TreeSpec
+from ._json import canonical_json, check_json_value
+from ._library_containers import register_library_container
+from ._torch import pytree_registry, registry_state
+from ._treespec import TreeSpec
 
 __all__ = [
     "flatten_with_key",
@@ -259,7 +259,7 @@ def key_from_spec(spec: TreeSpec) -> StructureKey:
         Its key.
 
     Example:
-        >>> from adapters._treespec import LEAF, NONE
+        >>> from onnx_export.adapters._treespec import LEAF, NONE
         >>> key_from_spec(TreeSpec("list", (LEAF, NONE)))
         ('list', 'leaf', 'none')
     """

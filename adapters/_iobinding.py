@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from adapters._dtypes import numpy_dtype, onnx_value_dtype, torch_dtype
-from adapters._spec import Dim, TensorSpec
-from adapters._torch import torch_module
+from ._dtypes import numpy_dtype, onnx_value_dtype, torch_dtype
+from ._spec import Dim, TensorSpec
+from ._torch import torch_module
 
 __all__ = ["CudaIOBinding", "onnx_value_shape"]
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from adapters._errors import AdapterSpecError, UnsupportedValueError
+from ._errors import AdapterSpecError, UnsupportedValueError
 
 __all__ = [
     "JsonValue",

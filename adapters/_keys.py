@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from adapters._errors import UnsupportedValueError
-from adapters._flatten import StructureKey, flatten_with_key
-from adapters._paths import accessors
-from adapters._treespec import LEAF, NONE, DictKey, TreeSpec
+from ._errors import UnsupportedValueError
+from ._flatten import StructureKey, flatten_with_key
+from ._paths import accessors
+from ._treespec import LEAF, NONE, DictKey, TreeSpec
 
 __all__ = ["tree_flatten", "spec_from_key"]
 

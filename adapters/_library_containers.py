@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from adapters._torch import pytree_registry
+from ._torch import pytree_registry
 
 __all__ = ["is_transformers_cache", "register_library_container"]
 

@@ -3,7 +3,7 @@
 A matcher walks a value along the exported :class:`TreeSpec`, appending leaves, and gives up
 (returns False) at the first difference; no structure key is built. Only classes whose handling
 cannot change with torch's registry are trusted here (builtins, numpy arrays, torch tensors);
-anything else makes the match fail, and the generic flattener of :mod:`adapters._flatten`
+anything else makes the match fail, and the generic flattener of :mod:`._flatten`
 decides, with the structure check explaining any difference.
 """
 
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from adapters._flatten import (
+from ._flatten import (
     BASE_HANDLERS,
     CONTAINER_HANDLERS,
     LEAF_HANDLER,
@@ -23,7 +23,7 @@ from adapters._flatten import (
     key_from_spec,
     refresh_handlers,
 )
-from adapters._treespec import TreeSpec
+from ._treespec import TreeSpec
 
 __all__ = ["Matcher", "ArgumentsMatcher", "compile_matcher"]
 
@@ -50,7 +50,7 @@ class ArgumentsMatcher:
         tree: The input tree, ``(args tuple, kwargs dict)``.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, tree = tree_flatten(((1,), {"y": [2, None]}))
         >>> leaves = []
         >>> ArgumentsMatcher(tree)((5,), {"y": [6, None]}, leaves), leaves
@@ -93,7 +93,7 @@ def compile_matcher(spec: TreeSpec) -> Matcher:
     inline); other nodes compare the generic structure key.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> leaves = []
         >>> compile_matcher(tree_flatten({"a": 1, "b": 2})[1])({"a": 3, "b": 4}, leaves), leaves
         (True, [3, 4])

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import cast
 
-from adapters._flatten import flatten_with_key
-from adapters._paths import child_accessors
-from adapters._spec import LeafSpec
-from adapters._torch import pytree_registry
-from adapters._treespec import TreeSpec
+from ._flatten import flatten_with_key
+from ._paths import child_accessors
+from ._spec import LeafSpec
+from ._torch import pytree_registry
+from ._treespec import TreeSpec
 
 __all__ = ["first_mismatch", "describe_value", "reorder_dicts_like"]
 
@@ -71,7 +71,7 @@ def first_mismatch(
         ``"<path>: expected <what>, got <what>"``, or ``None`` if the structures match.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, spec = tree_flatten({"a": 1})
         >>> print(first_mismatch(spec, {"b": 1}, "x", [LeafSpec("x['a']", "constant", value=1)]))
         x: expected a dict with keys ['a'], got a dict with keys ['b'] (missing 'a'; unexpected 'b')
@@ -140,7 +140,7 @@ def reorder_dicts_like(spec: TreeSpec, value: object) -> object:
     Dicts whose key set differs are left alone (the structure check then reports them).
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, spec = tree_flatten({"a": 1, "b": [2]})
         >>> reorder_dicts_like(spec, {"b": [3], "a": 4})
         {'a': 4, 'b': [3]}

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters._dtypes import ONNX_ELEMENT_TYPES, numpy_dtype, onnx_value_dtype
-from adapters._spec import TensorSpec
+from ._dtypes import ONNX_ELEMENT_TYPES, numpy_dtype, onnx_value_dtype
+from ._spec import TensorSpec
 
 __all__ = ["OrtValueRunner", "needs_ortvalues"]
 

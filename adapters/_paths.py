@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from adapters._treespec import DictKey, TreeSpec
+from ._treespec import DictKey, TreeSpec
 
 __all__ = ["accessors", "child_accessors", "leaf_paths", "leaf_names", "key_names"]
 
@@ -77,7 +77,7 @@ def child_accessors(spec: TreeSpec) -> list[tuple[str, str]]:
     """Return :func:`accessors` for the children of ``spec``.
 
     Example:
-        >>> from adapters._treespec import LEAF
+        >>> from onnx_export.adapters._treespec import LEAF
         >>> child_accessors(TreeSpec("tuple", (LEAF,)))
         [('[0]', '.0')]
     """
@@ -95,7 +95,7 @@ def leaf_paths(spec: TreeSpec, root: str) -> list[str]:
         One path per leaf (``none`` nodes have none).
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, spec = tree_flatten({"mask": 1, "kv": [(2, None)]})
         >>> leaf_paths(spec, "inputs")
         ["inputs['mask']", "inputs['kv'][0][0]"]
@@ -116,7 +116,7 @@ def leaf_names(spec: TreeSpec, root: str) -> list[str]:
         One name per leaf, e.g. ``"past_key_values.1.0"``.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, spec = tree_flatten({"a": [1, 2]})
         >>> leaf_names(spec, "x")
         ['x.a.0', 'x.a.1']

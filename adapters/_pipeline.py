@@ -1,14 +1,14 @@
 """``InputAdapter`` and ``OutputAdapter``: the steps, applied in their documented order.
 
-The steps live in :mod:`adapters.input_steps` and :mod:`adapters.output_steps`.
+The steps live in :mod:`.input_steps` and :mod:`.output_steps`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters._spec import AdapterSpec
-from adapters.input_steps import (
+from ._spec import AdapterSpec
+from .input_steps import (
     BindToSignature,
     CheckConstants,
     CheckStructure,
@@ -17,7 +17,7 @@ from adapters.input_steps import (
     FlattenInputs,
     RemoveNones,
 )
-from adapters.output_steps import BuildOutputTree, CheckOutputCount, InsertConstants, RealToComplex
+from .output_steps import BuildOutputTree, CheckOutputCount, InsertConstants, RealToComplex
 
 __all__ = ["InputAdapter", "OutputAdapter"]
 
@@ -38,7 +38,7 @@ class InputAdapter:
 
     Example:
         >>> import inspect, numpy as np
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> def forward(x, mask=None, scale=1.0): ...
         >>> spec = build_adapter_spec(inspect.signature(forward),
         ...                           ({"a": np.ones(2, np.float32)},), {}, np.ones(2))
@@ -62,7 +62,7 @@ class InputAdapter:
         """The steps, in the order they run.
 
         Example:
-            >>> from adapters import build_adapter_spec
+            >>> from onnx_export.adapters import build_adapter_spec
             >>> adapter = InputAdapter(build_adapter_spec(None, (), {}, 0))
             >>> [type(step).__name__ for step in adapter.steps][:2]
             ['BindToSignature', 'FlattenInputs']
@@ -116,7 +116,7 @@ class OutputAdapter:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> spec = build_adapter_spec(None, (), {}, {"y": np.ones(1), "n": 3})
         >>> OutputAdapter(spec)([np.zeros(1)])
         {'y': array([0.]), 'n': 3}
@@ -140,7 +140,7 @@ class OutputAdapter:
         """The steps, in the order they run.
 
         Example:
-            >>> from adapters import build_adapter_spec
+            >>> from onnx_export.adapters import build_adapter_spec
             >>> adapter = OutputAdapter(build_adapter_spec(None, (), {}, 0))
             >>> [type(step).__name__ for step in adapter.steps][-1]
             'BuildOutputTree'

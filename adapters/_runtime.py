@@ -1,6 +1,6 @@
 """``OnnxModule``: run an exported model like the PyTorch model, with onnxruntime only.
 
-``onnxruntime`` is imported when a module is created, not when :mod:`adapters` is imported.
+``onnxruntime`` is imported when a module is created, not when the package is imported.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from adapters._build import flat_input_names, flat_output_names
-from adapters._errors import InputStructureError
-from adapters._iobinding import CudaIOBinding
-from adapters._ortvalues import OrtValueRunner, needs_ortvalues
-from adapters._pipeline import InputAdapter, OutputAdapter
-from adapters._session_checks import check_spec_fits_session, read_spec, resolve_providers
-from adapters._spec import AdapterSpec
-from adapters._torch import torch_module
-from adapters._torch_convert import numpy_to_torch, torch_to_numpy
+from ._build import flat_input_names, flat_output_names
+from ._errors import InputStructureError
+from ._iobinding import CudaIOBinding
+from ._ortvalues import OrtValueRunner, needs_ortvalues
+from ._pipeline import InputAdapter, OutputAdapter
+from ._session_checks import check_spec_fits_session, read_spec, resolve_providers
+from ._spec import AdapterSpec
+from ._torch import torch_module
+from ._torch_convert import numpy_to_torch, torch_to_numpy
 
 __all__ = ["OnnxModule", "load"]
 
@@ -52,7 +52,7 @@ class OnnxModule:
     Example:
         >>> import numpy as np, onnx
         >>> from onnx import helper, TensorProto
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> x = np.ones(2, np.float32)
         >>> spec = build_adapter_spec(None, ({"a": x},), {}, [x])
         >>> graph = helper.make_graph(
@@ -222,7 +222,7 @@ def load(
         AdapterSpecError: The metadata is malformed or does not fit the model.
 
     Example:
-        >>> import adapters
+        >>> from onnx_export import adapters
         >>> module = adapters.load("model.onnx", providers=["cuda"])  # doctest: +SKIP
         >>> outputs = module(input_ids=ids, attention_mask=mask)  # doctest: +SKIP
     """

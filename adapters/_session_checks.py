@@ -11,10 +11,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from adapters._dtypes import ORT_TYPES, onnx_value_dtype
-from adapters._iobinding import onnx_value_shape
-from adapters._json import spec_error
-from adapters._spec import METADATA_KEY, AdapterSpec, LeafSpec
+from ._dtypes import ORT_TYPES, onnx_value_dtype
+from ._iobinding import onnx_value_shape
+from ._json import spec_error
+from ._spec import METADATA_KEY, AdapterSpec, LeafSpec
 
 __all__ = ["PROVIDER_ALIASES", "resolve_providers", "read_spec", "check_spec_fits_session"]
 

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, get_args
 
-from adapters._dtypes import DTYPE_NAMES
-from adapters._json import Constant, is_constant, spec_error
-from adapters._treespec import TreeSpec
+from ._dtypes import DTYPE_NAMES
+from ._json import Constant, is_constant, spec_error
+from ._treespec import TreeSpec
 
 __all__ = [
     "FORMAT_VERSION",
@@ -130,7 +130,7 @@ class AdapterSpec:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> spec = build_adapter_spec(None, (np.zeros(2, np.float32),), {}, np.zeros(2))
         >>> AdapterSpec.from_json(spec.to_json()) == spec
         True
@@ -154,12 +154,12 @@ class AdapterSpec:
 
         Example:
             >>> import numpy as np
-            >>> from adapters import build_adapter_spec
+            >>> from onnx_export.adapters import build_adapter_spec
             >>> spec = build_adapter_spec(None, (np.zeros(2, np.float32),), {}, 1)
             >>> spec.to_json()[:12]
             '{"version":1'
         """
-        from adapters._spec_json import spec_to_json_obj
+        from ._spec_json import spec_to_json_obj
 
         return json.dumps(spec_to_json_obj(self), separators=(",", ":"), allow_nan=False)
 
@@ -180,14 +180,14 @@ class AdapterSpec:
                 inconsistent counts; the message names the field.
 
         Example:
-            >>> from adapters import AdapterSpecError
+            >>> from onnx_export.adapters import AdapterSpecError
             >>> try:
             ...     AdapterSpec.from_json('{"version": 99}')
             ... except AdapterSpecError as e:
             ...     print(str(e)[:50])
             adapter spec field 'version': expected 1, the form
         """
-        from adapters._spec_json import spec_from_json_text
+        from ._spec_json import spec_from_json_text
 
         return spec_from_json_text(text)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import cast
 
-from adapters._errors import AdapterSpecError
-from adapters._json import (
+from ._errors import AdapterSpecError
+from ._json import (
     read_constant,
     read_int,
     read_list,
@@ -19,7 +19,7 @@ from adapters._json import (
     read_str,
     spec_error,
 )
-from adapters._spec import (
+from ._spec import (
     FORMAT_VERSION,
     LEAF_KINDS,
     PARAMETER_KINDS,
@@ -31,7 +31,7 @@ from adapters._spec import (
     ParameterSpec,
     TensorSpec,
 )
-from adapters._treespec import TreeSpec
+from ._treespec import TreeSpec
 
 __all__ = ["spec_to_json_obj", "spec_from_json_text"]
 
@@ -43,7 +43,7 @@ def spec_to_json_obj(spec: AdapterSpec) -> dict[str, object]:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> obj = spec_to_json_obj(build_adapter_spec(None, (), {}, 1))
         >>> obj["outputs"]
         [{'path': 'output', 'kind': 'constant', 'value': 1}]
@@ -91,7 +91,7 @@ def spec_from_json_text(text: str) -> AdapterSpec:
         >>> spec_from_json_text("[]")
         Traceback (most recent call last):
         ...
-        adapters._errors.AdapterSpecError: adapter spec field 'version': expected an integer ...
+        onnx_export.adapters._errors.AdapterSpecError: adapter spec field 'version': expected an integer ...
     """
     if not isinstance(text, str | bytes):
         raise spec_error("spec", "JSON text", type(text).__name__)

@@ -1,6 +1,6 @@
 """Input steps 6 and 7: checking tensors and viewing complex tensors as real.
 
-Split from :mod:`adapters.input_steps` to keep modules small; both are re-exported there.
+Split from :mod:`.input_steps` to keep modules small; both are re-exported there.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from adapters._dtypes import REAL_OF_COMPLEX, numpy_dtype, torch_dtype
-from adapters._errors import InputDtypeError, InputShapeError, InputStructureError
-from adapters._mismatch import describe_value
-from adapters._spec import Dim, LeafSpec, TensorSpec
-from adapters._torch import torch_module
+from ._dtypes import REAL_OF_COMPLEX, numpy_dtype, torch_dtype
+from ._errors import InputDtypeError, InputShapeError, InputStructureError
+from ._mismatch import describe_value
+from ._spec import Dim, LeafSpec, TensorSpec
+from ._torch import torch_module
 
 __all__ = ["CheckTensors", "ComplexToRealView", "complex_to_real", "real_to_complex"]
 
@@ -67,7 +67,7 @@ class CheckTensors:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import LeafSpec, TensorSpec
+        >>> from onnx_export.adapters import LeafSpec, TensorSpec
         >>> step = CheckTensors([LeafSpec("x", "tensor", TensorSpec("x", "float32", ("n", 2)))])
         >>> step([np.zeros((5, 2), np.float32)])
         >>> try:
@@ -179,7 +179,7 @@ class ComplexToRealView:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import LeafSpec, TensorSpec
+        >>> from onnx_export.adapters import LeafSpec, TensorSpec
         >>> step = ComplexToRealView([LeafSpec("z", "tensor", TensorSpec("z", "complex64", (2,)))])
         >>> step([np.array([1 + 2j, 3j], np.complex64)])[0]
         array([[1., 2.],

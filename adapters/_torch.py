@@ -1,6 +1,7 @@
 """Optional torch access: only through ``sys.modules``, never by importing torch.
 
-:mod:`adapters` must run where ``import torch`` fails. When the process has already imported
+:mod:`onnx_export.adapters` must run where ``import torch``
+fails. When the process has already imported
 torch, we may use it; these helpers return ``None`` otherwise. A module set to ``None`` in
 ``sys.modules`` (the usual way to block an import) counts as absent.
 """

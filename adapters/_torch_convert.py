@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters._dtypes import numpy_dtype
-from adapters._torch import torch_module
+from ._dtypes import numpy_dtype
+from ._torch import torch_module
 
 __all__ = ["torch_to_numpy", "numpy_to_torch"]
 

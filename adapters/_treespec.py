@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, cast, get_args
 
-from adapters._errors import AdapterSpecError
-from adapters._json import (
+from ._errors import AdapterSpecError
+from ._json import (
     JsonValue,
     canonical_json,
     read_list,

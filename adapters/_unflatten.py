@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from adapters._errors import LeafCountError, UnsupportedValueError
-from adapters._flatten import qualified_name
-from adapters._library_containers import register_library_container
-from adapters._paths import key_names
-from adapters._torch import pytree_registry
-from adapters._treespec import TreeSpec
+from ._errors import LeafCountError, UnsupportedValueError
+from ._flatten import qualified_name
+from ._library_containers import register_library_container
+from ._paths import key_names
+from ._torch import pytree_registry
+from ._treespec import TreeSpec
 
 __all__ = ["tree_unflatten", "compile_unflatten", "allowed_by_name", "Builder"]
 
@@ -63,7 +63,7 @@ def tree_unflatten(
 
     Example:
         >>> import collections
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> Point = collections.namedtuple("Point", "x y")
         >>> leaves, spec = tree_flatten({"p": Point(1, None)})
         >>> tree_unflatten(spec, leaves)
@@ -93,7 +93,7 @@ def compile_unflatten(spec: TreeSpec, allowed: Mapping[str, type]) -> Builder:
         The builder.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, spec = tree_flatten([1, (2, 3)])
         >>> compile_unflatten(spec, {})(iter([4, 5, 6]))
         [4, (5, 6)]

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters._binding import Binder, argument_roots
-from adapters._errors import ConstantMismatchError, InputStructureError
-from adapters._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
-from adapters._json import Constant
-from adapters._matchers import ArgumentsMatcher
-from adapters._mismatch import describe_value, first_mismatch, reorder_dicts_like
-from adapters._spec import AdapterSpec, LeafSpec, ParameterSpec
-from adapters._tensor_checks import CheckTensors, ComplexToRealView
-from adapters._treespec import TreeSpec
+from ._binding import Binder, argument_roots
+from ._errors import ConstantMismatchError, InputStructureError
+from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
+from ._json import Constant
+from ._matchers import ArgumentsMatcher
+from ._mismatch import describe_value, first_mismatch, reorder_dicts_like
+from ._spec import AdapterSpec, LeafSpec, ParameterSpec
+from ._tensor_checks import CheckTensors, ComplexToRealView
+from ._treespec import TreeSpec
 
 __all__ = [
     "BindToSignature",
@@ -77,7 +77,7 @@ class FlattenInputs:
         tree: The exported input tree.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, tree = tree_flatten(((), {"x": [1, None]}))
         >>> FlattenInputs(tree)(((), {"x": [2, None]}))
         ([2, None], ('tuple', ('tuple',), ('dict', ('x',), ('list', 'leaf', 'none'))))
@@ -107,7 +107,7 @@ class CheckStructure:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import build_adapter_spec
+        >>> from onnx_export.adapters import build_adapter_spec
         >>> spec = build_adapter_spec(None, ({"a": 1, "b": 2},), {}, 0)
         >>> leaves, key = FlattenInputs(spec.input_tree)((({"b": 2, "a": 1},), {}))
         >>> CheckStructure(spec)((({"b": 2, "a": 1},), {}), leaves, key)

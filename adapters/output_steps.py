@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters._dtypes import REAL_OF_COMPLEX
-from adapters._errors import LeafCountError
-from adapters._spec import LeafSpec
-from adapters._tensor_checks import real_to_complex
-from adapters._treespec import TreeSpec
-from adapters._unflatten import allowed_by_name, compile_unflatten
+from ._dtypes import REAL_OF_COMPLEX
+from ._errors import LeafCountError
+from ._spec import LeafSpec
+from ._tensor_checks import real_to_complex
+from ._treespec import TreeSpec
+from ._unflatten import allowed_by_name, compile_unflatten
 
 __all__ = ["CheckOutputCount", "RealToComplex", "InsertConstants", "BuildOutputTree"]
 
@@ -60,7 +60,7 @@ class RealToComplex:
 
     Example:
         >>> import numpy as np
-        >>> from adapters import TensorSpec
+        >>> from onnx_export.adapters import TensorSpec
         >>> step = RealToComplex([LeafSpec("o", "tensor", TensorSpec("o", "complex64", ()))])
         >>> step([np.array([0.0, 1.0], np.float32)])
         [array(0.+1.j, dtype=complex64)]
@@ -116,7 +116,7 @@ class BuildOutputTree:
             other namedtuples, dataclasses and registered classes come back as ``dict``.
 
     Example:
-        >>> from adapters import tree_flatten
+        >>> from onnx_export.adapters import tree_flatten
         >>> _, tree = tree_flatten({"logits": 0, "past": [(0, 0)]})
         >>> BuildOutputTree(tree)([1, 2, 3])
         {'logits': 1, 'past': [(2, 3)]}

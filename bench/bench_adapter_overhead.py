@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters import OnnxModule, build_adapter_spec, flat_input_names
+from onnx_export.adapters import OnnxModule, build_adapter_spec, flat_input_names
 
 ABSOLUTE_LIMIT_US = 10.0
 RELATIVE_LIMIT = 0.05

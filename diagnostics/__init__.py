@@ -1,13 +1,14 @@
 """Per-run diagnostics with SARIF 2.1.0 reports; standard library only.
 
 An exporter creates one :class:`DiagnosticContext` per run, passes it down explicitly,
-emits diagnostics of the rules in :mod:`diagnostics.rules`, and writes the SARIF log with
-:meth:`DiagnosticContext.write_sarif`. :func:`summarize` (or ``python -m diagnostics
+emits diagnostics of the rules in :mod:`onnx_export.diagnostics.rules`, and
+writes the SARIF log with
+:meth:`DiagnosticContext.write_sarif`. :func:`summarize` (or ``python -m onnx_export.diagnostics
 REPORT.sarif``) turns a report back into text for people.
 
 Example:
-    >>> import diagnostics
-    >>> from diagnostics import rules
+    >>> from onnx_export import diagnostics
+    >>> from onnx_export.diagnostics import rules
     >>> context = diagnostics.DiagnosticContext(
     ...     "onnx-export", "0.1.0", diagnostics.DiagnosticOptions(verbosity=diagnostics.Level.NOTE)
     ... )
@@ -19,21 +20,21 @@ Example:
 
 from __future__ import annotations
 
-from diagnostics import rules
-from diagnostics._context import DiagnosticContext, DiagnosticOptions
-from diagnostics._errors import DiagnosticsError, SarifFormatError, SarifWriteError
-from diagnostics._frames import (
+from . import rules
+from ._context import DiagnosticContext, DiagnosticOptions
+from ._errors import DiagnosticsError, SarifFormatError, SarifWriteError
+from ._frames import (
     location_from_frame,
     locations_from_stack_trace,
     locations_from_traceback,
 )
-from diagnostics._levels import Level
-from diagnostics._locations import Location, Stack
-from diagnostics._model import Diagnostic, ExceptionInfo
-from diagnostics._rules import Rule
-from diagnostics._summary import main, summarize
-from diagnostics.rules import ALL_RULES, get_rule
-from diagnostics.sarif import load_sarif
+from ._levels import Level
+from ._locations import Location, Stack
+from ._model import Diagnostic, ExceptionInfo
+from ._rules import Rule
+from ._summary import main, summarize
+from .rules import ALL_RULES, get_rule
+from .sarif import load_sarif
 
 __all__ = [
     # Collecting diagnostics

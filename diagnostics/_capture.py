@@ -13,10 +13,10 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 
-from diagnostics import rules
-from diagnostics._levels import Level
-from diagnostics._locations import Location
-from diagnostics._model import Diagnostic, ExceptionInfo
+from . import rules
+from ._levels import Level
+from ._locations import Location
+from ._model import Diagnostic, ExceptionInfo
 
 __all__ = ["LogFunction", "capture_log_records", "capture_python_warnings"]
 

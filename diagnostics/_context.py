@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal
 
-from diagnostics import rules as _catalogue
-from diagnostics._capture import capture_log_records, capture_python_warnings
-from diagnostics._levels import Level
-from diagnostics._locations import Location, Stack
-from diagnostics._model import Diagnostic, ExceptionInfo
-from diagnostics._rules import Rule
-from diagnostics.sarif import RunRecord, build_log, write_json_atomic
+from . import rules as _catalogue
+from ._capture import capture_log_records, capture_python_warnings
+from ._levels import Level
+from ._locations import Location, Stack
+from ._model import Diagnostic, ExceptionInfo
+from ._rules import Rule
+from .sarif import RunRecord, build_log, write_json_atomic
 
 __all__ = ["DiagnosticContext", "DiagnosticOptions"]
 
@@ -85,7 +85,7 @@ class DiagnosticContext:
             still be logged and are listed after it.
 
     Example:
-        >>> from diagnostics import rules
+        >>> from onnx_export.diagnostics import rules
         >>> context = DiagnosticContext("onnx-export", "0.1.0")
         >>> _ = context.emit(
         ...     rules.UNSUPPORTED_OP,
@@ -155,7 +155,7 @@ class DiagnosticContext:
             The diagnostic as kept (possibly with a raised level), or ``None`` if dropped.
 
         Example:
-            >>> from diagnostics import rules
+            >>> from onnx_export.diagnostics import rules
             >>> context = DiagnosticContext("tool", "1.0")
             >>> note = Diagnostic(rules.MODEL_SAVED, Level.NOTE, "Saved.")
             >>> context.log(note) is None  # notes need verbosity=Level.NOTE
@@ -201,7 +201,7 @@ class DiagnosticContext:
             KeyError: If ``message_args`` lacks a field of the rule's template.
 
         Example:
-            >>> from diagnostics import rules
+            >>> from onnx_export.diagnostics import rules
             >>> context = DiagnosticContext("tool", "1.0")
             >>> kept = context.emit(
             ...     rules.EXPORT_FAILED,

@@ -21,7 +21,7 @@ class SarifFormatError(DiagnosticsError, ValueError):
         >>> raise SarifFormatError("'r.sarif' has version '2.0.0'; expected '2.1.0'.")
         Traceback (most recent call last):
         ...
-        diagnostics._errors.SarifFormatError: 'r.sarif' has version '2.0.0'; expected '2.1.0'.
+        onnx_export.diagnostics._errors.SarifFormatError: 'r.sarif' has version '2.0.0'; expected '2.1.0'.
     """
 
 

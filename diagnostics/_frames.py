@@ -8,7 +8,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterable
 
-from diagnostics._locations import Location
+from ._locations import Location
 
 __all__ = ["location_from_frame", "locations_from_stack_trace", "locations_from_traceback"]
 

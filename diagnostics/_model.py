@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
-from diagnostics._frames import locations_from_traceback
-from diagnostics._levels import Level
-from diagnostics._locations import Location, Stack
-from diagnostics._rules import Rule
+from ._frames import locations_from_traceback
+from ._levels import Level
+from ._locations import Location, Stack
+from ._rules import Rule
 
 __all__ = ["Diagnostic", "ExceptionInfo"]
 
@@ -128,7 +128,7 @@ class Diagnostic:
         exception: The exception behind the diagnostic, if any.
 
     Example:
-        >>> from diagnostics.rules import UNSUPPORTED_OP
+        >>> from onnx_export.diagnostics.rules import UNSUPPORTED_OP
         >>> diagnostic = Diagnostic(
         ...     UNSUPPORTED_OP,
         ...     Level.ERROR,

@@ -6,7 +6,7 @@ import dataclasses
 import re
 import string
 
-from diagnostics._levels import Level
+from ._levels import Level
 
 __all__ = ["Rule", "field_root"]
 
@@ -74,7 +74,7 @@ class Rule:
             ValueError: If the template is malformed or uses positional fields such as ``{0}``.
 
         Example:
-            >>> from diagnostics.rules import UNSUPPORTED_OP
+            >>> from onnx_export.diagnostics.rules import UNSUPPORTED_OP
             >>> UNSUPPORTED_OP.fields
             ('op', 'node', 'module')
         """
@@ -107,7 +107,7 @@ class Rule:
                 rule, the missing fields and the ones that were given.
 
         Example:
-            >>> from diagnostics.rules import DISPATCH_FALLBACK
+            >>> from onnx_export.diagnostics.rules import DISPATCH_FALLBACK
             >>> DISPATCH_FALLBACK.format_message(op="aten::add.Tensor")
             Traceback (most recent call last):
             ...

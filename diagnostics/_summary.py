@@ -1,4 +1,4 @@
-"""A human-readable summary of a SARIF log, and the ``python -m diagnostics`` command."""
+"""A summary of a SARIF log, and the ``python -m onnx_export.diagnostics`` command."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 
-from diagnostics._errors import SarifFormatError
-from diagnostics.sarif import load_sarif
+from ._errors import SarifFormatError
+from .sarif import load_sarif
 
 __all__ = ["main", "summarize"]
 
@@ -29,7 +29,7 @@ def summarize(sarif_log: Mapping[str, object]) -> str:
         sarif_log: A SARIF log as loaded from JSON, e.g. by :func:`load_sarif`.
 
     Example:
-        >>> from diagnostics import DiagnosticContext, Location, rules
+        >>> from onnx_export.diagnostics import DiagnosticContext, Location, rules
         >>> context = DiagnosticContext("onnx-export", "0.1.0")
         >>> _ = context.emit(
         ...     rules.INPUT_MISMATCH,
@@ -56,7 +56,7 @@ def summarize(sarif_log: Mapping[str, object]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    """Prints the summary of a SARIF report; the ``python -m diagnostics`` command.
+    """Prints the summary of a SARIF report; the ``python -m onnx_export.diagnostics`` command.
 
     Args:
         argv: The arguments (default ``sys.argv[1:]``): the path of one SARIF file.
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         2
     """
     parser = argparse.ArgumentParser(
-        prog=prog or "python -m diagnostics",
+        prog=prog or "python -m onnx_export.diagnostics",
         description="Summarize a SARIF report: results grouped by rule and level.",
     )
     parser.add_argument("report", help="path of a SARIF 2.1.0 file")

@@ -6,7 +6,7 @@ id. Every rule's ``help_uri`` points at ``{DOCS_BASE_URI}/rules/{id}/``, the pag
 from ``docs/rules/{id}.md`` in this repository.
 
 Example:
-    >>> from diagnostics import rules
+    >>> from onnx_export.diagnostics import rules
     >>> rules.UNSUPPORTED_OP.id, rules.UNSUPPORTED_OP.name
     ('OXE0006', 'unsupported-op')
     >>> rules.get_rule("OXE0006") is rules.UNSUPPORTED_OP
@@ -17,8 +17,8 @@ Example:
 
 from __future__ import annotations
 
-from diagnostics._levels import Level
-from diagnostics._rules import Rule
+from ._levels import Level
+from ._rules import Rule
 
 __all__ = [
     "DOCS_BASE_URI",

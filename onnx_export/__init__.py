@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from adapters import load
 from onnx_export.errors import (
     CaptureError,
     ConversionError,
@@ -32,12 +31,14 @@ if TYPE_CHECKING:
     from onnx_export._program import ONNXProgram
     from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
     from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResult
+    from onnx_export.adapters import load
 
 __version__ = "0.1.0"
 
 # Everything that needs torch is imported on first use, so that a deployment can
 # ``onnx_export.load(...)`` a saved model in a process without torch.
 _LAZY = {
+    "load": "onnx_export.adapters",
     "CaptureAttempt": "onnx_export._capture",
     "dynamo_export": "onnx_export._export",
     "enable_fake_mode": "onnx_export._fake",

@@ -15,8 +15,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from adapters import AdapterSpec, build_adapter_spec
 from onnx_export._dtypes import to_torch_dtype
+from onnx_export.adapters import AdapterSpec, build_adapter_spec
 
 __all__ = ["build_spec"]
 

@@ -113,8 +113,8 @@ def run_export(args: argparse.Namespace, echo: Callable[[str], None] = print) ->
 
 
 def _export_options(args: argparse.Namespace) -> ExportOptions:
-    from diagnostics import DiagnosticOptions
     from onnx_export._options import DEFAULT_OPSET, SUPPORTED_OPSETS, ExportOptions
+    from onnx_export.diagnostics import DiagnosticOptions
 
     dynamic = parse_dynamic(args.dynamic)
     if args.opset is not None and args.opset not in SUPPORTED_OPSETS:
@@ -141,7 +141,7 @@ def run_verify(args: argparse.Namespace, echo: Callable[[str], None] = print) ->
         call = call_factory(args.factory)
     import torch
 
-    from adapters import AdapterError, load
+    from onnx_export.adapters import AdapterError, load
 
     with status("Running PyTorch"), torch.no_grad():
         expected = _eager(call)

@@ -137,7 +137,7 @@ def _type(type_proto: Any) -> str:
 
 
 def _adapter_lines(model: Any) -> Iterator[str]:
-    from adapters import METADATA_KEY, AdapterSpec, AdapterSpecError
+    from onnx_export.adapters import METADATA_KEY, AdapterSpec, AdapterSpecError
 
     text = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
     if text is None:

@@ -60,7 +60,7 @@ def add_run_command(commands: Subcommands) -> None:
 
 def run_run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     """Load, call, print or save; 0 on success."""
-    from adapters import AdapterError, load
+    from onnx_export.adapters import AdapterError, load
 
     existing_file(args.model, "the model")
     arrays = _read_npz(existing_file(args.inputs, "the inputs file"))
@@ -125,7 +125,7 @@ def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
 
 def _call_by_graph_names(module: Any, spec: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
     """Rebuild forward's ``(args, kwargs)`` from the spec: arrays, recorded constants."""
-    from adapters import tree_unflatten
+    from onnx_export.adapters import tree_unflatten
 
     leaves = [
         arrays[leaf.tensor.name] if leaf.tensor is not None else leaf.value for leaf in spec.inputs
@@ -137,7 +137,7 @@ def _call_by_graph_names(module: Any, spec: Any, arrays: Mapping[str, np.ndarray
 
 def named_leaves(module: Any, outputs: Any) -> list[tuple[str, Any]]:
     """Each output leaf with its graph output name (or its path, for constants)."""
-    from adapters import leaf_paths, tree_flatten
+    from onnx_export.adapters import leaf_paths, tree_flatten
 
     spec = module.spec
     if spec is None:

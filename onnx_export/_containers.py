@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from adapters._flatten import flatten_arguments
+from onnx_export.adapters._flatten import flatten_arguments
 
 __all__ = ["register_input_containers"]
 

@@ -36,8 +36,8 @@ class DemoModel(torch.nn.Module):
 
 def run_demo(output: pathlib.Path, echo: Callable[[str], None] = print) -> int:
     """Export the demo model to ``output``, check it in ONNX Runtime; 0 when it matches."""
-    from diagnostics import DiagnosticOptions, Level, summarize
     from onnx_export import ExportOptions, dynamo_export
+    from onnx_export.diagnostics import DiagnosticOptions, Level, summarize
 
     torch.manual_seed(0)
     model = DemoModel().eval()

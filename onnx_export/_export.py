@@ -15,8 +15,6 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from adapters import AdapterError, canonicalize_inputs
-from diagnostics import DiagnosticContext, Location, rules
 from onnx_export import _report
 from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
@@ -43,6 +41,8 @@ from onnx_export._translate import (
     translate,
     walk_call_nodes,
 )
+from onnx_export.adapters import AdapterError, canonicalize_inputs
+from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import (
     CaptureError,
     ConversionError,

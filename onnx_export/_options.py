@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from diagnostics import DiagnosticOptions
+from onnx_export.diagnostics import DiagnosticOptions
 
 if TYPE_CHECKING:
     from onnx_export._registry import OnnxRegistry

@@ -16,8 +16,6 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from adapters import METADATA_KEY, AdapterSpec, OnnxModule, canonicalize_inputs
-from diagnostics import DiagnosticContext, rules
 from onnx_export._capture import CaptureAttempt
 from onnx_export._dispatch import Dispatch
 from onnx_export._fake import (
@@ -34,6 +32,8 @@ from onnx_export._fake import (
 from onnx_export._report import origin_locations
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export._verify import VerificationResult, compare, find_culprit
+from onnx_export.adapters import METADATA_KEY, AdapterSpec, OnnxModule, canonicalize_inputs
+from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import SerializationError
 
 __all__ = ["ONNXProgram"]

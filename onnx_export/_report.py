@@ -11,12 +11,19 @@ from collections.abc import Sequence
 import onnxscript
 import torch
 
-import diagnostics
-from diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location, Stack, rules
+from onnx_export import diagnostics
 from onnx_export._capture import CaptureAttempt
 from onnx_export._decomp import DecompositionReport
 from onnx_export._dispatch import Dispatch
 from onnx_export._source import NodeOrigin
+from onnx_export.diagnostics import (
+    DiagnosticContext,
+    DiagnosticOptions,
+    Level,
+    Location,
+    Stack,
+    rules,
+)
 
 __all__ = [
     "new_context",

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["diagnostics"]:  # the diagnostics package owns this command's arguments
-        import diagnostics
+        from onnx_export import diagnostics
 
         return diagnostics.main(argv[1:], prog="onnx-export diagnostics")
     parser = _parser()

@@ -10,7 +10,7 @@ import pathlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from diagnostics import DiagnosticContext
+    from onnx_export.diagnostics import DiagnosticContext
 
 __all__ = [
     "OnnxExportError",

@@ -1,7 +1,7 @@
 """Shared pytest configuration: the tests always test this checkout.
 
-The checkout's root goes first on ``sys.path``, so ``onnx_export``, ``adapters``,
-``diagnostics`` and ``tests.helpers`` come from here even when another copy of the
+The checkout's root goes first on ``sys.path``, so ``onnx_export`` (with its
+``adapters`` and ``diagnostics`` links) and ``tests.helpers`` come from here even when another copy of the
 project is pip-installed (e.g. an editable install of a different clone).
 """
 

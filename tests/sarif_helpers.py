@@ -17,12 +17,9 @@ from typing import Any
 
 import jsonschema
 
-SARIF_SCHEMA_PATH = (
-    pathlib.Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "schemas"
-    / "sarif-schema-2.1.0.json"
-)
+from onnx_export.diagnostics.sarif import schema_path
+
+SARIF_SCHEMA_PATH = schema_path()
 TIME_PLACEHOLDER = "<TIME>"
 VERSION_PLACEHOLDER = "<VERSION>"
 ROOT_PLACEHOLDER = "<ROOT>"
@@ -33,8 +30,8 @@ _TIME_KEYS = frozenset({"startTimeUtc", "endTimeUtc", "timeUtc", "lastModifiedTi
 def _validator() -> jsonschema.Draft4Validator:
     if not SARIF_SCHEMA_PATH.is_file():
         raise FileNotFoundError(
-            f"The SARIF 2.1.0 schema is missing at {SARIF_SCHEMA_PATH}; tests expect it in "
-            "../shared/schemas/ relative to the project root."
+            f"The SARIF 2.1.0 schema is missing at {SARIF_SCHEMA_PATH}; it is package data "
+            "of onnx_export.diagnostics (diagnostics/sarif/schema/)."
         )
     schema = json.loads(SARIF_SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.Draft4Validator.check_schema(schema)

@@ -1,6 +1,6 @@
 """The public API is a promise: what is public is listed, documented, typed and snapshotted.
 
-For each package (``onnx_export``, ``adapters``, ``diagnostics``):
+For each package (``onnx_export``, ``onnx_export.adapters``, ``onnx_export.diagnostics``):
 
 - every public-looking name (no leading underscore) defined at module level in a public
   module (a dotted path without a ``_`` part) is listed in that module's ``__all__``;
@@ -8,7 +8,8 @@ For each package (``onnx_export``, ``adapters``, ``diagnostics``):
   ``Example:`` section (constants: a docstring under their assignment), and every public
   function, constructor, method and property is fully annotated and documented;
 - the package's source reads no environment variable (behaviour never depends on one);
-- the signatures of ``adapters`` and ``diagnostics`` match the committed snapshots in
+- the signatures of ``onnx_export.adapters`` and ``onnx_export.diagnostics`` match the
+  committed snapshots in
   ``tests/api_snapshots/`` (``onnx_export``'s is ``tests/onnx_export/api_snapshot.txt``).
 
 A deliberate API change regenerates the snapshots, from the repository root, with::
@@ -38,15 +39,22 @@ from typing import Any
 import pytest
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("onnx_export", "adapters", "diagnostics")
+# Each package and the repository folder it lives in (the wheel installs all three under
+# the one import root ``onnx_export``; ``onnx_export/adapters`` is a link to ``adapters/``).
+FOLDERS = {
+    "onnx_export": "onnx_export",
+    "onnx_export.adapters": "adapters",
+    "onnx_export.diagnostics": "diagnostics",
+}
+PACKAGES = tuple(FOLDERS)
 SNAPSHOTS = pathlib.Path(__file__).with_name("api_snapshots")
-SNAPSHOT_PACKAGES = ("adapters", "diagnostics")
+SNAPSHOT_PACKAGES = ("onnx_export.adapters", "onnx_export.diagnostics")
 UPDATE_COMMAND = "python -m tests.test_api_discipline --update"
 
 # Public-looking names that are not in ``__all__``, each with the reason it is tolerated.
 # Only shrink this list: fix the module (rename to a private name or list it) instead.
 TOLERATED_UNLISTED = {
-    "adapters.input_steps.Canonical": "a type alias for annotations; to be renamed _Canonical",
+    "onnx_export.adapters.input_steps.Canonical": "a type alias for annotations",
 }
 
 GOOGLE_SECTIONS = {
@@ -64,10 +72,10 @@ _NOT_GOOGLE = re.compile(r"^\s*(:param|:returns?:|:raises|:type )|^\s*-{3,}\s*$"
 
 def public_modules(package: str) -> list[str]:
     """Dotted names of the package's modules whose path has no ``_`` part."""
-    root = PROJECT_ROOT / package
+    root = PROJECT_ROOT / FOLDERS[package]
     names = []
     for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
+        parts = (*package.split("."), *path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if parts[-1] != "__main__" and not any(p.startswith("_") for p in parts):
@@ -123,7 +131,7 @@ def is_constant(obj: Any) -> bool:
 
 def attribute_docstring(package: str, name: str) -> str | None:
     """The string literal under ``name = ...`` in any module of the package."""
-    for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+    for path in sorted((PROJECT_ROOT / FOLDERS[package]).rglob("*.py")):
         body = ast.parse(path.read_text(encoding="utf-8")).body
         for node, following in itertools.pairwise(body):
             targets = node.targets if isinstance(node, ast.Assign) else []
@@ -248,7 +256,7 @@ def test_behaviour_does_not_depend_on_environment_variables(package: str) -> Non
     """docs/environment.md promises it; only the tests read ONNX_EXPORT_* variables."""
     hits = [
         f"{path.relative_to(PROJECT_ROOT)}:{number}: {line.strip()}"
-        for path in sorted((PROJECT_ROOT / package).rglob("*.py"))
+        for path in sorted((PROJECT_ROOT / FOLDERS[package]).rglob("*.py"))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if _ENVIRONMENT.search(line)
     ]
@@ -384,6 +392,11 @@ def _entries(prefix: str, obj: Any) -> Iterator[str]:
         yield f"{prefix}: {_describe_constant(obj)}"
 
 
+def snapshot_file(package: str) -> str:
+    """``adapters.txt`` for ``onnx_export.adapters``."""
+    return f"{package.rsplit('.', 1)[-1]}.txt"
+
+
 def render_snapshot(package: str) -> str:
     """One line per public name, method and property of ``package``, in ``__all__`` order."""
     module = importlib.import_module(package)
@@ -393,15 +406,16 @@ def render_snapshot(package: str) -> str:
 
 @pytest.mark.parametrize("package", SNAPSHOT_PACKAGES)
 def test_api_snapshot(package: str) -> None:
-    path = SNAPSHOTS / f"{package}.txt"
+    path = SNAPSHOTS / snapshot_file(package)
     assert path.is_file(), f"{path} is missing; create it with: {UPDATE_COMMAND}"
     expected, actual = path.read_text(encoding="utf-8"), render_snapshot(package)
     if actual != expected:
+        name = snapshot_file(package)
         old, new = set(expected.splitlines()), set(actual.splitlines())
         removed = "\n".join(f"  - {line}" for line in sorted(old - new)) or "  (none)"
         added = "\n".join(f"  + {line}" for line in sorted(new - old)) or "  (none)"
         pytest.fail(
-            f"The public API of {package} differs from tests/api_snapshots/{package}.txt.\n"
+            f"The public API of {package} differs from tests/api_snapshots/{name}.\n"
             f"Removed or changed:\n{removed}\nAdded or changed:\n{added}\n"
             f"If the change is deliberate, run `{UPDATE_COMMAND}` from the repository root, "
             "review the diff and commit it.",
@@ -418,8 +432,10 @@ def main(argv: list[str]) -> int:
         text = render_snapshot(package)
         if argv:
             SNAPSHOTS.mkdir(exist_ok=True)
-            (SNAPSHOTS / f"{package}.txt").write_text(text, encoding="utf-8")
-            print(f"wrote tests/api_snapshots/{package}.txt ({len(text.splitlines())} entries)")
+            (SNAPSHOTS / snapshot_file(package)).write_text(text, encoding="utf-8")
+            print(
+                f"wrote {SNAPSHOTS.name}/{snapshot_file(package)} ({text.count(chr(10))} entries)"
+            )
         else:
             sys.stdout.write(text)
     return 0

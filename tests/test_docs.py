@@ -110,8 +110,10 @@ def test_site_builds_in_strict_mode(tmp_path: pathlib.Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for package in ("onnx_export", "adapters", "diagnostics"):
-        html = (site / "reference" / package / "index.html").read_text(encoding="utf-8")
+    pages = {"onnx_export": "onnx_export", "adapters": "onnx_export.adapters"}
+    pages["diagnostics"] = "onnx_export.diagnostics"
+    for page, package in pages.items():
+        html = (site / "reference" / page / "index.html").read_text(encoding="utf-8")
         missing = [
             name
             for name in importlib.import_module(package).__all__

@@ -9,7 +9,7 @@ import pathlib
 import tempfile
 from collections.abc import Mapping
 
-from diagnostics._errors import SarifFormatError, SarifWriteError
+from .._errors import SarifFormatError, SarifWriteError
 
 __all__ = ["load_sarif", "write_json_atomic"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from diagnostics._locations import Location, Stack
-from diagnostics._model import ExceptionInfo
-from diagnostics.sarif._types import (
+from .._locations import Location, Stack
+from .._model import ExceptionInfo
+from ._types import (
     ArtifactDict,
     ArtifactLocationDict,
     CodeFlowDict,
@@ -14,7 +14,7 @@ from diagnostics.sarif._types import (
     RegionDict,
     StackDict,
 )
-from diagnostics.sarif._uris import UriMapper
+from ._uris import UriMapper
 
 __all__ = ["LocationWriter"]
 

@@ -10,11 +10,11 @@ import os
 import string
 from collections.abc import Mapping, Sequence
 
-from diagnostics._levels import Level
-from diagnostics._model import Diagnostic, ExceptionInfo
-from diagnostics._rules import Rule, field_root
-from diagnostics.sarif._location_writer import LocationWriter
-from diagnostics.sarif._types import (
+from .._levels import Level
+from .._model import Diagnostic, ExceptionInfo
+from .._rules import Rule, field_root
+from ._location_writer import LocationWriter
+from ._types import (
     ExceptionDict,
     InvocationDict,
     NotificationDict,
@@ -86,7 +86,7 @@ def build_log(record: RunRecord) -> SarifLogDict:
 
 
 def _used_rules(catalogue: Sequence[Rule], diagnostics: Sequence[Diagnostic]) -> list[Rule]:
-    """The rules of ``diagnostics``: catalogue order first, then others by first use."""
+    """The rules of ``onnx_export.diagnostics``: catalogue order first, then others by first use."""
     used_ids = {d.rule.id for d in diagnostics}
     rules = [rule for rule in catalogue if rule.id in used_ids]
     known = {rule.id for rule in rules}

@@ -8,7 +8,7 @@ import re
 import urllib.parse
 import urllib.request
 
-from diagnostics.sarif._types import ArtifactLocationDict
+from ._types import ArtifactLocationDict
 
 __all__ = ["SRCROOT", "UriMapper"]
 

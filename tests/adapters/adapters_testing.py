@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from adapters import METADATA_KEY, AdapterSpec
+from onnx_export.adapters import METADATA_KEY, AdapterSpec
 
 OPSET = 21
 IR_VERSION = 10

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from adapters import InputBindingError, canonicalize_inputs
-from adapters._binding import parameters_from_signature
-from adapters.input_steps import BindToSignature
+from onnx_export.adapters import InputBindingError, canonicalize_inputs
+from onnx_export.adapters._binding import parameters_from_signature
+from onnx_export.adapters.input_steps import BindToSignature
 
 
 def f_plain(x, y): ...  # type: ignore[no-untyped-def]

@@ -9,11 +9,11 @@ import pkgutil
 
 import pytest
 
-import adapters
+from onnx_export import adapters
 
 MODULES = [
-    "adapters",
-    *sorted(f"adapters.{m.name}" for m in pkgutil.iter_modules(adapters.__path__)),
+    "onnx_export.adapters",
+    *sorted(f"onnx_export.adapters.{m.name}" for m in pkgutil.iter_modules(adapters.__path__)),
 ]
 
 

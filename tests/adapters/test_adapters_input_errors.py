@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters import (
+from onnx_export.adapters import (
     ConstantMismatchError,
     InputAdapter,
     InputBindingError,

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters import TensorSpec
-from adapters._iobinding import CudaIOBinding
+from onnx_export.adapters import TensorSpec
+from onnx_export.adapters._iobinding import CudaIOBinding
 
 
 class RecordingBinding:

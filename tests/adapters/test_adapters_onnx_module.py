@@ -14,8 +14,8 @@ import pytest
 from adapters_testing import assert_tree_close, make_model
 from onnx import TensorProto, helper
 
-import adapters
-from adapters import (
+from onnx_export import adapters
+from onnx_export.adapters import (
     AdapterSpecError,
     ConstantMismatchError,
     InputStructureError,

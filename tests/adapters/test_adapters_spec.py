@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters import (
+from onnx_export.adapters import (
     AdapterSpec,
     AdapterSpecError,
     LeafSpec,

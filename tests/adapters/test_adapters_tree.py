@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from adapters import (
+from onnx_export.adapters import (
     AdapterSpecError,
     LeafCountError,
     TreeSpec,
@@ -261,8 +261,8 @@ def test_torch_structseq_is_a_custom_node() -> None:
 @settings(max_examples=200, deadline=None)
 @given(nested, nested)
 def test_fast_path_flattens_like_the_generic_flattener(exported: object, value: object) -> None:
-    from adapters._flatten import flatten_arguments, key_from_spec
-    from adapters.input_steps import FlattenInputs
+    from onnx_export.adapters._flatten import flatten_arguments, key_from_spec
+    from onnx_export.adapters.input_steps import FlattenInputs
 
     _, tree = tree_flatten(((exported,), {"k": exported}))
     step = FlattenInputs(tree)

@@ -14,7 +14,7 @@ import onnx
 from adapters_testing import make_model
 from onnx import TensorProto, helper
 
-from adapters import build_adapter_spec
+from onnx_export.adapters import build_adapter_spec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ CHILD = textwrap.dedent(
     sys.modules["torch"] = None  # `import torch` now raises ImportError
     sys.modules["onnx"] = None   # and so does `import onnx`: onnxruntime alone must do
     import numpy as np
-    import adapters
+    from onnx_export import adapters
 
     module = adapters.load(sys.argv[1])
     a = np.array([[1, 2, 3]], np.float32)

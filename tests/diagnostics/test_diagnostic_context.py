@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from diagnostics import (
+from onnx_export.diagnostics import (
     Diagnostic,
     DiagnosticContext,
     DiagnosticOptions,

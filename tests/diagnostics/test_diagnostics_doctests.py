@@ -8,11 +8,14 @@ import pkgutil
 
 import pytest
 
-import diagnostics
+from onnx_export import diagnostics
 
 MODULE_NAMES = sorted(
-    {"diagnostics"}
-    | {info.name for info in pkgutil.walk_packages(diagnostics.__path__, "diagnostics.")}
+    {"onnx_export.diagnostics"}
+    | {
+        info.name
+        for info in pkgutil.walk_packages(diagnostics.__path__, "onnx_export.diagnostics.")
+    }
 )
 
 

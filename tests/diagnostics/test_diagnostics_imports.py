@@ -44,9 +44,9 @@ def test_module_imports_only_stdlib_and_itself(path: Path) -> None:
 
 def test_importing_diagnostics_loads_no_third_party_modules() -> None:
     code = (
-        "import sys, diagnostics, diagnostics.__main__\n"
-        "heavy = {'torch', 'numpy', 'onnx', 'onnxscript', 'onnx_export', 'adapters',"
-        " 'jsonschema'}\n"
+        "import sys, onnx_export.diagnostics, onnx_export.diagnostics.__main__\n"
+        "heavy = {'torch', 'numpy', 'onnx', 'onnxscript', 'onnx_export.adapters',"
+        " 'onnx_export._export', 'jsonschema'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
     completed = subprocess.run(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import diagnostics
+from onnx_export import diagnostics
 
 
 def public_names() -> list[str]:
@@ -39,7 +39,7 @@ def documentation(name: str) -> str | None:
     obj = getattr(diagnostics, name)
     if isinstance(obj, types.ModuleType) or inspect.isclass(obj) or inspect.isroutine(obj):
         return inspect.getdoc(obj)
-    for module_name in ("diagnostics", "diagnostics.rules"):
+    for module_name in ("onnx_export.diagnostics", "onnx_export.diagnostics.rules"):
         doc = attribute_docstring(importlib.import_module(module_name), name)
         if doc:
             return doc

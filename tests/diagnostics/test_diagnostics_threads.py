@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location, rules
+from onnx_export.diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location, rules
 from tests.sarif_helpers import assert_valid_sarif
 
 THREADS = 8

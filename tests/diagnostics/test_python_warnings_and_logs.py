@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diagnostics import DiagnosticContext, DiagnosticOptions, Level, rules
+from onnx_export.diagnostics import DiagnosticContext, DiagnosticOptions, Level, rules
 from tests.sarif_helpers import assert_valid_sarif
 
 LOGGER = "tests.diagnostics.example_library"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnostics import ALL_RULES, Level, Rule, get_rule, rules
+from onnx_export.diagnostics import ALL_RULES, Level, Rule, get_rule, rules
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from diagnostics import (
+from onnx_export.diagnostics import (
     DiagnosticContext,
     DiagnosticOptions,
     ExceptionInfo,

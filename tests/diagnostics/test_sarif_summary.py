@@ -1,4 +1,4 @@
-"""summarize(), load_sarif() and the ``python -m diagnostics`` command."""
+"""summarize(), load_sarif() and the ``python -m onnx_export.diagnostics`` command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnostics import (
+from onnx_export.diagnostics import (
     DiagnosticContext,
     DiagnosticOptions,
     Level,
@@ -59,7 +59,7 @@ def write_report(context: DiagnosticContext, folder: Path) -> Path:
 def run_module(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "diagnostics", *args],
+        [sys.executable, "-m", "onnx_export.diagnostics", *args],
         capture_output=True,
         text=True,
         cwd=PROJECT_ROOT,
@@ -226,7 +226,7 @@ def test_load_sarif_accepts_a_byte_order_mark(tmp_path: Path) -> None:
     assert load_sarif(path)["runs"] == []
 
 
-# --- main and python -m diagnostics -----------------------------------------------------------
+# --- main and python -m onnx_export.diagnostics -------------------------------------------
 
 
 def test_main_exit_codes_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

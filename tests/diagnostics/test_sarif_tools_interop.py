@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnostics import DiagnosticContext, Location, rules
+from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from tests.sarif_helpers import assert_valid_sarif
 
 SARIF_COMMAND = shutil.which("sarif")

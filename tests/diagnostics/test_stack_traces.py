@@ -7,7 +7,7 @@ import traceback
 
 import pytest
 
-from diagnostics import (
+from onnx_export.diagnostics import (
     ExceptionInfo,
     Location,
     location_from_frame,

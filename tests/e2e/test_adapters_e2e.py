@@ -20,8 +20,8 @@ import torch
 from torch.utils import _pytree as pytree
 from transformers.modeling_outputs import BaseModelOutput
 
-import adapters
 import onnx_export
+from onnx_export import adapters
 
 Pair = collections.namedtuple("Pair", "total shifted")
 ROOT = pathlib.Path(__file__).resolve().parents[2]

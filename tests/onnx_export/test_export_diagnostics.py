@@ -18,7 +18,7 @@ import torch
 from onnxscript import opset18 as op
 
 import onnx_export
-from diagnostics import DiagnosticOptions, Level
+from onnx_export.diagnostics import DiagnosticOptions, Level
 from tests.sarif_helpers import assert_valid_sarif
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
