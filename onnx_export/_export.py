@@ -18,17 +18,14 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from onnx_export import _report
 from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
-from onnx_export._cleanup import remove_identity_reshapes
 from onnx_export._containers import register_input_containers
 from onnx_export._decomp import decompose
-from onnx_export._legalize import legalize_bool_data
 from onnx_export._naming import (
     dim_names_from_program,
     leaf_paths,
     output_paths,
     to_torch_dynamic_shapes,
 )
-from onnx_export._optimize import convert_opset, optimize_model
 from onnx_export._options import ExportOptions
 from onnx_export._program import ONNXProgram
 from onnx_export._registry import OnnxRegistry
@@ -51,6 +48,12 @@ from onnx_export.errors import (
     OptimizationError,
     UnsupportedOpsError,
     VerificationError,
+)
+from onnx_export.passes import (
+    convert_opset,
+    legalize_bool_data,
+    optimize_model,
+    remove_identity_reshapes,
 )
 
 __all__ = ["dynamo_export"]
