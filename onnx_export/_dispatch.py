@@ -211,7 +211,7 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
 
 
 def _origin(entry: OnnxFunctionEntry) -> str:
-    from onnx_export._functions import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
+    from onnx_export.ops.core import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
 
     table = OWN_COMPLEX_FUNCTIONS if entry.is_complex else OWN_FUNCTIONS
     return "onnx-export" if table.get(entry.target) is entry.function else "torchlib"

@@ -71,7 +71,7 @@ def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
 
 @functools.cache
 def _own_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
-    from onnx_export._functions import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
+    from onnx_export.ops.core import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
 
     table = {k: (OnnxFunctionEntry(k, f),) for k, f in OWN_FUNCTIONS.items()}
     for k, f in OWN_COMPLEX_FUNCTIONS.items():

@@ -13,8 +13,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, loop, op
-from onnx_export._functions_math import (
+from onnx_export.ops._common import const, loop, op
+from onnx_export.ops.math import (
     compute_dtype,
     float_unary,
     horner,

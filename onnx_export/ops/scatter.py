@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, ints, is_float, op, rank
+from onnx_export.ops._common import const, ints, is_float, op, rank
 
 __all__ = ["FUNCTIONS"]
 

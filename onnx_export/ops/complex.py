@@ -11,7 +11,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, ints, op, rank
+from onnx_export.ops._common import const, ints, op, rank
 
 __all__ = ["COMPLEX_FUNCTIONS"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, ints, op, static_dims
+from onnx_export.ops._common import const, ints, op, static_dims
 
 __all__ = ["FUNCTIONS", "expand_param"]
 
@@ -37,6 +37,7 @@ def _pool_geometry(
 
 
 def expand_param(value: Sequence[int] | int, count: int, default: Sequence[int]) -> list[int]:
+    """A pooling parameter as one int per spatial dim (``default`` when empty)."""
     if isinstance(value, int):
         return [value] * count
     if not value:

@@ -1,6 +1,6 @@
 """Elementwise math torchlib lacks or gets wrong: sign, float and erf families, gcd/lcm.
 
-The gamma family is in ``_functions_gamma``; this module also holds the helpers the
+The gamma family is in ``gamma``; this module also holds the helpers the
 special functions share (compute dtype, Horner's rule).
 
 Series and rational approximations follow the algorithms ATen uses (Cephes, Faddeeva,
@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import cast_to, const, fx_output_dtypes, is_float, op
+from onnx_export.ops._common import cast_to, const, fx_output_dtypes, is_float, op
 
 __all__ = [
     "FUNCTIONS",
@@ -58,6 +58,8 @@ def horner(x: Any, coefficients: Sequence[float]) -> Any:
 
 
 def float_unary(function: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``function`` applied in the compute dtype, the result cast back (floats only)."""
+
     def wrapped(self: ir.Value) -> Any:
         return to_result(function(to_compute(self)))
 
@@ -383,7 +385,7 @@ _EUCLID_STEPS = 93  # enough for any pair of int64 values (Fibonacci worst case)
 
 
 def _gcd(a: Any, b: Any) -> Any:
-    from onnx_export._functions_base import loop
+    from onnx_export.ops._common import loop
 
     zero = const(0, a)
 

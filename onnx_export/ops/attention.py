@@ -13,7 +13,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, ints, op, rank
+from onnx_export.ops._common import const, ints, op, rank
 
 __all__ = ["FUNCTIONS"]
 

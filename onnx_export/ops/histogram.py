@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, ints, op
-from onnx_export._functions_reduce import count_before
+from onnx_export.ops._common import const, ints, op
+from onnx_export.ops.reduce import count_before
 
 __all__ = ["FUNCTIONS"]
 

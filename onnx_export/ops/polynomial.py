@@ -14,8 +14,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import cast_to, const, loop, op
-from onnx_export._functions_math import compute_dtype, to_result
+from onnx_export.ops._common import cast_to, const, loop, op
+from onnx_export.ops.math import compute_dtype, to_result
 
 __all__ = ["FUNCTIONS"]
 

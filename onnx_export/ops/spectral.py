@@ -1,6 +1,6 @@
 """QR (Householder, as LAPACK's geqrf) and Jacobi eigen/singular value decompositions.
 
-Like ``_functions_linalg``, every algorithm is unrolled over the static matrix size.
+Like ``linalg``, every algorithm is unrolled over the static matrix size.
 Jacobi runs a fixed number of cyclic sweeps in float64 (quadratic convergence: 8 sweeps
 are ample for the matrix sizes unrolling suits). Eigenvectors and singular vectors are
 unique only up to sign, so only the sign-free results match LAPACK's: values, ranks,
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import cast_to, const, fx_output_dtypes, ints, op
-from onnx_export._functions_linalg import _slice, _transpose, eye_like, matrix_size
+from onnx_export.ops._common import cast_to, const, fx_output_dtypes, ints, op
+from onnx_export.ops.linalg import _slice, _transpose, eye_like, matrix_size
 
 __all__ = ["FUNCTIONS"]
 

@@ -1,8 +1,8 @@
-"""Neural-network ops torchlib lacks or gets wrong (pooling is in ``_functions_pool``).
+"""Neural-network ops torchlib lacks or gets wrong (pooling is in ``pool``).
 
 Batch norm in training mode (batch statistics and updated running statistics), padding
 modes ONNX Runtime rejects (circular, negative edge), linear upsampling, ``im2col`` at any
-batch size. Attention and losses are in ``_functions_attention``.
+batch size. Attention and losses are in ``attention``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import (
+from onnx_export.ops._common import (
     cast_to,
     const,
     fx_output_dtypes,
@@ -22,7 +22,7 @@ from onnx_export._functions_base import (
     rank,
     static_dims,
 )
-from onnx_export._functions_pool import expand_param
+from onnx_export.ops.pool import expand_param
 
 __all__ = ["FUNCTIONS"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import (
+from onnx_export.ops._common import (
     cast_to,
     const,
     fx_output_dtypes,

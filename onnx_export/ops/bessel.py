@@ -2,7 +2,7 @@
 
 Each follows the Cephes approximation ATen uses: Chebyshev series (Clenshaw's recurrence)
 or rational functions on two or three ranges of the argument, chosen per element with
-``Where``. The coefficient tables are in ``_functions_bessel_data``.
+``Where``. The coefficient tables are in ``_bessel_data``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export._functions_base import const, op
-from onnx_export._functions_bessel_data import TABLES
-from onnx_export._functions_math import horner, to_compute, to_result
+from onnx_export.ops._bessel_data import TABLES
+from onnx_export.ops._common import const, op
+from onnx_export.ops.math import horner, to_compute, to_result
 
 __all__ = ["FUNCTIONS"]
 

@@ -7,19 +7,19 @@ Parameters follow the ATen schema's argument names (``from`` is ``from_``).
 ``OWN_FUNCTIONS`` is the one table; the functions live by family:
 
 - here: ``to``, bitwise dunders, ``diff``, ``var``/``std`` with ``correction``;
-- ``_functions_math``: sign and float helpers, erf family, gcd/lcm, ``nextafter``;
-- ``_functions_gamma``: lgamma, digamma, polygamma, zeta, incomplete gammas;
-- ``_functions_bessel``: Bessel, modified Bessel, Airy (Cephes tables in ``_data``);
-- ``_functions_poly``: orthogonal polynomials (an ONNX ``Loop`` over the degree);
-- ``_functions_reduce`` / ``_functions_histogram``: amax/amin/all/any, scans, order
+- ``math``: sign and float helpers, erf family, gcd/lcm, ``nextafter``;
+- ``gamma``: lgamma, digamma, polygamma, zeta, incomplete gammas;
+- ``bessel``: Bessel, modified Bessel, Airy (Cephes tables in ``_bessel_data``);
+- ``polynomial``: orthogonal polynomials (an ONNX ``Loop`` over the degree);
+- ``reduce`` / ``histogram``: amax/amin/all/any, scans, order
   statistics, sorted search / histograms;
-- ``_functions_tensor`` / ``_functions_scatter``: copies, selection, conversion to
+- ``tensor`` / ``scatter``: copies, selection, conversion to
   complex, random sampling / scatter reductions, ``put``, ``segment_reduce``, MoE matmul;
-- ``_functions_nn`` / ``_functions_pool`` / ``_functions_attention``: batch norm
+- ``nn`` / ``pool`` / ``attention``: batch norm
   (training), padding, upsampling, ``im2col`` / pooling / attention and cross entropy;
-- ``_functions_linalg`` / ``_functions_spectral``: LU, Cholesky, triangular solves and
+- ``linalg`` / ``spectral``: LU, Cholesky, triangular solves and
   what builds on them / QR, Jacobi eigen- and singular values, ``pinv``, rank;
-- ``_functions_complex``: ``OWN_COMPLEX_FUNCTIONS``, for complex inputs (real view).
+- ``complex``: ``OWN_COMPLEX_FUNCTIONS``, for complex inputs (real view).
 """
 
 from __future__ import annotations
@@ -31,22 +31,20 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import opset18
 
-from onnx_export import (
-    _functions_attention,
-    _functions_bessel,
-    _functions_complex,
-    _functions_gamma,
-    _functions_histogram,
-    _functions_linalg,
-    _functions_math,
-    _functions_nn,
-    _functions_poly,
-    _functions_pool,
-    _functions_reduce,
-    _functions_scatter,
-    _functions_spectral,
-    _functions_tensor,
-)
+from onnx_export.ops import attention as _attention
+from onnx_export.ops import bessel as _bessel
+from onnx_export.ops import complex as _complex
+from onnx_export.ops import gamma as _gamma
+from onnx_export.ops import histogram as _histogram
+from onnx_export.ops import linalg as _linalg
+from onnx_export.ops import math as _math
+from onnx_export.ops import nn as _nn
+from onnx_export.ops import polynomial as _polynomial
+from onnx_export.ops import pool as _pool
+from onnx_export.ops import reduce as _reduce
+from onnx_export.ops import scatter as _scatter
+from onnx_export.ops import spectral as _spectral
+from onnx_export.ops import tensor as _tensor
 
 __all__ = ["OWN_FUNCTIONS", "OWN_COMPLEX_FUNCTIONS"]
 
@@ -59,7 +57,7 @@ op: Any = opset18
 def _cast_or_identity(self: ir.Value, dtype: int | None) -> Any:
     if dtype is None or dtype == -1:
         return op.Identity(self)
-    return _functions_tensor.aten_to_copy(self, dtype)  # complex targets as real views
+    return _tensor.aten_to_copy(self, dtype)  # complex targets as real views
 
 
 def aten_to_dtype(
@@ -195,19 +193,19 @@ def aten_std_mean_correction(
 
 OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
     {
-        **_functions_math.FUNCTIONS,
-        **_functions_gamma.FUNCTIONS,
-        **_functions_bessel.FUNCTIONS,
-        **_functions_reduce.FUNCTIONS,
-        **_functions_histogram.FUNCTIONS,
-        **_functions_tensor.FUNCTIONS,
-        **_functions_scatter.FUNCTIONS,
-        **_functions_nn.FUNCTIONS,
-        **_functions_attention.FUNCTIONS,
-        **_functions_pool.FUNCTIONS,
-        **_functions_poly.FUNCTIONS,
-        **_functions_linalg.FUNCTIONS,
-        **_functions_spectral.FUNCTIONS,
+        **_math.FUNCTIONS,
+        **_gamma.FUNCTIONS,
+        **_bessel.FUNCTIONS,
+        **_reduce.FUNCTIONS,
+        **_histogram.FUNCTIONS,
+        **_tensor.FUNCTIONS,
+        **_scatter.FUNCTIONS,
+        **_nn.FUNCTIONS,
+        **_attention.FUNCTIONS,
+        **_pool.FUNCTIONS,
+        **_polynomial.FUNCTIONS,
+        **_linalg.FUNCTIONS,
+        **_spectral.FUNCTIONS,
         "aten::to.dtype": aten_to_dtype,
         "aten::to.device": aten_to_device,
         "aten::to.dtype_layout": aten_to_dtype_layout,
@@ -224,5 +222,5 @@ OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
 
 #: Our functions for complex-valued inputs (their real view, trailing dimension 2).
 OWN_COMPLEX_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
-    dict(_functions_complex.COMPLEX_FUNCTIONS)
+    dict(_complex.COMPLEX_FUNCTIONS)
 )

@@ -3,7 +3,7 @@
 ``amax``/``amin`` without ``dim``, ``all``/``any`` on 0-d tensors, ``count_nonzero``,
 ``cumprod``/``cummax``/``cummin`` (an ONNX ``Scan``), ``median``/``nanmedian``/
 ``kthvalue``/``mode``, ``searchsorted``/``bucketize`` (counting comparisons),
-``unique_consecutive``. Histograms are in ``_functions_histogram``.
+``unique_consecutive``. Histograms are in ``histogram``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import (
+from onnx_export.ops._common import (
     cast_to,
     const,
     fx_output_dtypes,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export._functions_base import cast_to, const, ints, loop, op, rank
+from onnx_export.ops._common import cast_to, const, ints, loop, op, rank
 
 __all__ = ["FUNCTIONS", "matrix_size", "forward_substitution", "back_substitution", "eye_like"]
 
