@@ -1,18 +1,10 @@
 """A full failing-export report compared with a golden file after normalisation.
 
-To regenerate the golden file after an intended change of the output, run
-
-    DIAGNOSTICS_UPDATE_GOLDEN=1 python -m pytest tests/diagnostics/test_sarif_golden.py
-
-and review the diff of ``tests/diagnostics/golden/failing_export.sarif.json`` before
-committing it.
+The golden file is ``tests/golden/sarif_context_failing_export.json``; regenerate every golden
+file the one way ``tests/golden/README.md`` describes.
 """
 
 from __future__ import annotations
-
-import json
-import os
-from pathlib import Path
 
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -24,9 +16,9 @@ from onnx_export.diagnostics import (
     locations_from_stack_trace,
     rules,
 )
+from tests.golden_files import check_golden
 from tests.sarif_helpers import assert_valid_sarif, normalize_sarif
 
-GOLDEN = Path(__file__).parent / "golden" / "failing_export.sarif.json"
 SOURCE_ROOT = "/project"
 STACK_TRACE = """\
   File "/project/train.py", line 88, in <module>
@@ -84,14 +76,7 @@ def failing_export() -> DiagnosticContext:
 def test_failing_export_report_matches_golden() -> None:
     log = failing_export().to_sarif()
     assert_valid_sarif(log)
-    normalized = normalize_sarif(log, root=SOURCE_ROOT)
-    if os.environ.get("DIAGNOSTICS_UPDATE_GOLDEN"):
-        GOLDEN.write_text(json.dumps(normalized, indent=2) + "\n", encoding="utf-8")
-    expected = json.loads(GOLDEN.read_text(encoding="utf-8"))
-    assert normalized == expected, (
-        "The SARIF output changed. If intended, regenerate with "
-        "DIAGNOSTICS_UPDATE_GOLDEN=1 (see this module's docstring)."
-    )
+    check_golden("sarif_context_failing_export", normalize_sarif(log, root=SOURCE_ROOT))
 
 
 def test_normalize_replaces_times_version_and_root() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -19,12 +18,12 @@ from onnxscript import opset18 as op
 
 import onnx_export
 from onnx_export.diagnostics import DiagnosticOptions, Level
+from tests.golden_files import check_golden
 from tests.sarif_helpers import assert_valid_sarif
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
 
 HERE = pathlib.Path(__file__).resolve()
-GOLDEN = HERE.parents[1] / "golden"
 
 
 @torch.library.custom_op("diagtest::mystery", mutates_args=())
@@ -339,12 +338,7 @@ def _stable_view(log: dict[str, Any]) -> dict[str, Any]:
 
 def _check_golden(name: str, log: dict[str, Any]) -> None:
     assert_valid_sarif(log)
-    view = _stable_view(log)
-    path = GOLDEN / f"{name}.json"
-    if os.environ.get("ONNX_EXPORT_UPDATE_GOLDEN") == "1":
-        path.write_text(json.dumps(view, indent=2, sort_keys=True) + "\n")
-    expected = json.loads(path.read_text())
-    assert view == expected, f"{name} changed; see tests/golden/README.md to regenerate"
+    check_golden(name, _stable_view(log))
 
 
 def test_golden_failing_export() -> None:
