@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ZooModel", "ZOO", "Inputs"]
+__all__ = ["ZooModel", "ZOO", "Inputs", "small_config"]
 
 #: (args, kwargs) of one call.
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -148,6 +148,25 @@ _SMALL = {
 }
 
 
+#: The small configurations every test and benchmark builds its transformers models from:
+#: ``family -> (config class, keyword arguments)``; see :func:`small_config`.
+_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "bert": ("BertConfig", {"max_position_embeddings": 64, **_SMALL}),
+    "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}),
+    "llama": ("LlamaConfig", {"max_position_embeddings": 64, "num_key_value_heads": 2, **_SMALL}),
+}
+
+
+def small_config(family: str, **overrides: Any) -> Any:
+    """A small transformers configuration of ``family`` (random weights, vocabulary 100).
+
+    The one place the tests and benchmarks take their small BERT, GPT-2 and Llama configs
+    from; ``overrides`` change or add fields (``use_cache=False``, ``attn_implementation``).
+    """
+    config_class, fields = _FAMILIES[family]
+    return getattr(_tf(), config_class)(**({"vocab_size": VOCAB} | fields | overrides))
+
+
 def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[[], nn.Module]:
     def make() -> nn.Module:
         tf = _tf()
@@ -161,9 +180,7 @@ def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[[], 
 
 def _bert() -> nn.Module:
     tf = _tf()
-    return _Hidden(
-        tf.BertModel(tf.BertConfig(vocab_size=VOCAB, max_position_embeddings=64, **_SMALL))
-    )
+    return _Hidden(tf.BertModel(small_config("bert")))
 
 
 def _roberta() -> nn.Module:
@@ -188,10 +205,7 @@ def _deberta() -> nn.Module:
 
 def _gpt2() -> nn.Module:
     tf = _tf()
-    config = tf.GPT2Config(
-        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False
-    )
-    return _Logits(tf.GPT2LMHeadModel(config))
+    return _Logits(tf.GPT2LMHeadModel(small_config("gpt2", use_cache=False)))
 
 
 class _EncoderDecoder(nn.Module):
@@ -322,11 +336,7 @@ class CachedDecoder(nn.Module):
 
 
 def _cached_llama() -> nn.Module:
-    tf = _tf()
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB, max_position_embeddings=64, num_key_value_heads=2, **_SMALL
-    )
-    return CachedDecoder(tf.LlamaForCausalLM(config))
+    return CachedDecoder(_tf().LlamaForCausalLM(small_config("llama")))
 
 
 def _cached_inputs(batch: int, length: int) -> Inputs:
@@ -341,11 +351,7 @@ def _cached_inputs(batch: int, length: int) -> Inputs:
 
 def _cache_object_llama() -> nn.Module:
     """A causal LM as users call it in a decoding loop: ``model(ids, mask, cache=cache)``."""
-    tf = _tf()
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB, max_position_embeddings=64, num_key_value_heads=2, **_SMALL
-    )
-    return tf.LlamaForCausalLM(config)  # type: ignore[no-any-return]
+    return _tf().LlamaForCausalLM(small_config("llama"))  # type: ignore[no-any-return]
 
 
 def _cache_object_inputs(batch: int, length: int) -> Inputs:
@@ -472,7 +478,10 @@ class _BufferUpdate(nn.Module):
         return x - self.running
 
 
-_llama = _decoder("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2)
+def _llama() -> nn.Module:
+    return _Logits(_tf().LlamaForCausalLM(small_config("llama", use_cache=False)))
+
+
 _qwen2 = _decoder("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2)
 _mistral = _decoder("MistralConfig", "MistralForCausalLM", num_key_value_heads=2)
 _gemma = _decoder("GemmaConfig", "GemmaForCausalLM", num_key_value_heads=2, head_dim=8)
