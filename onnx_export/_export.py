@@ -327,7 +327,7 @@ def _fail(error: OnnxExportError, context: DiagnosticContext) -> OnnxExportError
     )
     context.finish(success=False, exception=error)
     error.diagnostic_context = context
-    error.report_path = _report.write_failure_report(context)
+    error.report_path, error.report_problem = _report.write_failure_report(context)
     return error
 
 

@@ -153,20 +153,25 @@ def record_unsupported(
     )
 
 
-def write_failure_report(context: DiagnosticContext) -> pathlib.Path | None:
-    """Write the report of a failed export: to the configured path, else a temp file."""
+def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | None, str | None]:
+    """Write the report of a failed export: to the configured path, else a temp file.
+
+    Returns the path written, or ``None`` and why the report could not be written (the
+    export error says so instead of silently going without a report).
+    """
     options = context.options
     if options.write_report == "never":
-        return None
+        return None, None
     path = options.report_path
-    if path is None:
-        handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
-        os.close(handle)
-        path = name
     try:
-        return context.write_sarif(path)
-    except OSError:
-        return None
+        if path is None:
+            handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
+            os.close(handle)
+            path = name
+        return context.write_sarif(path), None
+    except OSError as e:
+        where = f" to {path}" if path is not None else ""
+        return None, f"The SARIF report could not be written{where}: {e.strerror or e}."
 
 
 def write_success_report(context: DiagnosticContext) -> pathlib.Path | None:

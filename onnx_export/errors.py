@@ -31,6 +31,7 @@ class OnnxExportError(RuntimeError):
         stage: The pipeline stage that failed (``"capture"``, ``"conversion"``, ...).
         diagnostic_context: The export's diagnostics, when the export got that far.
         report_path: Where the SARIF report of the failed export was written, if it was.
+        report_problem: Why the report could not be written, when it could not.
 
     Example:
         >>> import onnx_export
@@ -53,11 +54,14 @@ class OnnxExportError(RuntimeError):
         super().__init__(message)
         self.diagnostic_context = diagnostic_context
         self.report_path = report_path
+        self.report_problem: str | None = None
 
     def __str__(self) -> str:
         text = super().__str__()
         if self.report_path is not None:
             text += f"\nThe full diagnostic report (SARIF) is at: {self.report_path}"
+        elif self.report_problem is not None:
+            text += f"\n{self.report_problem}"
         return text
 
 

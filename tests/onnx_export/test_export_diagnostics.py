@@ -358,3 +358,17 @@ def test_golden_successful_export() -> None:
 def test_this_file_lines_are_found() -> None:
     source = inspect.getsource(CallsMystery)
     assert "MYSTERY_LINE" in source
+
+
+def test_a_report_that_cannot_be_written_is_named_in_the_error(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    report_path = tmp_path / "a-file" / "failed.sarif"
+    options = onnx_export.ExportOptions(
+        diagnostic_options=DiagnosticOptions(report_path=report_path)
+    )
+    with pytest.raises(onnx_export.UnsupportedOpsError) as caught:
+        onnx_export.dynamo_export(CallsMystery(), torch.randn(4), export_options=options)
+    assert caught.value.report_path is None
+    message = str(caught.value)
+    assert f"The SARIF report could not be written to {report_path}" in message
+    assert "diagtest::mystery" in message
