@@ -199,22 +199,14 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
         args, named = bind_arguments(node, entry.function, entry.signature)
         why_not = _mismatch(entry, named)
         if not why_not:
-            origin = "user-registered" if entry.is_custom else _origin(entry)
             return _promoted(
-                Dispatch(name, entry, f"{origin} function whose types fit", False, args), node
+                Dispatch(name, entry, f"{entry.origin} function whose types fit", False, args), node
             )
         reasons.append(f"{entry.name}: {why_not}")
     first = candidates[0]
     args, _ = bind_arguments(node, first.function, first.signature)
     reason = "no overload matched exactly (" + "; ".join(reasons) + f"); using {first.name}"
     return _promoted(Dispatch(name, first, reason, True, args), node)
-
-
-def _origin(entry: OnnxFunctionEntry) -> str:
-    from onnx_export.ops.core import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
-
-    table = OWN_COMPLEX_FUNCTIONS if entry.is_complex else OWN_FUNCTIONS
-    return "onnx-export" if table.get(entry.target) is entry.function else "torchlib"
 
 
 # -- type promotion --------------------------------------------------------------------

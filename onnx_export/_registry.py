@@ -28,6 +28,7 @@ class OnnxFunctionEntry:
         function: The onnxscript function (scripted ``OnnxFunction`` or traced).
         is_complex: Whether it implements the complex-number variant.
         is_custom: Whether the user registered it (custom functions win over torchlib).
+        is_own: Whether it is one of onnx-export's own functions (``onnx_export.ops``).
 
     Example:
         >>> import onnx_export
@@ -40,6 +41,20 @@ class OnnxFunctionEntry:
     function: Any
     is_complex: bool = False
     is_custom: bool = False
+    is_own: bool = False
+
+    @property
+    def origin(self) -> str:
+        """Where it comes from: ``"user-registered"``, ``"onnx-export"`` or ``"torchlib"``.
+
+        Example:
+            >>> import onnx_export
+            >>> onnx_export.OnnxRegistry().get("aten::relu")[0].origin
+            'torchlib'
+        """
+        if self.is_custom:
+            return "user-registered"
+        return "onnx-export" if self.is_own else "torchlib"
 
     @property
     def signature(self) -> ir.schemas.OpSignature | None:
@@ -71,11 +86,12 @@ def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
 
 @functools.cache
 def _own_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
-    from onnx_export.ops.core import OWN_COMPLEX_FUNCTIONS, OWN_FUNCTIONS
+    from onnx_export.ops._registration import registered_ops
 
-    table = {k: (OnnxFunctionEntry(k, f),) for k, f in OWN_FUNCTIONS.items()}
-    for k, f in OWN_COMPLEX_FUNCTIONS.items():
-        table[k] = (*table.get(k, ()), OnnxFunctionEntry(k, f, is_complex=True))
+    table: dict[str, tuple[OnnxFunctionEntry, ...]] = {}
+    for own in sorted(registered_ops(), key=lambda r: r.is_complex):  # real ones first
+        entry = OnnxFunctionEntry(own.target, own.function, is_complex=own.is_complex, is_own=True)
+        table[own.target] = (*table.get(own.target, ()), entry)
     return MappingProxyType(table)
 
 

@@ -1,4 +1,42 @@
 """onnx-export's own ONNX functions for ATen ops, grouped by topic like torchlib's ``ops/``.
 
-Consulted after the user's functions and before torchlib's (see ``onnx_export._registry``).
+Importing this package imports every topic module; each registers its functions with
+``@onnx_op`` (``ops/_registration.py``) where they are defined. The registry consults them
+after the user's functions and before torchlib's.
 """
+
+from onnx_export.ops import (
+    attention,
+    bessel,
+    complex,
+    core,
+    gamma,
+    histogram,
+    linalg,
+    math,
+    nn,
+    polynomial,
+    pool,
+    reduce,
+    scatter,
+    spectral,
+    tensor,
+)
+
+__all__ = [
+    "attention",
+    "bessel",
+    "complex",
+    "core",
+    "gamma",
+    "histogram",
+    "linalg",
+    "math",
+    "nn",
+    "polynomial",
+    "pool",
+    "reduce",
+    "scatter",
+    "spectral",
+    "tensor",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import torch
 from onnxscript import evaluator, opset18
@@ -23,6 +24,8 @@ __all__ = [
     "rank",
     "static_dims",
     "fx_output_dtypes",
+    "output_dtype",
+    "empty",
     "fx_input",
     "is_float",
     "cast_to",
@@ -64,6 +67,18 @@ def fx_output_dtypes() -> list[ir.DataType | None]:
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     return [value_dtype(v) for v in vals]
+
+
+def output_dtype(index: int, default: ir.DataType | None = None) -> ir.DataType | None:
+    """The dtype torch gives the current node's ``index``-th output (``default`` if unknown)."""
+    dtypes = fx_output_dtypes()
+    found = dtypes[index] if index < len(dtypes) else None
+    return found if found is not None else default
+
+
+def empty(dtype: ir.DataType | None) -> Any:
+    """An empty 1-D constant of ``dtype`` (FLOAT when unknown), for outputs torch leaves empty."""
+    return op.Constant(value=ir.tensor(np.zeros([0], dtype=(dtype or ir.DataType.FLOAT).numpy())))
 
 
 def fx_input(index: int) -> Any:

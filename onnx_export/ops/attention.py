@@ -8,14 +8,12 @@ class weights and label smoothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, ints, op, rank
-
-__all__ = ["FUNCTIONS"]
+from onnx_export.ops._registration import onnx_op
 
 
 def _repeat_heads(x: Any, repeat: int, heads: int, r: int) -> Any:
@@ -30,6 +28,7 @@ def _repeat_heads(x: Any, repeat: int, heads: int, r: int) -> Any:
     return op.Reshape(expanded, shape)
 
 
+@onnx_op("aten::scaled_dot_product_attention")
 def aten_scaled_dot_product_attention(
     query: ir.Value,
     key: ir.Value,
@@ -85,6 +84,7 @@ def _swap_last(r: int) -> list[int]:
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
 
+@onnx_op("aten::cross_entropy_loss")
 def aten_cross_entropy_loss(
     self: ir.Value,
     target: ir.Value,
@@ -145,9 +145,3 @@ def aten_cross_entropy_loss(
         return total
     denominator = op.ReduceSum(op.Mul(op.Expand(class_weight, op.Shape(mask)), mask), keepdims=0)
     return op.Div(total, denominator)
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::scaled_dot_product_attention": aten_scaled_dot_product_attention,
-    "aten::cross_entropy_loss": aten_cross_entropy_loss,
-}

@@ -15,9 +15,8 @@ import onnx_ir as ir
 
 from onnx_export.ops._bessel_data import TABLES
 from onnx_export.ops._common import const, op
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import horner, to_compute, to_result
-
-__all__ = ["FUNCTIONS"]
 
 _INF = float("inf")
 _NAN = float("nan")
@@ -66,24 +65,28 @@ def _odd(x: Any, value: Any) -> Any:
     return op.Where(op.Less(x, const(0.0, x)), op.Neg(value), value)
 
 
+@onnx_op("aten::i0", "aten::special_modified_bessel_i0")
 @_float_unary
 def aten_i0(x: Any) -> Any:
     """i0(Tensor self): the modified Bessel function I0."""
     return op.Mul(op.Exp(op.Abs(x)), _scaled_i(x, 0))
 
 
+@onnx_op("aten::special_i0e")
 @_float_unary
 def aten_special_i0e(x: Any) -> Any:
     """special_i0e(Tensor self): exp(-|x|) I0(x)."""
     return _scaled_i(x, 0)
 
 
+@onnx_op("aten::special_i1", "aten::special_modified_bessel_i1")
 @_float_unary
 def aten_special_i1(x: Any) -> Any:
     """special_i1(Tensor self): the modified Bessel function I1."""
     return _odd(x, op.Mul(op.Exp(op.Abs(x)), _scaled_i(x, 1)))
 
 
+@onnx_op("aten::special_i1e")
 @_float_unary
 def aten_special_i1e(x: Any) -> Any:
     """special_i1e(Tensor self): exp(-|x|) I1(x)."""
@@ -131,8 +134,9 @@ def _k_function(order: int, scaled: bool) -> Callable[..., Any]:
 # -- Bessel functions of the first and second kind ----------------------------------------
 
 
-def _asymptotic(x: Any, table: dict[str, tuple[float, ...]], phase: float, kind: str) -> Any:
+def _asymptotic(x: Any, order: int, phase: float, kind: str) -> Any:
     """The large-argument form (x > 5) shared by J0, J1, Y0 and Y1."""
+    table = TABLES[f"ASYMPTOTIC{order}"]
     w = op.Div(const(25.0, x), op.Mul(x, x))
     p = op.Div(horner(w, table["PP"]), horner(w, table["PQ"]))
     q = op.Mul(op.Div(const(5.0, x), x), op.Div(horner(w, table["QP"]), horner(w, table["QQ"])))
@@ -159,7 +163,7 @@ def _j0(x: Any) -> Any:
         ),
         horner(z, table["RQ"]),
     )
-    far = _asymptotic(op.Max(a, const(5.0, x)), table, math.pi / 4, "j")
+    far = _asymptotic(op.Max(a, const(5.0, x)), 0, math.pi / 4, "j")
     return op.Where(op.LessOrEqual(a, const(5.0, x)), near, far)
 
 
@@ -175,7 +179,7 @@ def _j1(x: Any) -> Any:
             op.Sub(z, const(49.2184563216946036703, x)),
         ),
     )
-    far = _asymptotic(op.Max(a, const(5.0, x)), table, 3 * math.pi / 4, "j")
+    far = _asymptotic(op.Max(a, const(5.0, x)), 1, 3 * math.pi / 4, "j")
     return _odd(x, op.Where(op.LessOrEqual(a, const(5.0, x)), near, far))
 
 
@@ -191,36 +195,41 @@ def _y(x: Any, order: int) -> Any:
         bessel = op.Sub(op.Mul(_j1(small), op.Log(small)), op.Reciprocal(small))
         near = op.Add(op.Mul(small, ratio), op.Mul(two_over_pi, bessel))
     phase = math.pi / 4 if order == 0 else 3 * math.pi / 4
-    far = _asymptotic(op.Max(x, const(5.0, x)), table, phase, "y")
+    far = _asymptotic(op.Max(x, const(5.0, x)), order, phase, "y")
     result = op.Where(op.LessOrEqual(x, const(5.0, x)), near, far)
     result = op.Where(op.Equal(x, const(0.0, x)), const(-_INF, x), result)
     return op.Where(op.Less(x, const(0.0, x)), const(_NAN, x), result)
 
 
+@onnx_op("aten::special_bessel_j0")
 @_float_unary
 def aten_special_bessel_j0(x: Any) -> Any:
     """special_bessel_j0(Tensor self)."""
     return _j0(x)
 
 
+@onnx_op("aten::special_bessel_j1")
 @_float_unary
 def aten_special_bessel_j1(x: Any) -> Any:
     """special_bessel_j1(Tensor self)."""
     return _j1(x)
 
 
+@onnx_op("aten::special_bessel_y0")
 @_float_unary
 def aten_special_bessel_y0(x: Any) -> Any:
     """special_bessel_y0(Tensor self)."""
     return _y(x, 0)
 
 
+@onnx_op("aten::special_bessel_y1")
 @_float_unary
 def aten_special_bessel_y1(x: Any) -> Any:
     """special_bessel_y1(Tensor self)."""
     return _y(x, 1)
 
 
+@onnx_op("aten::special_spherical_bessel_j0")
 @_float_unary
 def aten_special_spherical_bessel_j0(x: Any) -> Any:
     """special_spherical_bessel_j0(Tensor self): sin(x) / x."""
@@ -254,6 +263,7 @@ def _airy_series(x: Any) -> Any:
     )
 
 
+@onnx_op("aten::special_airy_ai")
 @_float_unary
 def aten_special_airy_ai(x: Any) -> Any:
     """special_airy_ai(Tensor self): the Airy function Ai."""
@@ -291,21 +301,15 @@ def aten_special_airy_ai(x: Any) -> Any:
     return op.Where(op.IsInf(x), const(_NAN, x), result)
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::i0": aten_i0,
-    "aten::special_i0e": aten_special_i0e,
-    "aten::special_i1": aten_special_i1,
-    "aten::special_i1e": aten_special_i1e,
-    "aten::special_modified_bessel_i0": aten_i0,
-    "aten::special_modified_bessel_i1": aten_special_i1,
-    "aten::special_modified_bessel_k0": _k_function(0, scaled=False),
-    "aten::special_modified_bessel_k1": _k_function(1, scaled=False),
-    "aten::special_scaled_modified_bessel_k0": _k_function(0, scaled=True),
-    "aten::special_scaled_modified_bessel_k1": _k_function(1, scaled=True),
-    "aten::special_bessel_j0": aten_special_bessel_j0,
-    "aten::special_bessel_j1": aten_special_bessel_j1,
-    "aten::special_bessel_y0": aten_special_bessel_y0,
-    "aten::special_bessel_y1": aten_special_bessel_y1,
-    "aten::special_spherical_bessel_j0": aten_special_spherical_bessel_j0,
-    "aten::special_airy_ai": aten_special_airy_ai,
-}
+aten_special_modified_bessel_k0 = onnx_op("aten::special_modified_bessel_k0")(
+    _k_function(0, scaled=False)
+)
+aten_special_modified_bessel_k1 = onnx_op("aten::special_modified_bessel_k1")(
+    _k_function(1, scaled=False)
+)
+aten_special_scaled_modified_bessel_k0 = onnx_op("aten::special_scaled_modified_bessel_k0")(
+    _k_function(0, scaled=True)
+)
+aten_special_scaled_modified_bessel_k1 = onnx_op("aten::special_scaled_modified_bessel_k1")(
+    _k_function(1, scaled=True)
+)

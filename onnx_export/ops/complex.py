@@ -6,16 +6,16 @@ Complex tensors travel as their real view: a float tensor with a trailing dimens
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, ints, op, rank
+from onnx_export.ops._registration import onnx_op
 
-__all__ = ["COMPLEX_FUNCTIONS"]
 
-
+@onnx_op("aten::constant_pad_nd", complex=True)
 def aten_constant_pad_nd_complex(self: ir.Value, pad: Sequence[int], value: float = 0) -> Any:
     """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0), complex self."""
     if value:
@@ -29,21 +29,16 @@ def aten_constant_pad_nd_complex(self: ir.Value, pad: Sequence[int], value: floa
     return op.Pad(self, ints(begins + ends), const(0.0, self))
 
 
+@onnx_op("aten::_conj_physical", complex=True)
 def aten_conj_physical_complex(self: ir.Value) -> Any:
     """_conj_physical(Tensor self), complex self: negates the imaginary part."""
     return op.Mul(self, op.CastLike(op.Constant(value_floats=[1.0, -1.0]), self))
 
 
+@onnx_op("aten::unsqueeze", complex=True)
 def aten_unsqueeze_complex(self: ir.Value, dim: int) -> Any:
     """unsqueeze(Tensor self, int dim), complex self: negative dims skip the real view."""
     return op.Unsqueeze(self, ints([dim - 1 if dim < 0 else dim]))
-
-
-COMPLEX_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::constant_pad_nd": aten_constant_pad_nd_complex,
-    "aten::_conj_physical": aten_conj_physical_complex,
-    "aten::unsqueeze": aten_unsqueeze_complex,
-}
 
 
 def _parts(x: Any) -> tuple[Any, Any]:
@@ -56,6 +51,7 @@ def _join(real: Any, imag: Any) -> Any:
     return op.Concat(op.Unsqueeze(real, ints([-1])), op.Unsqueeze(imag, ints([-1])), axis=-1)
 
 
+@onnx_op("aten::silu", complex=True)
 def aten_silu_complex(self: ir.Value) -> Any:
     """silu(Tensor self), complex self: x / (1 + exp(-x))."""
     a, b = _parts(self)
@@ -66,6 +62,3 @@ def aten_silu_complex(self: ir.Value) -> Any:
     real = op.Div(op.Add(op.Mul(a, c), op.Mul(b, d)), norm)
     imag = op.Div(op.Sub(op.Mul(b, c), op.Mul(a, d)), norm)
     return _join(real, imag)
-
-
-COMPLEX_FUNCTIONS["aten::silu"] = aten_silu_complex

@@ -1,65 +1,28 @@
-"""Our own ONNX functions for ops torchlib lacks, consulted after the user's and before torchlib's.
+"""Core ops torchlib lacks: ``to``, bitwise dunders, ``diff``, ``var``/``std`` with ``correction``.
 
-Each is plain Python calling ``onnxscript.opset18`` ops; the recorder turns the calls into
-graph nodes. Keeping these ops whole also spares a ``run_decompositions`` re-trace.
-Parameters follow the ATen schema's argument names (``from`` is ``from_``).
-
-``OWN_FUNCTIONS`` is the one table; the functions live by family:
-
-- here: ``to``, bitwise dunders, ``diff``, ``var``/``std`` with ``correction``;
-- ``math``: sign and float helpers, erf family, gcd/lcm, ``nextafter``;
-- ``gamma``: lgamma, digamma, polygamma, zeta, incomplete gammas;
-- ``bessel``: Bessel, modified Bessel, Airy (Cephes tables in ``_bessel_data``);
-- ``polynomial``: orthogonal polynomials (an ONNX ``Loop`` over the degree);
-- ``reduce`` / ``histogram``: amax/amin/all/any, scans, order
-  statistics, sorted search / histograms;
-- ``tensor`` / ``scatter``: copies, selection, conversion to
-  complex, random sampling / scatter reductions, ``put``, ``segment_reduce``, MoE matmul;
-- ``nn`` / ``pool`` / ``attention``: batch norm
-  (training), padding, upsampling, ``im2col`` / pooling / attention and cross entropy;
-- ``linalg`` / ``spectral``: LU, Cholesky, triangular solves and
-  what builds on them / QR, Jacobi eigen- and singular values, ``pinv``, rank;
-- ``complex``: ``OWN_COMPLEX_FUNCTIONS``, for complex inputs (real view).
+Like every topic module of ``onnx_export.ops``, each function is plain Python calling
+``op.X(...)`` on ``ir.Value`` inputs and is registered by ``@onnx_op`` where it is defined.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 
 import onnx_ir as ir
-from onnxscript import opset18
 
-from onnx_export.ops import attention as _attention
-from onnx_export.ops import bessel as _bessel
-from onnx_export.ops import complex as _complex
-from onnx_export.ops import gamma as _gamma
-from onnx_export.ops import histogram as _histogram
-from onnx_export.ops import linalg as _linalg
-from onnx_export.ops import math as _math
-from onnx_export.ops import nn as _nn
-from onnx_export.ops import polynomial as _polynomial
-from onnx_export.ops import pool as _pool
-from onnx_export.ops import reduce as _reduce
-from onnx_export.ops import scatter as _scatter
-from onnx_export.ops import spectral as _spectral
-from onnx_export.ops import tensor as _tensor
-
-__all__ = ["OWN_FUNCTIONS", "OWN_COMPLEX_FUNCTIONS"]
-
-_INT64_MAX = 2**63 - 1
-
-# onnxscript types its ops with its own tensor classes; here they record ir.Values.
-op: Any = opset18
+from onnx_export.ops._common import INT64_MAX, op
+from onnx_export.ops._registration import onnx_op
+from onnx_export.ops.tensor import aten_to_copy
 
 
 def _cast_or_identity(self: ir.Value, dtype: int | None) -> Any:
     if dtype is None or dtype == -1:
         return op.Identity(self)
-    return _tensor.aten_to_copy(self, dtype)  # complex targets as real views
+    return aten_to_copy(self, dtype)  # complex targets as real views
 
 
+@onnx_op("aten::to.dtype")
 def aten_to_dtype(
     self: ir.Value,
     dtype: int,
@@ -71,6 +34,7 @@ def aten_to_dtype(
     return _cast_or_identity(self, dtype)
 
 
+@onnx_op("aten::to.device")
 def aten_to_device(
     self: ir.Value,
     device: str,
@@ -83,6 +47,7 @@ def aten_to_device(
     return _cast_or_identity(self, dtype)
 
 
+@onnx_op("aten::to.dtype_layout")
 def aten_to_dtype_layout(
     self: ir.Value,
     dtype: int | None = None,
@@ -106,6 +71,7 @@ def _bitwise(logical: str, bitwise: str) -> Callable[[ir.Value, ir.Value], ir.Va
     return function
 
 
+@onnx_op("aten::diff")
 def aten_diff(
     self: ir.Value,
     n: int = 1,
@@ -119,7 +85,7 @@ def aten_diff(
     axes = op.Constant(value_ints=[dim])
     for _ in range(n):
         later = op.Slice(
-            result, op.Constant(value_ints=[1]), op.Constant(value_ints=[_INT64_MAX]), axes
+            result, op.Constant(value_ints=[1]), op.Constant(value_ints=[INT64_MAX]), axes
         )
         earlier = op.Slice(result, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]), axes)
         result = (
@@ -150,6 +116,7 @@ def _variance(
     return variance, mean
 
 
+@onnx_op("aten::var.correction")
 def aten_var_correction(
     self: ir.Value,
     dim: list[int] | None = None,
@@ -160,6 +127,7 @@ def aten_var_correction(
     return _variance(self, dim, correction, keepdim)[0]
 
 
+@onnx_op("aten::std.correction")
 def aten_std_correction(
     self: ir.Value,
     dim: list[int] | None = None,
@@ -170,6 +138,7 @@ def aten_std_correction(
     return op.Sqrt(_variance(self, dim, correction, keepdim)[0])
 
 
+@onnx_op("aten::var_mean.correction")
 def aten_var_mean_correction(
     self: ir.Value,
     dim: list[int] | None = None,
@@ -180,6 +149,7 @@ def aten_var_mean_correction(
     return _variance(self, dim, correction, keepdim)
 
 
+@onnx_op("aten::std_mean.correction")
 def aten_std_mean_correction(
     self: ir.Value,
     dim: list[int] | None = None,
@@ -191,36 +161,6 @@ def aten_std_mean_correction(
     return op.Sqrt(variance), mean
 
 
-OWN_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
-    {
-        **_math.FUNCTIONS,
-        **_gamma.FUNCTIONS,
-        **_bessel.FUNCTIONS,
-        **_reduce.FUNCTIONS,
-        **_histogram.FUNCTIONS,
-        **_tensor.FUNCTIONS,
-        **_scatter.FUNCTIONS,
-        **_nn.FUNCTIONS,
-        **_attention.FUNCTIONS,
-        **_pool.FUNCTIONS,
-        **_polynomial.FUNCTIONS,
-        **_linalg.FUNCTIONS,
-        **_spectral.FUNCTIONS,
-        "aten::to.dtype": aten_to_dtype,
-        "aten::to.device": aten_to_device,
-        "aten::to.dtype_layout": aten_to_dtype_layout,
-        "aten::__and__.Tensor": _bitwise("And", "BitwiseAnd"),
-        "aten::__or__.Tensor": _bitwise("Or", "BitwiseOr"),
-        "aten::__xor__.Tensor": _bitwise("Xor", "BitwiseXor"),
-        "aten::diff": aten_diff,
-        "aten::var.correction": aten_var_correction,
-        "aten::std.correction": aten_std_correction,
-        "aten::var_mean.correction": aten_var_mean_correction,
-        "aten::std_mean.correction": aten_std_mean_correction,
-    }
-)
-
-#: Our functions for complex-valued inputs (their real view, trailing dimension 2).
-OWN_COMPLEX_FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
-    dict(_complex.COMPLEX_FUNCTIONS)
-)
+aten_and_dunder = onnx_op("aten::__and__.Tensor")(_bitwise("And", "BitwiseAnd"))
+aten_or_dunder = onnx_op("aten::__or__.Tensor")(_bitwise("Or", "BitwiseOr"))
+aten_xor_dunder = onnx_op("aten::__xor__.Tensor")(_bitwise("Xor", "BitwiseXor"))

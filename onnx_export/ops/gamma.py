@@ -14,6 +14,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, loop, op
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import (
     compute_dtype,
     float_unary,
@@ -23,7 +24,7 @@ from onnx_export.ops.math import (
     to_result,
 )
 
-__all__ = ["FUNCTIONS", "lgamma"]
+__all__ = ["lgamma"]
 
 _INF = float("inf")
 _NAN = float("nan")
@@ -57,6 +58,7 @@ def _sin_pi_abs(x: Any) -> Any:
     return op.Abs(op.Sin(op.Mul(r, const(math.pi, x))))
 
 
+@onnx_op("aten::lgamma")
 @float_unary
 def aten_lgamma(x: Any) -> Any:
     """lgamma(Tensor self): log|Gamma(x)|, reflection below 0.5."""
@@ -96,6 +98,7 @@ def _digamma_positive(y: Any) -> Any:
     return op.Sub(value, total)
 
 
+@onnx_op("aten::digamma", "aten::special_psi")
 @float_unary
 def aten_digamma(x: Any) -> Any:
     """digamma(Tensor self): psi(x); reflection below 0; NaN at negative integers."""
@@ -176,6 +179,7 @@ def _zeta(x: Any, q: Any) -> Any:
     return op.Where(op.Equal(x, one), const(_INF, x), total)
 
 
+@onnx_op("aten::special_zeta")
 def aten_special_zeta(self: Any, other: Any) -> Any:
     """special_zeta(Tensor self, Tensor other): Hurwitz zeta(self, other)."""
     like = self if isinstance(self, ir.Value) else other
@@ -186,6 +190,7 @@ def aten_special_zeta(self: Any, other: Any) -> Any:
     return to_result(_zeta(x, q))
 
 
+@onnx_op("aten::polygamma")
 def aten_polygamma(n: int, self: ir.Value) -> Any:
     """polygamma(int n, Tensor self): the n-th derivative of digamma."""
     x = to_compute(self)
@@ -282,14 +287,5 @@ def _gamma_function(upper: bool) -> Callable[..., Any]:
     return function
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::lgamma": aten_lgamma,
-    "aten::digamma": aten_digamma,
-    "aten::special_psi": aten_digamma,
-    "aten::polygamma": aten_polygamma,
-    "aten::special_zeta": aten_special_zeta,
-    "aten::igamma": _gamma_function(upper=False),
-    "aten::igammac": _gamma_function(upper=True),
-    "aten::special_gammainc": _gamma_function(upper=False),
-    "aten::special_gammaincc": _gamma_function(upper=True),
-}
+aten_igamma = onnx_op("aten::igamma", "aten::special_gammainc")(_gamma_function(upper=False))
+aten_igammac = onnx_op("aten::igammac", "aten::special_gammaincc")(_gamma_function(upper=True))

@@ -6,16 +6,15 @@ Bin indices by arithmetic on the range (or by counting edges), counts by a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, ints, op
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.reduce import count_before
-
-__all__ = ["FUNCTIONS"]
 
 
 def _histogram_counts(
@@ -36,6 +35,7 @@ def _histogram_counts(
     return hist, edges
 
 
+@onnx_op("aten::histogram.bin_ct")
 def aten_histogram_bin_ct(
     self: ir.Value,
     bins: int = 100,
@@ -62,6 +62,7 @@ def aten_histogram_bin_ct(
     return _histogram_counts(x, index, inside, ints([bins]), weight, density, edges)
 
 
+@onnx_op("aten::histogram.bins_tensor")
 def aten_histogram_bins_tensor(
     self: ir.Value, bins: ir.Value, weight: Any = None, density: bool = False
 ) -> tuple[Any, Any]:
@@ -97,6 +98,7 @@ def _samples(self: ir.Value, count: int) -> Any:
     return op.Reshape(self, ints([-1, count]))
 
 
+@onnx_op("aten::_histogramdd_bin_edges")
 def aten_histogramdd_bin_edges(
     self: ir.Value,
     bins: Sequence[int],
@@ -114,6 +116,7 @@ def aten_histogramdd_bin_edges(
     return edges
 
 
+@onnx_op("aten::_histogramdd_from_bin_cts")
 def aten_histogramdd_from_bin_cts(
     self: ir.Value,
     bins: Sequence[int],
@@ -152,6 +155,7 @@ def aten_histogramdd_from_bin_cts(
     return op.Reshape(hist, ints([int(b) for b in bins]))
 
 
+@onnx_op("aten::_histogramdd_from_bin_tensors")
 def aten_histogramdd_from_bin_tensors(
     self: ir.Value, bins: Sequence[ir.Value], weight: Any = None, density: bool = False
 ) -> Any:
@@ -200,12 +204,3 @@ def aten_histogramdd_from_bin_tensors(
             volume = spread if volume is None else op.Mul(volume, spread)
         hist = op.Div(hist, op.Mul(op.ReduceSum(hist, keepdims=0), volume))
     return hist
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::histogram.bin_ct": aten_histogram_bin_ct,
-    "aten::histogram.bins_tensor": aten_histogram_bins_tensor,
-    "aten::_histogramdd_bin_edges": aten_histogramdd_bin_edges,
-    "aten::_histogramdd_from_bin_cts": aten_histogramdd_from_bin_cts,
-    "aten::_histogramdd_from_bin_tensors": aten_histogramdd_from_bin_tensors,
-}

@@ -12,15 +12,15 @@ last two must be static.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_export.ops._common import cast_to, const, ints, loop, op, rank
+from onnx_export.ops._registration import onnx_op
 
-__all__ = ["FUNCTIONS", "matrix_size", "forward_substitution", "back_substitution", "eye_like"]
+__all__ = ["matrix_size", "forward_substitution", "back_substitution", "eye_like"]
 
 _INT32 = ir.DataType.INT32
 _INT64 = ir.DataType.INT64
@@ -95,6 +95,7 @@ def _triangular(a: Any, b: Any, upper: bool, unit: bool) -> Any:
     return solve(a, b, n, unit)
 
 
+@onnx_op("aten::linalg_solve_triangular")
 def aten_linalg_solve_triangular(
     self: ir.Value, B: ir.Value, upper: bool, left: bool = True, unitriangular: bool = False
 ) -> Any:
@@ -104,6 +105,7 @@ def aten_linalg_solve_triangular(
     return _transpose(_triangular(_transpose(self), _transpose(B), not upper, unitriangular))
 
 
+@onnx_op("aten::triangular_solve")
 def aten_triangular_solve(
     self: ir.Value,
     A: ir.Value,
@@ -184,6 +186,7 @@ def _info(a: Any) -> Any:
     return op.ConstantOfShape(op.Shape(a, start=0, end=-2), value=ir.tensor([0], dtype=_INT32))
 
 
+@onnx_op("aten::linalg_lu_factor_ex")
 def aten_linalg_lu_factor_ex(
     A: ir.Value, pivot: bool = True, check_errors: bool = False
 ) -> tuple[Any, Any, Any]:
@@ -194,6 +197,7 @@ def aten_linalg_lu_factor_ex(
     return lu, pivots, _info(A)
 
 
+@onnx_op("aten::linalg_lu")
 def aten_linalg_lu(A: ir.Value, pivot: bool = True) -> tuple[Any, Any, Any]:
     """linalg_lu(Tensor A, *, bool pivot=True) -> (P, L, U)."""
     if not pivot:
@@ -219,6 +223,7 @@ def _perm_from_pivots(pivots: Any, like: Any, m: int) -> Any:
     return perm
 
 
+@onnx_op("aten::lu_unpack")
 def aten_lu_unpack(
     LU_data: ir.Value, LU_pivots: ir.Value, unpack_data: bool = True, unpack_pivots: bool = True
 ) -> tuple[Any, Any, Any]:
@@ -243,6 +248,7 @@ def _solve_with_lu(lu: Any, perm: Any, b: Any, n: int, adjoint: bool) -> Any:
     return op.ScatterElements(op.Mul(w, const(0.0, w)), index, w, axis=-2)
 
 
+@onnx_op("aten::linalg_lu_solve")
 def aten_linalg_lu_solve(
     LU: ir.Value, pivots: ir.Value, B: ir.Value, left: bool = True, adjoint: bool = False
 ) -> Any:
@@ -273,6 +279,7 @@ def _solve(a: Any, b: Any, left: bool) -> tuple[Any, Any, Any, Any]:
     return x, lu, pivots, _info(a)
 
 
+@onnx_op("aten::_linalg_solve_ex")
 def aten_linalg_solve_ex(
     A: ir.Value, B: ir.Value, left: bool = True, check_errors: bool = False
 ) -> tuple[Any, Any, Any, Any]:
@@ -280,6 +287,7 @@ def aten_linalg_solve_ex(
     return _solve(A, B, left)
 
 
+@onnx_op("aten::linalg_inv_ex")
 def aten_linalg_inv_ex(A: ir.Value, check_errors: bool = False) -> tuple[Any, Any]:
     """linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (inverse, info)."""
     n = matrix_size(A)[0]
@@ -288,6 +296,7 @@ def aten_linalg_inv_ex(A: ir.Value, check_errors: bool = False) -> tuple[Any, An
     return x, info
 
 
+@onnx_op("aten::_linalg_slogdet")
 def aten_linalg_slogdet(A: ir.Value) -> tuple[Any, Any, Any, Any]:
     """_linalg_slogdet(Tensor A) -> (sign, logabsdet, LU, pivots)."""
     n = matrix_size(A)[0]
@@ -326,6 +335,7 @@ def cholesky_lower(a: Any) -> Any:
     return lower
 
 
+@onnx_op("aten::linalg_cholesky_ex")
 def aten_linalg_cholesky_ex(
     self: ir.Value, upper: bool = False, check_errors: bool = False
 ) -> tuple[Any, Any]:
@@ -334,12 +344,14 @@ def aten_linalg_cholesky_ex(
     return (_transpose(lower) if upper else lower), _info(self)
 
 
+@onnx_op("aten::cholesky")
 def aten_cholesky(self: ir.Value, upper: bool = False) -> Any:
     """cholesky(Tensor self, bool upper=False) -> Tensor."""
     lower = cholesky_lower(self)
     return _transpose(lower) if upper else lower
 
 
+@onnx_op("aten::cholesky_inverse")
 def aten_cholesky_inverse(self: ir.Value, upper: bool = False) -> Any:
     """cholesky_inverse(Tensor self, bool upper=False): the inverse of L L^T (or U^T U)."""
     n = matrix_size(self)[0]
@@ -351,6 +363,7 @@ def aten_cholesky_inverse(self: ir.Value, upper: bool = False) -> Any:
     return op.MatMul(_transpose(inverse), inverse)
 
 
+@onnx_op("aten::cholesky_solve")
 def aten_cholesky_solve(self: ir.Value, input2: ir.Value, upper: bool = False) -> Any:
     """cholesky_solve(Tensor self, Tensor input2, bool upper=False): X with A X = self."""
     n = matrix_size(input2)[0]
@@ -364,6 +377,7 @@ def aten_cholesky_solve(self: ir.Value, input2: ir.Value, upper: bool = False) -
 _TAYLOR_TERMS = 18
 
 
+@onnx_op("aten::linalg_matrix_exp")
 def aten_linalg_matrix_exp(self: ir.Value) -> Any:
     """linalg_matrix_exp(Tensor self): scaling and squaring of a Taylor series (float64)."""
     n = matrix_size(self)[0]
@@ -384,21 +398,3 @@ def aten_linalg_matrix_exp(self: ir.Value) -> Any:
 
     squared = loop(square, op.Cast(exponent, to=int(_INT64)), [total])[0]
     return cast_to(squared, self.dtype)
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::linalg_solve_triangular": aten_linalg_solve_triangular,
-    "aten::triangular_solve": aten_triangular_solve,
-    "aten::linalg_lu_factor_ex": aten_linalg_lu_factor_ex,
-    "aten::linalg_lu": aten_linalg_lu,
-    "aten::lu_unpack": aten_lu_unpack,
-    "aten::linalg_lu_solve": aten_linalg_lu_solve,
-    "aten::_linalg_solve_ex": aten_linalg_solve_ex,
-    "aten::linalg_inv_ex": aten_linalg_inv_ex,
-    "aten::_linalg_slogdet": aten_linalg_slogdet,
-    "aten::linalg_cholesky_ex": aten_linalg_cholesky_ex,
-    "aten::cholesky": aten_cholesky,
-    "aten::cholesky_inverse": aten_cholesky_inverse,
-    "aten::cholesky_solve": aten_cholesky_solve,
-    "aten::linalg_matrix_exp": aten_linalg_matrix_exp,
-}

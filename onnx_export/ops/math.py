@@ -18,9 +18,9 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_export.ops._common import cast_to, const, fx_output_dtypes, is_float, op
+from onnx_export.ops._registration import onnx_op
 
 __all__ = [
-    "FUNCTIONS",
     "horner",
     "compute_dtype",
     "to_compute",
@@ -77,6 +77,7 @@ def is_negative(x: Any) -> Any:
     return op.Or(op.Less(x, zero), op.Less(op.Div(const(1.0, x), x), zero))
 
 
+@onnx_op("aten::copysign.Tensor", "aten::copysign.Scalar")
 def aten_copysign(self: ir.Value, other: Any) -> Any:
     """copysign.Tensor(Tensor self, Tensor other) -> Tensor."""
     magnitude = op.Abs(to_compute(self))
@@ -97,17 +98,20 @@ def _nan_aware(extremum: str) -> Callable[..., Any]:
     return function
 
 
+@onnx_op("aten::hypot")
 def aten_hypot(self: ir.Value, other: ir.Value) -> Any:
     """hypot(Tensor self, Tensor other) -> Tensor."""
     return op.Sqrt(op.Add(op.Mul(self, self), op.Mul(other, other)))
 
 
+@onnx_op("aten::ldexp.Tensor")
 def aten_ldexp(self: ir.Value, other: ir.Value) -> Any:
     """ldexp.Tensor(Tensor self, Tensor other) -> Tensor: self * 2**other."""
     x = to_compute(self)
     return to_result(op.Mul(x, op.Pow(const(2.0, x), op.CastLike(other, x))))
 
 
+@onnx_op("aten::frexp.Tensor")
 def aten_frexp(self: ir.Value) -> tuple[Any, Any]:
     """frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent): |mantissa| in [0.5, 1)."""
     x = to_compute(self)
@@ -127,6 +131,7 @@ def aten_frexp(self: ir.Value) -> tuple[Any, Any]:
     return to_result(mantissa, 0), op.Cast(exponent, to=int(ir.DataType.INT32))
 
 
+@onnx_op("aten::logit")
 def aten_logit(self: ir.Value, eps: float | None = None) -> Any:
     """logit(Tensor self, float? eps=None) -> Tensor: log(p / (1 - p))."""
     p = to_compute(self)
@@ -135,6 +140,7 @@ def aten_logit(self: ir.Value, eps: float | None = None) -> Any:
     return to_result(op.Log(op.Div(p, op.Sub(const(1.0, p), p))))
 
 
+@onnx_op("aten::special_entr")
 @float_unary
 def aten_special_entr(x: Any) -> Any:
     """special_entr(Tensor self): -x log x, 0 at 0, -inf below 0, NaN kept."""
@@ -152,6 +158,7 @@ def aten_special_entr(x: Any) -> Any:
 # -- error-function family ---------------------------------------------------------------
 
 
+@onnx_op("aten::erfinv")
 @float_unary
 def aten_erfinv(y: Any) -> Any:
     """erfinv(Tensor self): rational start, then two Newton steps (as ATen)."""
@@ -240,6 +247,7 @@ _NDTRI_Q2 = [
 _EXP_MINUS_2 = 0.13533528323661269189
 
 
+@onnx_op("aten::special_ndtri")
 @float_unary
 def aten_special_ndtri(p: Any) -> Any:
     """special_ndtri(Tensor self): the inverse of the normal CDF (Cephes' three ranges)."""
@@ -289,12 +297,14 @@ def _erfcx(x: Any) -> Any:
     return op.Where(op.IsNaN(x), x, result)
 
 
+@onnx_op("aten::special_erfcx")
 @float_unary
 def aten_special_erfcx(x: Any) -> Any:
     """special_erfcx(Tensor self): exp(x^2) erfc(x) without overflow."""
     return _erfcx(x)
 
 
+@onnx_op("aten::special_log_ndtr")
 @float_unary
 def aten_special_log_ndtr(x: Any) -> Any:
     """special_log_ndtr(Tensor self): log of the normal CDF, stable in the lower tail."""
@@ -319,6 +329,7 @@ def _rounding(name: str) -> Callable[..., Any]:
     return rounding
 
 
+@onnx_op("aten::trunc")
 def aten_trunc(self: ir.Value) -> Any:
     """trunc(Tensor self) -> Tensor: toward zero; the identity on integers."""
     if self.dtype is not None and not is_float(self):
@@ -337,16 +348,19 @@ def _float32_for_isinf(self: ir.Value) -> Any:
     return self
 
 
+@onnx_op("aten::isnan")
 def aten_isnan(self: ir.Value) -> Any:
     """isnan(Tensor self) -> Tensor: all false for integers and bools."""
     return op.IsNaN(self) if is_float(self) else _all_false(self)
 
 
+@onnx_op("aten::isinf")
 def aten_isinf(self: ir.Value) -> Any:
     """isinf(Tensor self) -> Tensor: all false for integers and bools."""
     return op.IsInf(_float32_for_isinf(self)) if is_float(self) else _all_false(self)
 
 
+@onnx_op("aten::isfinite")
 def aten_isfinite(self: ir.Value) -> Any:
     """isfinite(Tensor self) -> Tensor: all true for integers and bools."""
     if not is_float(self):
@@ -355,28 +369,11 @@ def aten_isfinite(self: ir.Value) -> Any:
     return op.Not(op.Or(op.IsInf(wide), op.IsNaN(wide)))
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::floor": _rounding("Floor"),
-    "aten::ceil": _rounding("Ceil"),
-    "aten::round": _rounding("Round"),
-    "aten::trunc": aten_trunc,
-    "aten::isnan": aten_isnan,
-    "aten::isinf": aten_isinf,
-    "aten::isfinite": aten_isfinite,
-    "aten::copysign.Tensor": aten_copysign,
-    "aten::copysign.Scalar": aten_copysign,
-    "aten::fmax": _nan_aware("Max"),
-    "aten::fmin": _nan_aware("Min"),
-    "aten::hypot": aten_hypot,
-    "aten::ldexp.Tensor": aten_ldexp,
-    "aten::frexp.Tensor": aten_frexp,
-    "aten::logit": aten_logit,
-    "aten::special_entr": aten_special_entr,
-    "aten::erfinv": aten_erfinv,
-    "aten::special_ndtri": aten_special_ndtri,
-    "aten::special_erfcx": aten_special_erfcx,
-    "aten::special_log_ndtr": aten_special_log_ndtr,
-}
+aten_floor = onnx_op("aten::floor")(_rounding("Floor"))
+aten_ceil = onnx_op("aten::ceil")(_rounding("Ceil"))
+aten_round = onnx_op("aten::round")(_rounding("Round"))
+aten_fmax = onnx_op("aten::fmax")(_nan_aware("Max"))
+aten_fmin = onnx_op("aten::fmin")(_nan_aware("Min"))
 
 
 # -- integer number theory ---------------------------------------------------------------
@@ -398,12 +395,14 @@ def _gcd(a: Any, b: Any) -> Any:
     return loop(body, trips, [op.Abs(a), op.Abs(b)])[0]
 
 
+@onnx_op("aten::gcd")
 def aten_gcd(self: ir.Value, other: ir.Value) -> Any:
     """gcd(Tensor self, Tensor other) -> Tensor (non-negative, Euclid's algorithm)."""
     a, b = op.Add(self, op.Mul(other, const(0, other))), op.Add(other, op.Mul(self, const(0, self)))
     return _gcd(a, b)
 
 
+@onnx_op("aten::lcm")
 def aten_lcm(self: ir.Value, other: ir.Value) -> Any:
     """lcm(Tensor self, Tensor other) -> Tensor: |a / gcd(a, b) * b|, 0 when gcd is 0."""
     a, b = op.Add(self, op.Mul(other, const(0, other))), op.Add(other, op.Mul(self, const(0, self)))
@@ -411,10 +410,6 @@ def aten_lcm(self: ir.Value, other: ir.Value) -> Any:
     zero = const(0, a)
     safe = op.Where(op.Equal(divisor, zero), const(1, a), divisor)
     return op.Where(op.Equal(divisor, zero), zero, op.Abs(op.Mul(op.Div(a, safe), b)))
-
-
-FUNCTIONS["aten::gcd"] = aten_gcd
-FUNCTIONS["aten::lcm"] = aten_lcm
 
 
 # -- regularised incomplete gamma --------------------------------------------------------
@@ -430,6 +425,7 @@ _FLOAT_LAYOUT = {
 }
 
 
+@onnx_op("aten::nextafter")
 def aten_nextafter(self: ir.Value, other: ir.Value) -> Any:
     """nextafter(Tensor self, Tensor other): the next representable float towards other.
 
@@ -459,6 +455,3 @@ def aten_nextafter(self: ir.Value, other: ir.Value) -> Any:
     result = op.Where(op.IsInf(x), op.Mul(op.Sign(x), const(largest, x)), result)
     result = op.Where(op.Equal(x, y), y, result)
     return op.Where(op.Or(op.IsNaN(x), op.IsNaN(y)), op.Add(x, y), result)
-
-
-FUNCTIONS["aten::nextafter"] = aten_nextafter

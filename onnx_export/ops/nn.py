@@ -7,7 +7,7 @@ batch size. Attention and losses are in ``attention``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,26 +16,17 @@ import onnx_ir as ir
 from onnx_export.ops._common import (
     cast_to,
     const,
-    fx_output_dtypes,
+    empty,
     ints,
     op,
+    output_dtype,
     rank,
     static_dims,
 )
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.pool import expand_param
 
-__all__ = ["FUNCTIONS"]
-
 _FLOAT = ir.DataType.FLOAT
-
-
-def _out_dtype(index: int, default: ir.DataType | None) -> ir.DataType | None:
-    dtypes = fx_output_dtypes()
-    return dtypes[index] if index < len(dtypes) and dtypes[index] is not None else default
-
-
-def _empty(dtype: ir.DataType | None) -> Any:
-    return op.Constant(value=ir.tensor(np.zeros([0], dtype=(dtype or _FLOAT).numpy())))
 
 
 # -- batch norm --------------------------------------------------------------------------
@@ -105,6 +96,7 @@ def _batch_norm(
     return out, mean, invstd, new_mean, new_var
 
 
+@onnx_op("aten::batch_norm")
 def aten_batch_norm(
     input: ir.Value,
     weight: Any = None,
@@ -137,6 +129,7 @@ def _inference_batch_norm(
     )
 
 
+@onnx_op("aten::native_batch_norm")
 def aten_native_batch_norm(
     input: ir.Value,
     weight: Any,
@@ -152,10 +145,11 @@ def aten_native_batch_norm(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     if not training and running_mean is not None:
-        return out, _empty(_out_dtype(1, input.dtype)), _empty(_out_dtype(2, input.dtype))
-    return out, cast_to(mean, _out_dtype(1, None)), cast_to(invstd, _out_dtype(2, None))
+        return out, empty(output_dtype(1, input.dtype)), empty(output_dtype(2, input.dtype))
+    return out, cast_to(mean, output_dtype(1, None)), cast_to(invstd, output_dtype(2, None))
 
 
+@onnx_op("aten::_native_batch_norm_legit_functional")
 def aten_native_batch_norm_legit_functional(
     input: ir.Value,
     weight: Any,
@@ -171,24 +165,26 @@ def aten_native_batch_norm_legit_functional(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     if not training:
-        mean, invstd = _empty(_out_dtype(1, input.dtype)), _empty(_out_dtype(2, input.dtype))
+        mean, invstd = empty(output_dtype(1, input.dtype)), empty(output_dtype(2, input.dtype))
     return (
         out,
-        cast_to(mean, _out_dtype(1, None)),
-        cast_to(invstd, _out_dtype(2, None)),
-        cast_to(new_mean, _out_dtype(3, None)),
-        cast_to(new_var, _out_dtype(4, None)),
+        cast_to(mean, output_dtype(1, None)),
+        cast_to(invstd, output_dtype(2, None)),
+        cast_to(new_mean, output_dtype(3, None)),
+        cast_to(new_var, output_dtype(4, None)),
     )
 
 
+@onnx_op("aten::_native_batch_norm_legit.no_stats")
 def aten_native_batch_norm_legit_no_stats(
     input: ir.Value, weight: Any, bias: Any, training: bool, momentum: float, eps: float
 ) -> tuple[Any, Any, Any]:
     """_native_batch_norm_legit.no_stats(...) -> (out, mean, rstd): batch statistics."""
     out, mean, invstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
-    return out, cast_to(mean, _out_dtype(1, None)), cast_to(invstd, _out_dtype(2, None))
+    return out, cast_to(mean, output_dtype(1, None)), cast_to(invstd, output_dtype(2, None))
 
 
+@onnx_op("aten::_batch_norm_with_update_functional")
 def aten_batch_norm_with_update_functional(
     input: ir.Value,
     weight: Any,
@@ -204,11 +200,11 @@ def aten_batch_norm_with_update_functional(
     )
     return (
         out,
-        cast_to(mean, _out_dtype(1, None)),
-        cast_to(invstd, _out_dtype(2, None)),
-        _empty(_out_dtype(3, ir.DataType.UINT8)),
-        cast_to(new_mean, _out_dtype(4, None)),
-        cast_to(new_var, _out_dtype(5, None)),
+        cast_to(mean, output_dtype(1, None)),
+        cast_to(invstd, output_dtype(2, None)),
+        empty(output_dtype(3, ir.DataType.UINT8)),
+        cast_to(new_mean, output_dtype(4, None)),
+        cast_to(new_var, output_dtype(5, None)),
     )
 
 
@@ -276,6 +272,7 @@ def _replicate(x: Any, pad: Sequence[int], r: int) -> Any:
     return x
 
 
+@onnx_op("aten::pad")
 def aten_pad(
     self: ir.Value, pad: Sequence[int], mode: str = "constant", value: float | None = None
 ) -> Any:
@@ -299,6 +296,7 @@ def aten_pad(
 # -- attention, losses, upsampling -------------------------------------------------------
 
 
+@onnx_op("aten::upsample_linear1d.vec")
 def aten_upsample_linear1d_vec(
     input: ir.Value,
     output_size: Sequence[Any] | None,
@@ -328,17 +326,7 @@ def aten_upsample_linear1d_vec(
     return op.Resize(input, None, scales, mode="linear", coordinate_transformation_mode=mode)
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::batch_norm": aten_batch_norm,
-    "aten::native_batch_norm": aten_native_batch_norm,
-    "aten::_native_batch_norm_legit_functional": aten_native_batch_norm_legit_functional,
-    "aten::_native_batch_norm_legit.no_stats": aten_native_batch_norm_legit_no_stats,
-    "aten::_batch_norm_with_update_functional": aten_batch_norm_with_update_functional,
-    "aten::pad": aten_pad,
-    "aten::upsample_linear1d.vec": aten_upsample_linear1d_vec,
-}
-
-
+@onnx_op("aten::im2col")
 def aten_im2col(
     self: ir.Value,
     kernel_size: Sequence[int],
@@ -376,6 +364,3 @@ def aten_im2col(
         batch = op.Shape(self, start=0, end=lead - 1)
         return op.Reshape(stacked, op.Concat(batch, ints(shape), axis=0))
     return op.Reshape(stacked, ints(shape))
-
-
-FUNCTIONS["aten::im2col"] = aten_im2col

@@ -15,9 +15,8 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_export.ops._common import cast_to, const, loop, op
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import compute_dtype, to_result
-
-__all__ = ["FUNCTIONS"]
 
 _MAX_DEGREE = 8192
 _INT64 = ir.DataType.INT64
@@ -216,7 +215,6 @@ _FAMILIES: dict[str, _Family] = {
     "legendre_polynomial_p": _Family(op.Identity, _legendre_step, _legendre_edges),
 }
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {}
 for _name, _family in _FAMILIES.items():
-    for _overload in ("", ".x_scalar", ".n_scalar"):
-        FUNCTIONS[f"aten::special_{_name}{_overload}"] = _polynomial(_family, _name)
+    _keys = (f"aten::special_{_name}{overload}" for overload in ("", ".x_scalar", ".n_scalar"))
+    onnx_op(*_keys)(_polynomial(_family, _name))

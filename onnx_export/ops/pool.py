@@ -14,8 +14,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, ints, op, static_dims
+from onnx_export.ops._registration import onnx_op
 
-__all__ = ["FUNCTIONS", "expand_param"]
+__all__ = ["expand_param"]
 
 
 def _pool_geometry(
@@ -253,6 +254,7 @@ def _fractional_max_pool(
     return values, indices
 
 
+@onnx_op("aten::fractional_max_pool2d", "aten::fractional_max_pool3d")
 def aten_fractional_max_pool(
     self: ir.Value,
     kernel_size: Sequence[int],
@@ -266,13 +268,9 @@ def aten_fractional_max_pool(
     return _fractional_max_pool(self, kernel_size, output_size, random_samples)
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::avg_pool2d": _avg_pool_function(2),
-    "aten::avg_pool3d": _avg_pool_function(3),
-    "aten::_adaptive_avg_pool2d": _adaptive_avg_function(2),
-    "aten::_adaptive_avg_pool3d": _adaptive_avg_function(3),
-    "aten::adaptive_max_pool2d": _adaptive_max_function(2),
-    "aten::adaptive_max_pool3d": _adaptive_max_function(3),
-    "aten::fractional_max_pool2d": aten_fractional_max_pool,
-    "aten::fractional_max_pool3d": aten_fractional_max_pool,
-}
+aten_avg_pool2d = onnx_op("aten::avg_pool2d")(_avg_pool_function(2))
+aten_avg_pool3d = onnx_op("aten::avg_pool3d")(_avg_pool_function(3))
+aten__adaptive_avg_pool2d = onnx_op("aten::_adaptive_avg_pool2d")(_adaptive_avg_function(2))
+aten__adaptive_avg_pool3d = onnx_op("aten::_adaptive_avg_pool3d")(_adaptive_avg_function(3))
+aten_adaptive_max_pool2d = onnx_op("aten::adaptive_max_pool2d")(_adaptive_max_function(2))
+aten_adaptive_max_pool3d = onnx_op("aten::adaptive_max_pool3d")(_adaptive_max_function(3))

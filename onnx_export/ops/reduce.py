@@ -24,8 +24,9 @@ from onnx_export.ops._common import (
     rank,
     scan,
 )
+from onnx_export.ops._registration import onnx_op
 
-__all__ = ["FUNCTIONS", "count_before"]
+__all__ = ["count_before"]
 
 _INT64 = ir.DataType.INT64
 
@@ -83,6 +84,7 @@ def _truth(kind: str) -> Callable[..., Any]:
     return function
 
 
+@onnx_op("aten::count_nonzero", "aten::count_nonzero.dim_IntList")
 def aten_count_nonzero(self: ir.Value, dim: int | Sequence[int] | None = None) -> Any:
     """count_nonzero(Tensor self, int? dim=None) -> Tensor (int64)."""
     if self.dtype == ir.DataType.BOOL:
@@ -101,6 +103,7 @@ def _slice_shape(x: ir.Value, axis: int) -> Any:
     return op.Concat(op.Shape(x, start=0, end=axis), op.Shape(x, start=axis + 1), axis=0)
 
 
+@onnx_op("aten::cumprod")
 def aten_cumprod(self: ir.Value, dim: int, dtype: int | None = None) -> Any:
     """cumprod(Tensor self, int dim, *, ScalarType? dtype=None): an exact Scan of Mul."""
     out_dtypes = fx_output_dtypes()
@@ -213,26 +216,31 @@ def _median(self: ir.Value, dim: int | None, keepdim: bool, ignore_nan: bool) ->
     return value, index
 
 
+@onnx_op("aten::median")
 def aten_median(self: ir.Value) -> Any:
     """median(Tensor self): the lower median of all elements; NaN if any is NaN."""
     return _median(self, None, False, ignore_nan=False)[0]
 
 
+@onnx_op("aten::nanmedian")
 def aten_nanmedian(self: ir.Value) -> Any:
     """nanmedian(Tensor self): the lower median of the non-NaN elements."""
     return _median(self, None, False, ignore_nan=True)[0]
 
 
+@onnx_op("aten::median.dim")
 def aten_median_dim(self: ir.Value, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
     """median.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)."""
     return _median(self, dim, keepdim, ignore_nan=False)
 
 
+@onnx_op("aten::nanmedian.dim")
 def aten_nanmedian_dim(self: ir.Value, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
     """nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)."""
     return _median(self, dim, keepdim, ignore_nan=True)
 
 
+@onnx_op("aten::kthvalue")
 def aten_kthvalue(self: ir.Value, k: Any, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
     """kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (values, indices)."""
     r = rank(self) or 0
@@ -267,6 +275,7 @@ def _index_dtype(out_int32: bool) -> ir.DataType:
     return ir.DataType.INT32 if out_int32 else _INT64
 
 
+@onnx_op("aten::searchsorted.Tensor", "aten::searchsorted.Scalar")
 def aten_searchsorted(
     sorted_sequence: ir.Value,
     self: Any,
@@ -286,6 +295,7 @@ def aten_searchsorted(
     return cast_to(result, _index_dtype(out_int32))
 
 
+@onnx_op("aten::bucketize.Tensor", "aten::bucketize.Scalar")
 def aten_bucketize(
     self: Any, boundaries: ir.Value, out_int32: bool = False, right: bool = False
 ) -> Any:
@@ -295,35 +305,18 @@ def aten_bucketize(
     return cast_to(result, _index_dtype(out_int32))
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::amax": _extremum("ReduceMax"),
-    "aten::amin": _extremum("ReduceMin"),
-    "aten::all": _truth("all"),
-    "aten::any": _truth("any"),
-    "aten::all.dim": _truth("all"),
-    "aten::any.dim": _truth("any"),
-    "aten::all.dims": _truth("all"),
-    "aten::any.dims": _truth("any"),
-    "aten::count_nonzero": aten_count_nonzero,
-    "aten::count_nonzero.dim_IntList": aten_count_nonzero,
-    "aten::cumprod": aten_cumprod,
-    "aten::cummax": _cumulative_extremum("max"),
-    "aten::cummin": _cumulative_extremum("min"),
-    "aten::median": aten_median,
-    "aten::nanmedian": aten_nanmedian,
-    "aten::median.dim": aten_median_dim,
-    "aten::nanmedian.dim": aten_nanmedian_dim,
-    "aten::kthvalue": aten_kthvalue,
-    "aten::searchsorted.Tensor": aten_searchsorted,
-    "aten::searchsorted.Scalar": aten_searchsorted,
-    "aten::bucketize.Tensor": aten_bucketize,
-    "aten::bucketize.Scalar": aten_bucketize,
-}
+aten_amax = onnx_op("aten::amax")(_extremum("ReduceMax"))
+aten_amin = onnx_op("aten::amin")(_extremum("ReduceMin"))
+aten_all = onnx_op("aten::all", "aten::all.dim", "aten::all.dims")(_truth("all"))
+aten_any = onnx_op("aten::any", "aten::any.dim", "aten::any.dims")(_truth("any"))
+aten_cummax = onnx_op("aten::cummax")(_cumulative_extremum("max"))
+aten_cummin = onnx_op("aten::cummin")(_cumulative_extremum("min"))
 
 
 # -- histograms --------------------------------------------------------------------------
 
 
+@onnx_op("aten::mode")
 def aten_mode(self: ir.Value, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
     """mode(Tensor self, int dim=-1, bool keepdim=False) -> (values, indices).
 
@@ -350,9 +343,7 @@ def aten_mode(self: ir.Value, dim: int = -1, keepdim: bool = False) -> tuple[Any
     return op.Squeeze(value, ints([-1])), op.Squeeze(index, ints([-1]))
 
 
-FUNCTIONS["aten::mode"] = aten_mode
-
-
+@onnx_op("aten::unique_consecutive")
 def aten_unique_consecutive(
     self: ir.Value,
     return_inverse: bool = False,
@@ -383,6 +374,3 @@ def aten_unique_consecutive(
     starts = op.Reshape(op.NonZero(starts_run), ints([-1]))
     ends = op.Concat(op.Slice(starts, ints([1]), ints([2**62]), ints([0])), size, axis=0)
     return values, op.Reshape(inverse, op.Shape(self)), op.Sub(ends, starts)
-
-
-FUNCTIONS["aten::unique_consecutive"] = aten_unique_consecutive

@@ -6,15 +6,13 @@ Scatter and index reductions (``mean``, ``include_self=False``), ``put``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_export.ops._common import const, ints, is_float, op, rank
-
-__all__ = ["FUNCTIONS"]
+from onnx_export.ops._registration import onnx_op
 
 _INT64 = ir.DataType.INT64
 
@@ -53,6 +51,7 @@ def _scatter_reduce(
     return op.Div(result, safe)
 
 
+@onnx_op("aten::scatter_reduce.two")
 def aten_scatter_reduce_two(
     self: ir.Value, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
 ) -> Any:
@@ -60,11 +59,13 @@ def aten_scatter_reduce_two(
     return _scatter_reduce(self, dim, index, src, reduce, include_self)
 
 
+@onnx_op("aten::scatter.reduce")
 def aten_scatter_reduce(self: ir.Value, dim: int, index: Any, src: Any, reduce: str) -> Any:
     """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce)."""
     return _scatter_reduce(self, dim, index, src, reduce, True)
 
 
+@onnx_op("aten::scatter.value_reduce")
 def aten_scatter_value_reduce(
     self: ir.Value, dim: int, index: Any, value: float, reduce: str
 ) -> Any:
@@ -73,6 +74,7 @@ def aten_scatter_value_reduce(
     return _scatter_reduce(self, dim, index, src, reduce, True)
 
 
+@onnx_op("aten::index_reduce")
 def aten_index_reduce(
     self: ir.Value,
     dim: int,
@@ -98,6 +100,7 @@ def aten_index_reduce(
     return _scatter_reduce(self, axis, spread, source, reduce, include_self)
 
 
+@onnx_op("aten::put")
 def aten_put(self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool = False) -> Any:
     """put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor."""
     flat = op.Reshape(self, ints([-1]))
@@ -110,6 +113,7 @@ def aten_put(self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool
     return op.Reshape(scattered, op.Shape(self))
 
 
+@onnx_op("transformers::grouped_mm_fallback")
 def transformers_grouped_mm_fallback(input: ir.Value, weight: ir.Value, offs: ir.Value) -> Any:
     """transformers::grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs).
 
@@ -144,6 +148,7 @@ _SEGMENT_IDENTITY = {
 }
 
 
+@onnx_op("aten::segment_reduce")
 def aten_segment_reduce(
     data: ir.Value,
     reduce: str,
@@ -190,14 +195,3 @@ def aten_segment_reduce(
     if initial is None:
         return averaged
     return op.Where(op.Equal(count, const(0.0, data)), const(float(initial), data), averaged)
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::scatter_reduce.two": aten_scatter_reduce_two,
-    "aten::scatter.reduce": aten_scatter_reduce,
-    "aten::scatter.value_reduce": aten_scatter_value_reduce,
-    "aten::index_reduce": aten_index_reduce,
-    "aten::put": aten_put,
-    "transformers::grouped_mm_fallback": transformers_grouped_mm_fallback,
-    "aten::segment_reduce": aten_segment_reduce,
-}

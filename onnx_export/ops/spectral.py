@@ -9,16 +9,15 @@ pseudo-inverses, norms.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import cast_to, const, fx_output_dtypes, ints, op
+from onnx_export.ops._common import cast_to, const, empty, ints, op, output_dtype
+from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.linalg import _slice, _transpose, eye_like, matrix_size
-
-__all__ = ["FUNCTIONS"]
 
 _DOUBLE = ir.DataType.DOUBLE
 _SWEEPS = 8
@@ -26,16 +25,6 @@ _SWEEPS = 8
 
 def _mask(array: np.ndarray) -> Any:
     return op.Constant(value=ir.tensor(np.asarray(array, dtype=bool)))
-
-
-def _output_dtype(index: int, default: ir.DataType | None) -> ir.DataType | None:
-    dtypes = fx_output_dtypes()
-    return dtypes[index] if index < len(dtypes) and dtypes[index] is not None else default
-
-
-def _empty_like_output(index: int, like: Any) -> Any:
-    dtype = _output_dtype(index, like.dtype) or ir.DataType.FLOAT
-    return op.Constant(value=ir.tensor(np.zeros([0], dtype=dtype.numpy())))
 
 
 # -- Householder QR ----------------------------------------------------------------------
@@ -105,6 +94,7 @@ def _identity_batch(a: Any, size: tuple[int, int]) -> Any:
     return op.Add(eye_like(size, a), op.Mul(_slice(_slice(a, 0, 1, -1), 0, 1, -2), const(0.0, a)))
 
 
+@onnx_op("aten::linalg_qr")
 def aten_linalg_qr(A: ir.Value, mode: str = "reduced") -> tuple[Any, Any]:
     """linalg_qr(Tensor A, str mode="reduced") -> (Q, R)."""
     m, n = matrix_size(A)
@@ -112,19 +102,21 @@ def aten_linalg_qr(A: ir.Value, mode: str = "reduced") -> tuple[Any, Any]:
     compact, vectors, taus = _householder(A)
     r = op.Trilu(compact, upper=1)
     if mode == "r":
-        return _empty_like_output(0, A), _slice(r, 0, k, -2)
+        return empty(output_dtype(0, A.dtype)), _slice(r, 0, k, -2)
     q = _apply_reflectors(_identity_batch(A, (m, m)), vectors, taus, reverse=True)
     if mode == "complete":
         return q, r
     return _slice(q, 0, k, -1), _slice(r, 0, k, -2)
 
 
+@onnx_op("aten::geqrf")
 def aten_geqrf(self: ir.Value) -> tuple[Any, Any]:
     """geqrf(Tensor self) -> (Tensor a, Tensor tau): LAPACK's compact QR."""
     compact, _, taus = _householder(self)
     return compact, op.Squeeze(op.Concat(*taus, axis=-1), ints([-2]))
 
 
+@onnx_op("aten::linalg_householder_product")
 def aten_linalg_householder_product(input: ir.Value, tau: ir.Value) -> Any:
     """linalg_householder_product(Tensor input, Tensor tau): the first n columns of Q."""
     m, n = matrix_size(input)
@@ -133,6 +125,7 @@ def aten_linalg_householder_product(input: ir.Value, tau: ir.Value) -> Any:
     return _slice(q, 0, n, -1)
 
 
+@onnx_op("aten::ormqr")
 def aten_ormqr(
     self: ir.Value, input2: ir.Value, input3: ir.Value, left: bool = True, transpose: bool = False
 ) -> Any:
@@ -247,10 +240,7 @@ def _svd(a: Any) -> tuple[Any, Any, Any]:
     return (v, singular, u) if flipped else (u, singular, v)
 
 
-def _singular_values(a: Any) -> Any:
-    return _svd(cast_to(a, _DOUBLE))[1]
-
-
+@onnx_op("aten::_linalg_svd")
 def aten_linalg_svd(
     A: ir.Value, full_matrices: bool = False, compute_uv: bool = True, driver: str | None = None
 ) -> tuple[Any, Any, Any]:
@@ -259,14 +249,14 @@ def aten_linalg_svd(
     if m == 0 and n == 0:  # nothing to decompose
         empty = op.ReduceSum(A, ints([-1]), keepdims=0)
         if not compute_uv:
-            return _empty_like_output(0, A), empty, _empty_like_output(2, A)
+            return empty(output_dtype(0, A.dtype)), empty, empty(output_dtype(2, A.dtype))
         return op.Identity(A), empty, op.Identity(A)
     if compute_uv and full_matrices and m != n:
         raise NotImplementedError("full_matrices=True for non-square matrices")
     u, values, v = _svd(cast_to(A, _DOUBLE))
-    values = cast_to(values, _output_dtype(1, A.dtype))
+    values = cast_to(values, output_dtype(1, A.dtype))
     if not compute_uv:
-        return _empty_like_output(0, A), values, _empty_like_output(2, A)
+        return empty(output_dtype(0, A.dtype)), values, empty(output_dtype(2, A.dtype))
     return cast_to(u, A.dtype), values, cast_to(_transpose(v), A.dtype)
 
 
@@ -277,6 +267,7 @@ def _symmetrized(a: Any, uplo: str) -> Any:
     return op.Add(triangle, _transpose(strict))
 
 
+@onnx_op("aten::_linalg_eigh")
 def aten_linalg_eigh(A: ir.Value, UPLO: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
     """_linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (values, vectors).
 
@@ -285,9 +276,9 @@ def aten_linalg_eigh(A: ir.Value, UPLO: str = "L", compute_v: bool = True) -> tu
     n = matrix_size(A)[0]
     values, vectors = _symmetric_eigen(cast_to(_symmetrized(A, UPLO), _DOUBLE))
     ascending, vectors = _sorted_columns(values, vectors, n, descending=False)
-    values = cast_to(ascending, _output_dtype(0, A.dtype))
+    values = cast_to(ascending, output_dtype(0, A.dtype))
     if not compute_v:
-        return values, _empty_like_output(1, A)
+        return values, empty(output_dtype(1, A.dtype))
     return values, cast_to(vectors, A.dtype)
 
 
@@ -308,6 +299,7 @@ def _eps(dtype: ir.DataType | None) -> float:
     return float(np.finfo(np.float64 if dtype == _DOUBLE else np.float32).eps)
 
 
+@onnx_op("aten::linalg_pinv.atol_rtol_tensor")
 def aten_linalg_pinv(
     self: ir.Value, atol: Any = None, rtol: Any = None, hermitian: bool = False
 ) -> Any:
@@ -337,6 +329,7 @@ def aten_linalg_pinv(
     return cast_to(_transpose(result) if flipped else result, self.dtype)
 
 
+@onnx_op("aten::linalg_matrix_rank.atol_rtol_tensor")
 def aten_linalg_matrix_rank(
     input: ir.Value, atol: Any = None, rtol: Any = None, hermitian: bool = False
 ) -> Any:
@@ -353,15 +346,3 @@ def aten_linalg_matrix_rank(
         op.Cast(op.Greater(values, cutoff), to=int(ir.DataType.INT64)), ints([-1]), keepdims=0
     )
     return count
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::linalg_qr": aten_linalg_qr,
-    "aten::geqrf": aten_geqrf,
-    "aten::linalg_householder_product": aten_linalg_householder_product,
-    "aten::ormqr": aten_ormqr,
-    "aten::_linalg_svd": aten_linalg_svd,
-    "aten::_linalg_eigh": aten_linalg_eigh,
-    "aten::linalg_pinv.atol_rtol_tensor": aten_linalg_pinv,
-    "aten::linalg_matrix_rank.atol_rtol_tensor": aten_linalg_matrix_rank,
-}

@@ -16,14 +16,13 @@ import onnx_ir as ir
 from onnx_export.ops._common import (
     cast_to,
     const,
-    fx_output_dtypes,
     ints,
     op,
+    output_dtype,
     rank,
     static_dims,
 )
-
-__all__ = ["FUNCTIONS"]
+from onnx_export.ops._registration import onnx_op
 
 _INT64 = ir.DataType.INT64
 _COMPLEX_TO_REAL = {
@@ -32,14 +31,10 @@ _COMPLEX_TO_REAL = {
 }
 
 
-def _output_dtype(default: ir.DataType | None = None) -> ir.DataType | None:
-    dtypes = fx_output_dtypes()
-    return dtypes[0] if dtypes and dtypes[0] is not None else default
-
-
 # -- copies and views --------------------------------------------------------------------
 
 
+@onnx_op("aten::_to_copy")
 def aten_to_copy(
     self: ir.Value,
     dtype: int | None = None,
@@ -87,6 +82,7 @@ def _as_scalar_tensor(value: Any) -> Any:
     return op.Reshape(value, ints([1])) if isinstance(value, ir.Value) else ints([int(value)])
 
 
+@onnx_op("aten::narrow_copy")
 def aten_narrow_copy(self: ir.Value, dim: int, start: Any, length: Any) -> Any:
     """narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor."""
     begin = _as_scalar_tensor(start)
@@ -94,12 +90,14 @@ def aten_narrow_copy(self: ir.Value, dim: int, start: Any, length: Any) -> Any:
     return op.Slice(self, begin, end, ints([dim]))
 
 
+@onnx_op("aten::permute_copy")
 def aten_permute_copy(self: ir.Value, dims: Sequence[int]) -> Any:
     """permute_copy(Tensor self, int[] dims) -> Tensor."""
     r = rank(self) or len(dims)
     return op.Transpose(self, perm=[d % r for d in dims]) if r else op.Identity(self)
 
 
+@onnx_op("aten::unbind_copy.int")
 def aten_unbind_copy(self: ir.Value, dim: int = 0) -> list[Any]:
     """unbind_copy.int(Tensor self, int dim=0) -> Tensor[] (the size along dim is static)."""
     dims = self.shape
@@ -109,6 +107,7 @@ def aten_unbind_copy(self: ir.Value, dim: int = 0) -> list[Any]:
     return [op.Gather(self, op.Constant(value_int=i), axis=dim) for i in range(count)]
 
 
+@onnx_op("aten::squeeze.dims")
 def aten_squeeze_dims(self: ir.Value, dim: Sequence[int]) -> Any:
     """squeeze.dims(Tensor self, int[] dim): squeezes those of ``dim`` whose size is 1."""
     r = rank(self)
@@ -129,6 +128,7 @@ def _strided_indices(size: Sequence[int], stride: Sequence[int], offset: int) ->
     return index
 
 
+@onnx_op("aten::as_strided_copy")
 def aten_as_strided_copy(
     self: ir.Value, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None
 ) -> Any:
@@ -138,6 +138,7 @@ def aten_as_strided_copy(
     return op.Gather(flat, op.Constant(value=ir.tensor(index)), axis=0)
 
 
+@onnx_op("aten::as_strided_scatter")
 def aten_as_strided_scatter(
     self: ir.Value,
     src: ir.Value,
@@ -153,6 +154,7 @@ def aten_as_strided_scatter(
     return op.Reshape(scattered, op.Shape(self))
 
 
+@onnx_op("aten::diagonal_scatter")
 def aten_diagonal_scatter(
     self: ir.Value, src: ir.Value, offset: int = 0, dim1: int = 0, dim2: int = 1
 ) -> Any:
@@ -178,6 +180,7 @@ def aten_diagonal_scatter(
     return op.Transpose(updated, perm=inverse)
 
 
+@onnx_op("aten::masked_select")
 def aten_masked_select(self: ir.Value, mask: ir.Value) -> Any:
     """masked_select(Tensor self, Tensor mask) -> Tensor (1-D)."""
     values = op.Where(mask, self, self)  # self broadcast against mask
@@ -185,6 +188,7 @@ def aten_masked_select(self: ir.Value, mask: ir.Value) -> Any:
     return op.Compress(op.Reshape(values, ints([-1])), op.Reshape(full_mask, ints([-1])), axis=0)
 
 
+@onnx_op("aten::nonzero")
 def aten_nonzero(self: ir.Value) -> Any:
     """nonzero(Tensor self) -> Tensor: (count, rank) indices, (count, 0) for 0-d."""
     if rank(self) == 0:
@@ -194,6 +198,7 @@ def aten_nonzero(self: ir.Value) -> Any:
     return op.Transpose(op.NonZero(self), perm=[1, 0])
 
 
+@onnx_op("aten::nonzero_static")
 def aten_nonzero_static(self: ir.Value, size: Any, fill_value: int = -1) -> Any:
     """nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor."""
     r = rank(self)
@@ -234,17 +239,20 @@ def _p_norm(difference: Any, p: float, axes: Sequence[int] | None, keepdim: bool
     return op.Pow(total, const(1.0 / p, magnitude))
 
 
+@onnx_op("aten::dist")
 def aten_dist(self: ir.Value, other: ir.Value, p: float = 2) -> Any:
     """dist(Tensor self, Tensor other, Scalar p=2): the p-norm of self - other."""
     return _p_norm(op.Sub(self, other), float(p), None, False)
 
 
+@onnx_op("aten::_cdist_forward")
 def aten_cdist_forward(x1: ir.Value, x2: ir.Value, p: float, compute_mode: int | None) -> Any:
     """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor."""
     difference = op.Sub(op.Unsqueeze(x1, ints([-2])), op.Unsqueeze(x2, ints([-3])))
     return _p_norm(difference, float(p), [-1], False)
 
 
+@onnx_op("aten::_pdist_forward")
 def aten_pdist_forward(self: ir.Value, p: float = 2.0) -> Any:
     """_pdist_forward(Tensor self, float p=2.): distances of rows i < j, row-major."""
     full = aten_cdist_forward(self, self, p, None)
@@ -265,7 +273,7 @@ def _triangle_indices(upper: bool) -> Callable[..., Any]:
         pick = np.triu_indices if upper else np.tril_indices
         found = np.stack(pick(int(row), int(offset), int(col))).astype(np.int64)
         result = op.Constant(value=ir.tensor(found.reshape(2, -1)))
-        return cast_to(result, _output_dtype(_INT64))
+        return cast_to(result, output_dtype(0, _INT64))
 
     kind = "triu" if upper else "tril"
     function.__name__ = f"aten_{kind}_indices"
@@ -273,9 +281,10 @@ def _triangle_indices(upper: bool) -> Callable[..., Any]:
     return function
 
 
+@onnx_op("aten::empty_permuted")
 def aten_empty_permuted(size: Sequence[Any], physical_layout: Sequence[int], **_: Any) -> Any:
     """empty_permuted(SymInt[] size, int[] physical_layout, ...): zeros (contents unspecified)."""
-    dtype = _output_dtype(ir.DataType.FLOAT)
+    dtype = output_dtype(0, ir.DataType.FLOAT)
     assert dtype is not None
     shape = size if size else ints([])
     return op.ConstantOfShape(shape, value=ir.tensor([0], dtype=dtype))
@@ -288,11 +297,13 @@ def _uniform(self: ir.Value, low: float = 0.0, high: float = 1.0) -> Any:
     return op.RandomUniformLike(self, low=float(low), high=float(high))
 
 
+@onnx_op("aten::uniform")
 def aten_uniform(self: ir.Value, from_: float = 0.0, to: float = 1.0, generator: Any = None) -> Any:
     """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None)."""
     return _uniform(self, from_, to)
 
 
+@onnx_op("aten::cauchy")
 def aten_cauchy(
     self: ir.Value, median: float = 0.0, sigma: float = 1.0, generator: Any = None
 ) -> Any:
@@ -301,18 +312,21 @@ def aten_cauchy(
     return op.Add(const(median, self), op.Mul(const(sigma, self), op.Tan(angle)))
 
 
+@onnx_op("aten::exponential")
 def aten_exponential(self: ir.Value, lambd: float = 1.0, generator: Any = None) -> Any:
     """exponential(Tensor self, float lambd=1., *, Generator? generator=None)."""
     survival = op.Sub(const(1.0, self), _uniform(self))
     return op.Div(op.Neg(op.Log(survival)), const(lambd, self))
 
 
+@onnx_op("aten::geometric")
 def aten_geometric(self: ir.Value, p: float, generator: Any = None) -> Any:
     """geometric(Tensor self, float p, *, Generator? generator=None): trials to success."""
     survival = op.Sub(const(1.0, self), _uniform(self))
     return op.Ceil(op.Div(op.Log(survival), const(math.log1p(-p), self)))
 
 
+@onnx_op("aten::log_normal")
 def aten_log_normal(
     self: ir.Value, mean: float = 1.0, std: float = 2.0, generator: Any = None
 ) -> Any:
@@ -320,6 +334,7 @@ def aten_log_normal(
     return op.Exp(op.RandomNormalLike(self, mean=float(mean), scale=float(std)))
 
 
+@onnx_op("aten::rrelu_with_noise_functional")
 def aten_rrelu_with_noise_functional(
     self: ir.Value,
     noise: ir.Value,
@@ -339,31 +354,8 @@ def aten_rrelu_with_noise_functional(
     return op.Where(negative, op.Mul(self, slope), self), noise_out
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "aten::_to_copy": aten_to_copy,
-    "aten::atleast_1d.Sequence": _atleast(1),
-    "aten::atleast_2d.Sequence": _atleast(2),
-    "aten::atleast_3d.Sequence": _atleast(3),
-    "aten::narrow_copy": aten_narrow_copy,
-    "aten::permute_copy": aten_permute_copy,
-    "aten::unbind_copy.int": aten_unbind_copy,
-    "aten::squeeze.dims": aten_squeeze_dims,
-    "aten::as_strided_copy": aten_as_strided_copy,
-    "aten::as_strided_scatter": aten_as_strided_scatter,
-    "aten::diagonal_scatter": aten_diagonal_scatter,
-    "aten::masked_select": aten_masked_select,
-    "aten::nonzero": aten_nonzero,
-    "aten::nonzero_static": aten_nonzero_static,
-    "aten::dist": aten_dist,
-    "aten::_cdist_forward": aten_cdist_forward,
-    "aten::_pdist_forward": aten_pdist_forward,
-    "aten::triu_indices": _triangle_indices(upper=True),
-    "aten::tril_indices": _triangle_indices(upper=False),
-    "aten::empty_permuted": aten_empty_permuted,
-    "aten::uniform": aten_uniform,
-    "aten::cauchy": aten_cauchy,
-    "aten::exponential": aten_exponential,
-    "aten::geometric": aten_geometric,
-    "aten::log_normal": aten_log_normal,
-    "aten::rrelu_with_noise_functional": aten_rrelu_with_noise_functional,
-}
+aten_atleast_1d = onnx_op("aten::atleast_1d.Sequence")(_atleast(1))
+aten_atleast_2d = onnx_op("aten::atleast_2d.Sequence")(_atleast(2))
+aten_atleast_3d = onnx_op("aten::atleast_3d.Sequence")(_atleast(3))
+aten_triu_indices = onnx_op("aten::triu_indices")(_triangle_indices(upper=True))
+aten_tril_indices = onnx_op("aten::tril_indices")(_triangle_indices(upper=False))
