@@ -350,6 +350,8 @@ class _Translator:
                     spec.kind == InputKind.BUFFER and bool(spec.persistent)
                 )
                 env[node] = self._initializer(target, tensor, weight=weight)
+                if weight:  # saved with the tensor: `onnx-export info` counts these
+                    env[node].const_value.metadata_props[WEIGHT_KEY] = spec.kind.name.lower()
             elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.Tensor):
                 value = ir.Value(name=next(names))
                 _set_type_and_shape(value, val, self.dim_names)
