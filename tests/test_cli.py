@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from onnx_export import _cli_common, _cli_factory
+from onnx_export.cli import _common as _cli_common
+from onnx_export.cli import _factory as _cli_factory
 from onnx_export.cli import main
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]

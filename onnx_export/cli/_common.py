@@ -1,46 +1,88 @@
-"""What every command of the command line shares: its errors, exit codes and status line.
+"""What every command of the command line shares: errors, exit codes, parser, status line.
 
 Exit codes: 0 success; 1 the work was done and failed (export error, mismatch, a model
-that raises); 2 the command line cannot be acted on (bad option, missing or unreadable
-file, a ``MODULE:FACTORY`` that cannot be imported or called).
+that raises); 2 the command line or an input file cannot be used (bad option, missing,
+empty or unreadable file, an output path that cannot be written, a ``MODULE:FACTORY`` that
+cannot be imported or called, the ``export`` extra not installed). Every error is one line
+on stderr; ``--verbose`` adds the details (tracebacks, torch's logs).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import importlib
 import os
 import pathlib
 import sys
-from collections.abc import Iterator
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TextIO
 
 __all__ = [
     "EXIT_FAILURE",
     "EXIT_USAGE",
+    "EXPORT_EXTRA",
     "Subcommands",
+    "Handler",
     "CommandError",
     "UsageError",
+    "OneLineParser",
     "Status",
+    "add_command",
     "existing_file",
+    "writable_output",
+    "require_export_extra",
+    "one_line",
+    "quiet_stderr",
     "from_onnxruntime",
 ]
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: What ``pip`` installs for the commands that need torch.
+EXPORT_EXTRA = "pip install 'onnx-export[export]'"
+_EXPORT_MODULES = ("torch", "onnxscript", "onnx_ir")
 
 Subcommands = Any  # what ArgumentParser.add_subparsers returns (argparse's private class)
+#: A command's handler: the parsed arguments -> the exit code.
+Handler = Callable[[argparse.Namespace], int]
 
 
 class CommandError(Exception):
-    """A command failed; its message is printed without a traceback, exit code 1."""
+    """A command failed; its message is printed as one line, exit code 1."""
 
     exit_code = EXIT_FAILURE
 
 
 class UsageError(CommandError):
-    """The command line cannot be acted on; exit code 2."""
+    """The command line or an input file cannot be used; exit code 2."""
 
     exit_code = EXIT_USAGE
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line: ``prog: error: ... (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line on stderr and exit with code 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} -h)\n")
+
+
+def add_command(
+    commands: Subcommands, name: str, *, help: str, description: str, handler: Handler, **kw: Any
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` with ``-v/--verbose``; ``handler(args)`` runs it."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=description, **kw
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="on failure, also print the details (traceback, torch's logs)",
+    )
+    parser.set_defaults(handler=handler)
+    return parser
 
 
 class Status:
@@ -82,9 +124,84 @@ def existing_file(path: str | os.PathLike[str], what: str) -> pathlib.Path:
     if not result.is_file():
         reason = "is a folder" if result.is_dir() else "does not exist"
         raise UsageError(f"{what} {os.fspath(path)!r} {reason}.")
+    if result.stat().st_size == 0:
+        raise UsageError(f"{what} {os.fspath(path)!r} is empty (0 bytes).")
     return result
+
+
+def writable_output(path: str | os.PathLike[str], option: str) -> pathlib.Path:
+    """``path`` as a ``Path``; a :class:`UsageError` when a file cannot be written there."""
+    result = pathlib.Path(path)
+    folder = result.parent
+    if result.is_dir():
+        raise UsageError(
+            f"{option} {os.fspath(path)!r} is a folder; give a file name, "
+            f"e.g. {os.fspath(result / 'model.onnx')!r}."
+        )
+    if not folder.is_dir():
+        raise UsageError(
+            f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} does not exist; "
+            "create it first."
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} "
+                         "is not writable.")  # fmt: skip
+    return result
+
+
+def require_export_extra(command: str) -> None:
+    """A :class:`UsageError` naming the ``export`` extra when torch & co. cannot be imported."""
+    for module in _EXPORT_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UsageError(
+                f"`onnx-export {command}` needs torch, onnxscript and onnx-ir ({module} cannot "
+                f"be imported: {one_line(str(e))}); install them with {EXPORT_EXTRA}."
+            ) from e
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """``text`` on one line (lines joined with ``"; "`` or spaces), at most ``limit`` chars."""
+    parts = [p.strip().removeprefix("- ") for p in str(text).splitlines() if p.strip()]
+    joined = ""
+    for part in parts:
+        if not joined:
+            joined = part
+        elif joined.endswith((":", ";", ",")):
+            joined += " " + part
+        else:
+            joined += "; " + part
+    return joined if len(joined) <= limit else joined[: limit - 3].rstrip() + "..."
 
 
 def from_onnxruntime(error: BaseException) -> bool:
     """Whether ONNX Runtime raised ``error`` (its exceptions derive from ``Exception`` only)."""
     return type(error).__module__.startswith("onnxruntime")
+
+
+@contextlib.contextmanager
+def quiet_stderr(verbose: bool) -> Iterator[None]:
+    """Send everything written to stderr (torch's logs, graph dumps) nowhere for the block.
+
+    Both Python's ``sys.stderr`` and file descriptor 2 (C++ logs) are redirected to a
+    temporary file that is dropped afterwards; with ``verbose`` nothing is redirected.
+    """
+    if verbose:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    saved_stream = sys.stderr
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        os.dup2(sink.fileno(), 2)
+        sys.stderr = sink
+        try:
+            yield
+        finally:
+            sink.flush()
+            sys.stderr = saved_stream
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)

@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from onnx_export._cli_common import UsageError
+from onnx_export.cli._common import UsageError
 
 __all__ = ["ModelCall", "call_factory", "parse_dynamic"]
 

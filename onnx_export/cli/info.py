@@ -12,34 +12,43 @@ import pathlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from onnx_export._cli_common import Subcommands, UsageError, existing_file
+from onnx_export.cli._arguments import add_model_argument
+from onnx_export.cli._common import Subcommands, UsageError, add_command, existing_file, one_line
 
-__all__ = ["add_info_command", "describe_model"]
+__all__ = ["register", "describe_model"]
+
+#: Metadata on an initializer that holds one of the model's own parameters or buffers.
+_WEIGHT_KEY = "pkg.onnx_export.weight"
 
 
-def add_info_command(commands: Subcommands) -> None:
+def register(commands: Subcommands) -> None:
     """Add ``info MODEL.onnx``."""
-    parser: argparse.ArgumentParser = commands.add_parser(
+    parser = add_command(
+        commands,
         "info",
         help="describe a saved model: inputs, outputs, opset, size, weights, adapter",
         description="Print a saved model's inputs and outputs (dtypes and shapes with named "
         "dimensions), opsets, node count, parameter count and bytes, external data files, "
         "adapter (forward's signature, input paths, output structure) and file size. Does "
-        "not load the weights.",
+        "not load the weights. Exits 2 when the file is missing, empty or not ONNX.",
+        handler=_run,
     )
-    parser.add_argument("model", type=pathlib.Path, metavar="MODEL.onnx", help="the model")
-    parser.set_defaults(handler=run_info)
+    add_model_argument(parser)
 
 
-def run_info(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    """Print the description; 0 on success."""
+def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     import onnx
 
     path = existing_file(args.model, "the model")
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:  # protobuf's DecodeError, OSError, onnx's own errors
-        raise UsageError(f"{path} is not a readable ONNX model: {e}") from e
+        raise UsageError(f"{path} is not a readable ONNX model: {one_line(str(e))}") from e
+    if not model.graph.node and not model.graph.output and not model.opset_import:
+        raise UsageError(
+            f"{path} is not an ONNX model: it parses as an empty protobuf message (no graph, "
+            "no opset). Check that it is the .onnx file that was saved."
+        )
     for line in describe_model(path, model):
         echo(line)
     return 0
@@ -54,8 +63,7 @@ def describe_model(path: pathlib.Path, model: Any) -> Iterator[str]:
     yield f"producer: {producer}; IR version {model.ir_version}; opsets: {opsets}"
     functions = f" (+ {len(model.functions)} local functions)" if model.functions else ""
     yield f"nodes: {_count_nodes(graph.node)}{functions}"
-    count, size = _parameters(graph.initializer)
-    yield f"parameters: {count:,} in {len(graph.initializer)} initializers, {_size(size)}"
+    yield from _weight_lines(graph.initializer)
     yield "inputs:"
     yield from (f"  {line}" for line in _values(graph.input))
     yield "outputs:"
@@ -93,7 +101,34 @@ def _count_nodes(nodes: Sequence[Any]) -> int:
     return total
 
 
-def _parameters(initializers: Sequence[Any]) -> tuple[int, int]:
+def _weight_lines(initializers: Sequence[Any]) -> Iterator[str]:
+    """Parameters, buffers and constants, told apart by the exporter's mark on each weight."""
+    groups: dict[str | None, list[Any]] = {}
+    for tensor in initializers:
+        kind = next((e.value for e in tensor.metadata_props if e.key == _WEIGHT_KEY), None)
+        groups.setdefault(kind, []).append(tensor)
+    if not initializers:
+        yield "parameters: none"
+        return
+    if set(groups) == {None}:
+        count, size = _count(initializers)
+        yield (
+            f"parameters: not marked in this file; initializers: {count:,} values in "
+            f"{len(initializers)}, {_size(size)}"
+        )
+        return
+    labels = {"parameter": "parameters", "buffer": "buffers", None: "constants"}
+    for kind, label in labels.items():
+        tensors = groups.pop(kind, [])
+        if tensors or kind == "parameter":
+            count, size = _count(tensors)
+            yield f"{label}: {count:,} in {len(tensors)} initializers, {_size(size)}"
+    for kind, tensors in groups.items():  # a mark this version does not know
+        count, size = _count(tensors)
+        yield f"{kind}: {count:,} in {len(tensors)} initializers, {_size(size)}"
+
+
+def _count(initializers: Sequence[Any]) -> tuple[int, int]:
     count = size = 0
     for tensor in initializers:
         numel = math.prod(tensor.dims)

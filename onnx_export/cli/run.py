@@ -11,6 +11,7 @@ The keys of the ``.npz`` file are either
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import zipfile
 from collections.abc import Callable, Mapping
@@ -18,79 +19,98 @@ from typing import Any, cast
 
 import numpy as np
 
-from onnx_export._cli_common import (
+from onnx_export.cli._arguments import add_model_argument, add_provider_option
+from onnx_export.cli._common import (
     CommandError,
     Status,
     Subcommands,
     UsageError,
+    add_command,
     existing_file,
     from_onnxruntime,
+    one_line,
+    writable_output,
 )
 
-__all__ = ["add_run_command", "named_leaves"]
+__all__ = ["register", "named_leaves"]
 _SHOWN_VALUES = 6
 
 
-def add_run_command(commands: Subcommands) -> None:
+def register(commands: Subcommands) -> None:
     """Add ``run MODEL.onnx --inputs INPUTS.npz [--provider P] [--output OUT.npz]``."""
-    parser: argparse.ArgumentParser = commands.add_parser(
+    parser = add_command(
+        commands,
         "run",
         help="run a saved model in ONNX Runtime on inputs from an .npz file",
         description="Load MODEL.onnx with onnx_export.load and call it on the arrays in "
         "INPUTS.npz, keyed by graph input name (nested inputs have dotted names such as "
         "cache.0) or, for models saved with adapter metadata, by forward's parameter name. "
-        "Prints each output's name, dtype, shape and first values, or saves them. Exits 1 "
-        "when the inputs do not fit the model or the run fails.",
+        "Prints each output's name, dtype, shape and first values, or saves them. Needs no "
+        "torch. Exits 1 when the inputs do not fit the model or the run fails, 2 when a "
+        "file is missing, empty or unreadable or --output cannot be written.",
+        handler=_run,
     )
-    parser.add_argument("model", type=pathlib.Path, metavar="MODEL.onnx", help="the model")
+    add_model_argument(parser)
     parser.add_argument(
         "--inputs", type=pathlib.Path, required=True, metavar="INPUTS.npz", help="the inputs"
     )
-    parser.add_argument(
-        "--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (cpu)"
-    )
+    add_provider_option(parser)
     parser.add_argument(
         "--output",
         type=pathlib.Path,
         metavar="OUT.npz",
         help="save the outputs here, keyed by graph output name, instead of printing them",
     )
-    parser.set_defaults(handler=run_run)
 
 
-def run_run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    """Load, call, print or save; 0 on success."""
+def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     from onnx_export.adapters import AdapterError, load
 
-    existing_file(args.model, "the model")
+    model = existing_file(args.model, "the model")
     arrays = _read_npz(existing_file(args.inputs, "the inputs file"))
+    output = writable_output(args.output, "--output") if args.output is not None else None
     status = Status()
     try:
-        with status(f"Loading {args.model}"):
-            module = load(args.model, providers=[args.provider])
+        with status(f"Loading {model}"):
+            module = load(model, providers=[args.provider])
     except Exception as e:
-        if not (isinstance(e, AdapterError) or from_onnxruntime(e)):
+        if not (isinstance(e, AdapterError | OSError | ValueError) or from_onnxruntime(e)):
             raise
-        raise UsageError(f"cannot load {args.model}: {e}") from e
+        raise UsageError(f"cannot load {model} as an ONNX model: {one_line(str(e))}") from e
     try:
         with status("Running"):
             outputs = _call(module, arrays)
     except AdapterError as e:
-        raise CommandError(str(e)) from e
+        raise CommandError(one_line(str(e))) from e
     except Exception as e:
         if not from_onnxruntime(e):
             raise
-        raise CommandError(f"ONNX Runtime failed: {type(e).__name__}: {e}") from e
+        raise CommandError(f"ONNX Runtime failed: {type(e).__name__}: {one_line(str(e))}") from e
     leaves = named_leaves(module, outputs)
-    if args.output is not None:
+    if output is not None:
         saved: dict[str, Any] = {name: np.asarray(value) for name, value in leaves}
-        np.savez(args.output, **saved)
-        echo(f"Saved {len(leaves)} outputs to {args.output} (ran on {module.providers[0]})")
+        _save_npz(output, saved)
+        echo(f"Saved {len(leaves)} outputs to {output} (ran on {module.providers[0]})")
         return 0
-    echo(f"Ran {args.model.name} on {module.providers[0]}:")
+    echo(f"Ran {model.name} on {module.providers[0]}:")
     for name, value in leaves:
         echo(f"  {name}: {_describe(value)}")
     return 0
+
+
+def _save_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
+    """``np.savez`` to a temporary file beside ``path``, then renamed (atomic)."""
+    import os
+    import tempfile
+
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **arrays)
+        os.replace(temporary, path)
+    except OSError as e:
+        pathlib.Path(temporary).unlink(missing_ok=True)
+        raise CommandError(f"cannot write {path}: {e.strerror or e}") from e
 
 
 def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray[Any, Any]]:
@@ -108,6 +128,11 @@ def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
     if spec is None:
         return module(**arrays)  # flat mode: by graph input name
     tensor_names = {leaf.tensor.name for leaf in spec.inputs if leaf.tensor is not None}
+    constants = {leaf.path: leaf.value for leaf in spec.inputs if leaf.kind == "constant"}
+    given = {k: v for k, v in arrays.items() if k in constants and k not in tensor_names}
+    for key, array in given.items():
+        _check_constant(key, array, constants[key])
+    arrays = {k: v for k, v in arrays.items() if k not in given}
     if set(arrays) == tensor_names:
         return _call_by_graph_names(module, spec, arrays)
     parameters = {p.name: p.kind for p in spec.parameters}
@@ -118,9 +143,25 @@ def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
             f"{sorted(tensor_names)} (all of them) nor parameters of forward "
             f"{list(parameters)}. Key the arrays by one or the other."
         )
-    positional = [arrays[p.name] for p in spec.parameters if p.kind == "positional_only"]
-    named = {k: v for k, v in arrays.items() if parameters[k] != "positional_only"}
-    return module(*positional, **named)
+    values: dict[str, Any] = {**arrays, **{k: constants[k] for k in given if k in parameters}}
+    positional = [values.pop(p.name) for p in spec.parameters if p.kind == "positional_only"]
+    return module(*positional, **values)
+
+
+def _check_constant(key: str, array: np.ndarray[Any, Any], recorded: Any) -> None:
+    """An array for a constant recorded at export: accepted at the same value, else refused."""
+    item = array.item() if array.size == 1 else None
+    same = item == recorded
+    if isinstance(recorded, float) and isinstance(item, int | float):
+        same = math.isclose(item, recorded, rel_tol=1e-6)
+    if array.size == 1 and same:
+        return
+    given = repr(item) if array.size == 1 else f"an array of shape {list(array.shape)}"
+    raise CommandError(
+        f"the inputs file sets {key!r} to {given}, but the model was exported with "
+        f"{key} = {recorded!r} baked in (a constant, not an input of the graph): leave "
+        f"{key!r} out of the .npz, or export the model again with {key} set as you need."
+    )
 
 
 def _call_by_graph_names(module: Any, spec: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
