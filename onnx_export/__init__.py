@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+#: What ``pip install 'onnx-export[export]'`` adds; a lazy import that lacks one names the extra.
+_EXPORT_EXTRA_MODULES = ("torch", "onnxscript", "onnx_ir")
+
 # Everything that needs torch is imported on first use, so that a deployment can
 # ``onnx_export.load(...)`` a saved model in a process without torch.
 _LAZY = {
@@ -59,7 +62,18 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'onnx_export' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.partition(".")[0] not in _EXPORT_EXTRA_MODULES:
+            raise
+        raise ModuleNotFoundError(
+            f"onnx_export.{name} needs torch, onnxscript and onnx-ir, the 'export' extra "
+            f"({e.name} is not installed): pip install 'onnx-export[export]'. Without them, "
+            "onnx_export.load runs saved models.",
+            name=e.name,
+        ) from e
+    value = getattr(imported, name)
     globals()[name] = value
     return value
 
