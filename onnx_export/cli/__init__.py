@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = functools.partial(_show_warning, prog)
             return int(args.handler(args))
     except CommandError as e:
-        print(f"{prog}: error: {e if verbose else one_line(str(e))}", file=sys.stderr)
+        print(f"{prog}: error: {e if verbose else one_line(str(e), 2000)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

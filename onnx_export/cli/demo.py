@@ -24,10 +24,10 @@ def register(commands: Subcommands) -> None:
         "PyTorch; writes m.onnx and m.sarif in the current folder",
         description="Export a small built-in attention model with dynamic batch and sequence "
         "dims, save it, run it in ONNX Runtime at three sizes and compare with PyTorch. "
-        "Writes two files, by default in the current folder: the model m.onnx and its "
-        "diagnostics report m.sarif (-o names the model; the report goes beside it with the "
-        "suffix .sarif). Exits 1 on a mismatch, 2 when the 'export' extra (torch) is not "
-        "installed or the output cannot be written.",
+        "It writes m.onnx and m.sarif in the current folder: the model and its diagnostics "
+        "report (-o names the model; the report goes beside it, with the suffix .sarif). "
+        "Exits 1 on a mismatch, 2 when the 'export' extra (torch) is not installed or the "
+        "output cannot be written.",
         handler=_run,
     )
     parser.add_argument(

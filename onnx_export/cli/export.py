@@ -53,7 +53,7 @@ def register(commands: Subcommands) -> None:
         "repeat for more (equal DIM names are the same dimension)",
     )
     parser.add_argument(
-        "--opset", type=int, default=None, metavar="N", help="ONNX opset, 18 (default) to 23"
+        "--opset", type=int, default=None, metavar="N", help="ONNX opset (default 18)"
     )
     parser.add_argument(
         "--report",
@@ -108,14 +108,17 @@ def export_quietly(
             return dynamo_export(call.model, *call.args, export_options=options, **call.kwargs)
     except OnnxExportError as e:
         error = UsageError if isinstance(e, ExportInputError) else CommandError
-        raise error(describe_export_error(name, e, verbose)) from e
+        report = None
+        chosen = getattr(getattr(options, "diagnostic_options", None), "report_path", None)
+        if e.report_path is None and chosen is not None and pathlib.Path(chosen).is_file():
+            report = pathlib.Path(chosen)  # where --report asked for it
+        raise error(describe_export_error(name, e, verbose, report or e.report_path)) from e
 
 
-def describe_export_error(name: str, error: Any, verbose: bool) -> str:
+def describe_export_error(name: str, error: Any, verbose: bool, report: Any = None) -> str:
     """``exporting NAME failed: ...`` on one line (all of it with ``verbose``), then the report."""
     message = str(error.args[0]) if error.args else str(error)
     text = message.strip() if verbose else one_line(message)
-    report = getattr(error, "report_path", None)
     where = ""
     if report is not None:
         where = (

@@ -115,12 +115,16 @@ def _save_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
 
 def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray[Any, Any]]:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise UsageError(f"{path} holds one array; save the inputs with np.savez.")
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot read {path} as an .npz file of arrays: {one_line(str(e))}") from e
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise UsageError(f"{path} holds one array (.npy); save the inputs with np.savez.")
+    try:
+        with data:
             return {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise UsageError(f"cannot read {path} as an .npz file of arrays: {e}") from e
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot read {path} as an .npz file of arrays: {one_line(str(e))}") from e
 
 
 def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
