@@ -15,13 +15,16 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from onnx_export._builder import TaggingGraphBuilder
+from onnx_export._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
+from onnx_export._operands import operand_values
 from onnx_export._progress import translation_progress
 from onnx_export._recorder import recording
-from onnx_export._registry import OnnxRegistry
+from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
 from onnx_export._source import NodeOrigin, node_origin
+from onnx_export._symbolic import symbolic_function
 
 __all__ = [
     "UnsupportedNode",
@@ -33,7 +36,7 @@ __all__ = [
     "decision_key",
 ]
 
-_PRODUCER_OPSET = 18  # the opset torchlib's functions are written for
+_PRODUCER_OPSET = PRODUCER_OPSET
 
 # Higher-order ops whose body is simply inlined: (operand index where the body starts).
 _INLINED_HOPS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
@@ -94,7 +97,11 @@ def _is_hop(target: object) -> bool:
     return isinstance(target, torch._ops.HigherOrderOperator)
 
 
-def walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
+def walk_call_nodes(
+    gm: torch.fx.GraphModule, _seen: set[int] | None = None
+) -> Iterable[torch.fx.Node]:
+    """Every call node of ``gm`` and of its bodies (a body called twice is walked once)."""
+    seen = set() if _seen is None else _seen
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -102,8 +109,9 @@ def walk_call_nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
             for arg in node.args:
                 if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
                     sub = getattr(gm, str(arg.target))
-                    if isinstance(sub, torch.fx.GraphModule):
-                        yield from walk_call_nodes(sub)
+                    if isinstance(sub, torch.fx.GraphModule) and id(sub) not in seen:
+                        seen.add(id(sub))
+                        yield from walk_call_nodes(sub, seen)
             continue
         if node.target is operator.getitem:
             continue
@@ -122,13 +130,23 @@ def find_unsupported(
     decisions: dict[str, Dispatch] = {}
     unsupported: list[UnsupportedNode] = []
     for node in walk_call_nodes(gm):
-        decision = dispatch(node, registry)
+        decision = _symbolic_dispatch(node, registry) or dispatch(node, registry)
         decisions[decision_key(node)] = decision
         if decision.entry is None:
             unsupported.append(
                 UnsupportedNode(decision.target, node.name, node_origin(node), decision.reason)
             )
     return decisions, unsupported
+
+
+def _symbolic_dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch | None:
+    """Our function for SymInt/SymFloat/SymBool arithmetic, unless the user registered one."""
+    function = symbolic_function(node.target)
+    name = target_name(node.target)
+    if function is None or name in registry.custom_targets:
+        return None
+    entry = OnnxFunctionEntry(name, function)
+    return Dispatch(name, entry, "onnx-export symbolic scalar function", False, tuple(node.args))
 
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
@@ -174,20 +192,26 @@ class _Translator:
 
     # -- arguments -------------------------------------------------------------------
 
-    def _convert(self, arg: Any, env: Mapping[torch.fx.Node, Any]) -> Any:
+    def convert(self, arg: Any, env: Mapping[torch.fx.Node, Any]) -> Any:
+        """An FX argument as what ONNX functions take (nodes looked up in ``env``)."""
         if isinstance(arg, torch.fx.Node):
             return env[arg]
         if isinstance(arg, (list, tuple)):
-            return [self._convert(a, env) for a in arg]
+            return [self.convert(a, env) for a in arg]
         if isinstance(arg, torch.dtype):
             return int(to_ir_dtype(arg))
         if isinstance(arg, (torch.device, torch.layout, torch.memory_format)):
             return str(arg)
         return arg
 
+    def set_type(self, value: ir.Value, val: object) -> None:
+        """Give ``value`` the dtype and shape (named dims) of an FX ``meta["val"]``."""
+        _set_type_and_shape(value, val, self.dim_names)
+
     # -- nodes -----------------------------------------------------------------------
 
-    def _name_outputs(self, node: torch.fx.Node, result: Any, prefix: str) -> None:
+    def name_outputs(self, node: torch.fx.Node, result: Any, prefix: str) -> None:
+        """Name the values ``node`` produced after it (and type them from its meta)."""
         values = result if isinstance(result, (list, tuple)) else [result]
         vals = node.meta.get("val")
         metas = vals if isinstance(vals, (list, tuple)) else [vals]
@@ -214,15 +238,17 @@ class _Translator:
             if isinstance(container, ir.Value):  # an ONNX sequence (e.g. from SplitToSequence)
                 with recording(builder):
                     item = builder.op.SequenceAt(container, builder.constant(int(index)))  # type: ignore[arg-type]
-                self._name_outputs(node, item, prefix)
+                self.name_outputs(node, item, prefix)
                 return item
             return container[index]
         if _is_hop(node.target):
             return self._higher_order(node, env, builder, prefix)
         decision = self.decisions[decision_key(node)]
         assert decision.entry is not None  # unsupported nodes were reported before
-        args = [self._convert(a, env) for a in decision.args]
         with recording(builder):
+            args = operand_values(
+                node, decision.args, [self.convert(a, env) for a in decision.args]
+            )
             result = decision.entry.function(*args)
         if (
             isinstance(result, (list, tuple))
@@ -230,7 +256,7 @@ class _Translator:
             and not isinstance(node.meta.get("val"), (list, tuple))
         ):
             result = result[0]
-        self._name_outputs(node, result, prefix)
+        self.name_outputs(node, result, prefix)
         return result
 
     def _higher_order(
@@ -241,57 +267,26 @@ class _Translator:
         prefix: str,
     ) -> Any:
         name = node.target.__name__  # type: ignore[union-attr]
-        gm = node.graph.owning_module
-        if name == "cond":
-            pred, true_gm, false_gm, operands = node.args
-            inputs = [self._convert(o, env) for o in operands]  # type: ignore[union-attr]
-            branches = []
-            for label, attr in (("then", true_gm), ("else", false_gm)):
-                sub_gm = getattr(gm, str(attr.target))  # type: ignore[union-attr]
-                scope = f"{prefix}{node.name}_{label}"
-                branches.append(self._subgraph(sub_gm, inputs, builder, scope))
-            count = len(branches[0].outputs)
-            cond = self._convert(pred, env)
-            if not isinstance(cond, ir.Value):
-                cond = builder.constant(bool(cond))
-            result = builder.call_op(
-                "If",
-                [cond],
-                {"then_branch": branches[0], "else_branch": branches[1]},
-                version=_PRODUCER_OPSET,
-                outputs=count,
-            )
-            result = list(result) if isinstance(result, Sequence) else [result]
-            self._name_outputs(node, result, prefix)
-            return result
+        translation = HIGHER_ORDER_OPS.get(name)
+        if translation is not None:
+            return translation(self, node, env, builder, prefix)
         if name in _INLINED_HOPS:
             start = _INLINED_HOPS[name]
-            sub_gm = getattr(gm, str(node.args[start].target))  # type: ignore[union-attr]
-            inputs = [self._convert(o, env) for o in node.args[start + 1 :]]
-            return self._inline(sub_gm, inputs, builder, f"{prefix}{node.name}.")
-        raise NotImplementedError(f"higher-order op {name}")
+            sub_gm = getattr(node.graph.owning_module, str(node.args[start].target))  # type: ignore[union-attr]
+            inputs = [self.convert(o, env) for o in node.args[start + 1 :]]
+            return self.inline(sub_gm, inputs, builder, f"{prefix}{node.name}.")
+        raise NotImplementedError(
+            f"higher-order op {name} (supported: {', '.join(sorted(HIGHER_ORDER_OPS))})"
+        )
 
-    def _subgraph(
-        self,
-        gm: torch.fx.GraphModule,
-        inputs: Sequence[Any],
-        parent: TaggingGraphBuilder,
-        scope: str,
-    ) -> ir.Graph:
-        graph = ir.Graph([], [], nodes=[], opset_imports={"": _PRODUCER_OPSET}, name=scope)
-        sub = parent.child(graph, scope)
-        outputs = self._inline(gm, inputs, sub, f"{scope}/")
-        for out in outputs:
-            graph.outputs.append(sub.op.Identity(out))
-        return graph
-
-    def _inline(
+    def inline(
         self,
         gm: torch.fx.GraphModule,
         inputs: Sequence[Any],
         builder: TaggingGraphBuilder,
         prefix: str,
     ) -> list[Any]:
+        """Translate ``gm``'s nodes into ``builder`` with ``inputs``; return its outputs."""
         env: dict[torch.fx.Node, Any] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         env.update(zip(placeholders, inputs, strict=True))
@@ -300,9 +295,24 @@ class _Translator:
             if node.op == "call_function":
                 builder.set_fx_node(node)
                 env[node] = self._call_function(node, env, builder, prefix)
+            elif node.op == "get_attr":
+                env[node] = self._attribute(gm, node, builder)
             elif node.op == "output":
-                outputs = [self._convert(o, env) for o in node.args[0]]
+                result = node.args[0]
+                result = result if isinstance(result, (list, tuple)) else [result]
+                outputs = [self.convert(o, env) for o in result]
         return outputs
+
+    def _attribute(
+        self, gm: torch.fx.GraphModule, node: torch.fx.Node, builder: TaggingGraphBuilder
+    ) -> Any:
+        """A body's ``get_attr``: a tensor constant (as a ``Constant``) or a nested body."""
+        attr = getattr(gm, str(node.target))
+        if not isinstance(attr, torch.Tensor):
+            return attr  # a nested body, read by the higher-order op that uses it
+        tensor = torch.view_as_real(attr) if attr.is_complex() else attr
+        with recording(builder):
+            return builder.op.Constant(value=ir.tensor(tensor.detach().numpy()))
 
     # -- the main graph --------------------------------------------------------------
 
@@ -393,7 +403,7 @@ class _Translator:
         seen: set[int] = set()
         user_outputs: list[Any] = []
         for arg, name in zip(user_args, names, strict=True):
-            value = self._convert(arg, env)
+            value = self.convert(arg, env)
             if not isinstance(value, ir.Value):  # None or a Python constant: not a graph output
                 user_outputs.append(value)
                 continue

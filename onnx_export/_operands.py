@@ -1,0 +1,105 @@
+"""Operands ONNX functions cannot take as they come: complex scalars, symbolic scalars.
+
+- A Python ``complex`` (``x * (2 + 3j)``) becomes its real view, a constant ``[re, im]``
+  in the real dtype of the node's complex tensors, as complex tensors are everywhere in
+  the graph (trailing axis of 2; it broadcasts against ``[..., 2]``).
+- A SymInt/SymFloat/SymBool (an INT64/FLOAT/BOOL scalar in the graph) given to a pointwise
+  op beside tensors (``x * x.shape[0]``) is cast to the dtype torch computes in, as torch
+  treats it like a Python number of its kind; an integer tensor mixed with a SymFloat is
+  cast too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import torch
+import torch.fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from onnx_export._dtypes import to_ir_dtype
+from onnx_export.ops._common import op
+
+__all__ = ["operand_values"]
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_STAND_IN: dict[type, object] = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
+_INT_TO_FLOAT = {"div", "divide", "true_divide"}
+#: Ops whose integer tensor inputs follow a SymFloat operand to floating point.
+_ARITHMETIC = {
+    "add", "sub", "rsub", "mul", "div", "divide", "true_divide", "pow", "remainder",
+    "floor_divide", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+}  # fmt: skip
+_REAL = {torch.complex64: np.float32, torch.complex128: np.float64, torch.complex32: np.float16}
+
+
+def _val(arg: Any) -> Any:
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+
+
+def _complex_real_dtype(node: torch.fx.Node) -> type:
+    vals = [_val(a) for a in node.all_input_nodes] + [node.meta.get("val")]
+    for val in vals:
+        if isinstance(val, torch.Tensor) and val.is_complex():
+            return _REAL[val.dtype]
+    return np.float32
+
+
+def _complex_constant(value: complex, dtype: type) -> Any:
+    return op.Constant(value=ir.tensor(np.array([value.real, value.imag], dtype=dtype)))
+
+
+def _compute_dtype(node: torch.fx.Node, fx_args: Sequence[Any]) -> torch.dtype | None:
+    stand_ins: list[Any] = []
+    for arg in fx_args:
+        val = _val(arg)
+        if isinstance(val, _SYMBOLIC):
+            stand_ins.append(_STAND_IN[type(val)])
+        elif isinstance(val, (torch.Tensor, bool, int, float)):
+            stand_ins.append(val)
+    if not any(isinstance(v, torch.Tensor) for v in stand_ins):
+        return None
+    packet = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    kind = (
+        ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
+        if packet in _INT_TO_FLOAT and "rounding_mode" not in node.kwargs
+        else ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    )
+    try:
+        return elementwise_dtypes(*stand_ins, type_promotion_kind=kind)[0]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _cast_symbolic(node: torch.fx.Node, fx_args: Sequence[Any], values: list[Any]) -> list[Any]:
+    if torch.Tag.pointwise not in getattr(node.target, "tags", ()):
+        return values
+    compute = _compute_dtype(node, fx_args)
+    if compute is None or compute.is_complex:
+        return values
+    dtype = to_ir_dtype(compute)
+    packet = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    for i, (arg, value) in enumerate(zip(fx_args, values, strict=True)):
+        val = _val(arg)
+        symbolic = isinstance(val, _SYMBOLIC)
+        tensor = packet in _ARITHMETIC and isinstance(val, torch.Tensor) and not val.is_complex()
+        if (symbolic or tensor) and isinstance(value, ir.Value) and value.dtype != dtype:
+            values[i] = op.Cast(value, to=int(dtype))
+    return values
+
+
+def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence[Any]) -> list[Any]:
+    """``values`` (the converted ``fx_args`` of ``node``) as its ONNX function takes them.
+
+    Must be called while recording (it may add ``Constant`` and ``Cast`` nodes).
+    """
+    result = list(values)
+    if any(isinstance(v, complex) for v in result):
+        real = _complex_real_dtype(node)
+        result = [_complex_constant(v, real) if isinstance(v, complex) else v for v in result]
+    if any(isinstance(_val(a), _SYMBOLIC) for a in fx_args):
+        result = _cast_symbolic(node, fx_args, result)
+    return result
