@@ -60,7 +60,8 @@ def _ite_not_compare(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _sum_pow_neg(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     n, m = x.shape[0], y.shape[0]
-    return x.new_ones(torch.sym_sum([n, m, 2]), n**2, -(-n) - 1)
+    negated = -n
+    return x.new_ones(torch.sym_sum([n, m, 2]), n**2, -negated - 1)
 
 
 def _numel_size(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
