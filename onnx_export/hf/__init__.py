@@ -1,0 +1,70 @@
+"""Hugging Face ``transformers`` models end to end: export a checkpoint, generate without torch.
+
+:func:`export_pretrained` turns a checkpoint folder (``save_pretrained``'s config and
+safetensors) into a folder of ONNX models with its config and tokenizer files.
+:class:`OrtModelForCausalLM` and :class:`OrtModelForSeq2SeqLM` generate with that
+folder using numpy and onnxruntime only: greedy decoding gives the tokens
+``transformers``' ``generate()`` gives.
+
+Usage:
+    >>> import tempfile, pathlib, transformers
+    >>> from onnx_export import hf
+    >>> config = transformers.LlamaConfig(
+    ...     vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    ...     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> transformers.LlamaForCausalLM(config).save_pretrained(folder / "llama")
+    >>> _ = hf.export_pretrained(folder / "llama", folder / "onnx")
+    >>> model = hf.OrtModelForCausalLM.from_pretrained(folder / "onnx")
+    >>> model.generate([[1, 2, 3]], max_new_tokens=4).shape
+    (1, 7)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from onnx_export.hf._errors import CheckpointError, GenerationError
+from onnx_export.hf._tasks import SUPPORTED_ARCHITECTURES, TASKS
+
+if TYPE_CHECKING:
+    from onnx_export.hf._causal import OrtModelForCausalLM
+    from onnx_export.hf._export import ExportedCheckpoint, export_pretrained
+    from onnx_export.hf._seq2seq import OrtModelForSeq2SeqLM
+
+# Export needs torch and transformers, the runtime onnxruntime: both load on first use.
+_LAZY = {
+    "export_pretrained": "onnx_export.hf._export",
+    "ExportedCheckpoint": "onnx_export.hf._export",
+    "OrtModelForCausalLM": "onnx_export.hf._causal",
+    "OrtModelForSeq2SeqLM": "onnx_export.hf._seq2seq",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onnx_export.hf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    # Exporting a checkpoint folder (torch and transformers)
+    "export_pretrained",
+    "ExportedCheckpoint",
+    "TASKS",
+    "SUPPORTED_ARCHITECTURES",
+    # Generating (numpy and onnxruntime only)
+    "OrtModelForCausalLM",
+    "OrtModelForSeq2SeqLM",
+    # Errors
+    "CheckpointError",
+    "GenerationError",
+]

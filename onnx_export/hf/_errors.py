@@ -1,0 +1,34 @@
+"""Errors of the Hugging Face support: a bad checkpoint folder, a bad generation request."""
+
+from __future__ import annotations
+
+from onnx_export.errors import ExportInputError
+
+__all__ = ["CheckpointError", "GenerationError"]
+
+
+class CheckpointError(ExportInputError):
+    """A checkpoint folder (or an exported folder) that cannot be used as asked.
+
+    Raised for a folder without ``config.json``, an architecture this exporter does not
+    know, or a task that does not fit the architecture; the message names the file or
+    the value, and what to do.
+
+    Example:
+        >>> from onnx_export.hf import CheckpointError
+        >>> issubclass(CheckpointError, ValueError) or issubclass(CheckpointError, RuntimeError)
+        True
+    """
+
+
+class GenerationError(ValueError):
+    """A generation request that the exported model cannot serve.
+
+    Raised for a prompt longer than the model's maximum positions, inputs whose shapes
+    disagree, or arguments out of range; the message names the value.
+
+    Example:
+        >>> from onnx_export.hf import GenerationError
+        >>> str(GenerationError("max_new_tokens must be at least 1, got 0."))
+        'max_new_tokens must be at least 1, got 0.'
+    """

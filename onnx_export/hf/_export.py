@@ -1,0 +1,238 @@
+"""``export_pretrained``: a checkpoint folder -> a folder ready for ONNX Runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from typing import Any, Literal
+
+from onnx_export.hf._errors import CheckpointError
+from onnx_export.hf._tasks import TASKS, read_checkpoint, resolve_task
+
+__all__ = ["ExportedCheckpoint", "export_pretrained", "MANIFEST_NAME"]
+
+#: What the runtime reads first in an exported folder: the task and the files.
+MANIFEST_NAME = "onnx_export.json"
+
+_AUTO_CLASSES = {
+    "text-generation": "AutoModelForCausalLM",
+    "text2text-generation": "AutoModelForSeq2SeqLM",
+    "automatic-speech-recognition": "AutoModelForSpeechSeq2Seq",
+    "feature-extraction": "AutoModel",
+    "text-classification": "AutoModelForSequenceClassification",
+    "image-classification": "AutoModelForImageClassification",
+}
+
+# Files copied beside the model so that the folder is self-contained (no weights).
+_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "normalizer.json",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedCheckpoint:
+    """What :func:`export_pretrained` wrote.
+
+    Attributes:
+        path: The output folder.
+        task: The task exported.
+        model_type: The architecture (``config.json``'s ``model_type``).
+        onnx_files: The ONNX files written, in the order they run
+            (``model.onnx``, or ``encoder_model.onnx`` then ``decoder_model.onnx``).
+        copied_files: Config, generation config and tokenizer files copied beside them.
+        seconds: Wall time of the export.
+    """
+
+    path: pathlib.Path
+    task: str
+    model_type: str
+    onnx_files: tuple[str, ...]
+    copied_files: tuple[str, ...]
+    seconds: float
+
+
+def _load_model(path: pathlib.Path, task: str) -> Any:
+    import transformers
+
+    auto = getattr(transformers, _AUTO_CLASSES[task])
+    try:
+        model = auto.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(
+            f"transformers could not load {os.fspath(path)!r} as {_AUTO_CLASSES[task]} for "
+            f"task {task!r}: {e}. The folder needs config.json and the weights "
+            "(*.safetensors) that `save_pretrained` writes."
+        ) from e
+    return model
+
+
+def _export_options(spec: Any, opset: int | None, target: str) -> Any:
+    import onnx_export
+
+    kwargs: dict[str, Any] = {"dynamic_shapes": spec.dynamic_shapes}
+    if opset is not None:
+        kwargs["opset_version"] = opset
+    fields = {f.name for f in dataclasses.fields(onnx_export.ExportOptions)}
+    if target != "onnx":
+        if "target" not in fields:
+            raise CheckpointError(
+                f"target={target!r} is not available in this version of onnx_export "
+                "(ExportOptions has no 'target'); use target='onnx'."
+            )
+        kwargs["target"] = target
+    return onnx_export.ExportOptions(**kwargs)
+
+
+def _write_graphs(
+    model: Any, task: str, folder: pathlib.Path, opset: int | None, target: str
+) -> list[str]:
+    import torch
+
+    import onnx_export
+    from onnx_export.hf._graphs import graphs_for_task
+
+    written = []
+    with torch.no_grad():
+        for spec in graphs_for_task(model, task):
+            options = _export_options(spec, opset, target)
+            program = onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+            program.save(folder / spec.file_name)
+            written.append(spec.file_name)
+    return written
+
+
+def _copy_side_files(source: pathlib.Path | None, model: Any, folder: pathlib.Path) -> list[str]:
+    copied = []
+    if source is not None:
+        for name in _SIDE_FILES:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, folder / name)
+                copied.append(name)
+    if "config.json" not in copied:
+        model.config.to_json_file(folder / "config.json")
+        copied.append("config.json")
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", lambda: False)()
+    if "generation_config.json" not in copied and generation is not None and can_generate:
+        generation.to_json_file(folder / "generation_config.json")
+        copied.append("generation_config.json")
+    return copied
+
+
+def _replace_folder(staged: pathlib.Path, out: pathlib.Path) -> None:
+    """Move ``staged`` to ``out``; an earlier ``out`` is replaced only once all is written."""
+    if not out.exists():
+        staged.rename(out)
+        return
+    if not out.is_dir():
+        raise CheckpointError(f"Output {os.fspath(out)!r} exists and is not a folder.")
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.rename(old)
+    staged.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def export_pretrained(
+    model_or_dir: str | os.PathLike[str] | Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    task: str | None = None,
+    opset: int | None = None,
+    target: Literal["onnx", "onnxruntime"] = "onnx",
+) -> ExportedCheckpoint:
+    """Export a ``transformers`` checkpoint to a folder that ONNX Runtime can generate with.
+
+    Decoders (``text-generation``, and the decoder of ``text2text-generation`` and
+    ``automatic-speech-recognition``) are exported once for the prompt and for every
+    later step: batch, sequence and past length are dynamic (past length 0 for the
+    prompt). Their inputs are ``input_ids``, ``attention_mask``, ``position_ids``,
+    ``past_key_values.{i}.key`` / ``.value``; their outputs ``logits`` and
+    ``present.{i}.key`` / ``.value``. Everything is written to a temporary folder beside
+    ``out_dir``, which is then renamed: a failed export leaves ``out_dir`` as it was.
+
+    Args:
+        model_or_dir: A local folder written by ``save_pretrained`` (config.json and
+            safetensors weights; nothing is downloaded), or a loaded
+            ``transformers.PreTrainedModel``.
+        out_dir: The folder to write: ``model.onnx`` (or ``encoder_model.onnx`` and
+            ``decoder_model.onnx``), ``onnx_export.json``, and the config, generation
+            config and tokenizer files found beside the weights.
+        task: One of :data:`onnx_export.hf.TASKS`; by default inferred from
+            ``config.json``'s ``architectures``.
+        opset: ONNX opset (18 to 23); the exporter's default when ``None``.
+        target: ``"onnx"``; ``"onnxruntime"`` only when this version's
+            ``ExportOptions`` has a ``target``.
+
+    Returns:
+        What was written, where, and how long it took.
+
+    Raises:
+        CheckpointError: No config.json, an architecture that cannot be exported, a task
+            that does not fit it, or weights transformers cannot load.
+        OnnxExportError: The export itself failed (the message says at which stage).
+
+    Example:
+        >>> import tempfile, pathlib, transformers
+        >>> from onnx_export.hf import export_pretrained
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=50, hidden_size=16, num_hidden_layers=1,
+        ...     num_attention_heads=2, intermediate_size=32)
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> transformers.BertModel(config).save_pretrained(folder / "bert")
+        >>> result = export_pretrained(folder / "bert", folder / "onnx")
+        >>> result.task, result.onnx_files
+        ('feature-extraction', ('model.onnx',))
+    """
+    started = time.perf_counter()
+    source: pathlib.Path | None = None
+    if isinstance(model_or_dir, (str, os.PathLike)):
+        checkpoint = read_checkpoint(model_or_dir)
+        source = checkpoint.path
+        model_type, architectures = checkpoint.model_type, checkpoint.architectures
+        task = resolve_task(model_type, architectures, task)
+        model = _load_model(source, task)
+    else:
+        model = model_or_dir
+        config = getattr(model, "config", None)
+        model_type = str(getattr(config, "model_type", type(model).__name__))
+        task = resolve_task(model_type, (type(model).__name__,), task)
+    model.eval()
+    out = pathlib.Path(out_dir).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename
+    try:
+        onnx_files = _write_graphs(model, task, staged, opset, target)
+        copied = _copy_side_files(source, model, staged)
+        manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}
+        (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_folder(staged, out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return ExportedCheckpoint(
+        out, task, model_type, tuple(onnx_files), tuple(copied), time.perf_counter() - started
+    )
+
+
+assert set(_AUTO_CLASSES) == set(TASKS)

@@ -1,0 +1,50 @@
+"""Run an exported folder with ``onnx_export.hf``'s runtime where torch cannot be imported.
+
+Usage: ``python torch_free_worker.py JOB.json``. The job names the folder, an ``.npz`` of
+input arrays, the calls to make and where to write their results (another ``.npz``).
+``import torch`` and ``import transformers`` fail here, as on a machine without them.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+sys.modules["torch"] = None  # type: ignore[assignment]  # any `import torch` now fails
+sys.modules["transformers"] = None  # type: ignore[assignment]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # this checkout
+
+
+def main(job_path: str) -> None:
+    """Make the job's calls and save their results."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from onnx_export import hf
+
+    job = json.loads(open(job_path, encoding="utf-8").read())  # noqa: SIM115
+    arrays = np.load(job["inputs"])
+    task = json.loads(open(f"{job['folder']}/onnx_export.json").read())["task"]  # noqa: SIM115
+    model: object
+    if task == "text-generation":
+        model = hf.OrtModelForCausalLM.from_pretrained(job["folder"])
+    elif task in ("text2text-generation", "automatic-speech-recognition"):
+        model = hf.OrtModelForSeq2SeqLM.from_pretrained(job["folder"])
+    else:
+        model = ort.InferenceSession(f"{job['folder']}/model.onnx")
+    results = {}
+    for call in job["calls"]:
+        kwargs = {k: arrays[v] for k, v in call.get("arrays", {}).items()}
+        kwargs.update(call.get("kwargs", {}))
+        if call["method"] == "run":
+            results[call["name"]] = model.run(None, kwargs)[0]  # type: ignore[attr-defined]
+        else:
+            results[call["name"]] = getattr(model, call["method"])(**kwargs)
+    loaded = [m for m in ("torch", "transformers") if sys.modules.get(m) is not None]
+    assert not loaded, f"imported {loaded}"
+    np.savez(job["outputs"], **results)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
