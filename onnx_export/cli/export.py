@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from onnx_export._options import ExportOptions
     from onnx_export._program import ONNXProgram
 
-__all__ = ["register", "export_quietly"]
+__all__ = ["register", "export_quietly", "describe_export_error"]
 
 
 def register(commands: Subcommands) -> None:
