@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 import traceback
 import warnings
@@ -30,6 +31,7 @@ __all__ = ["main"]
 #: The command modules of this package, in the order ``onnx-export --help`` lists them.
 _COMMANDS = (
     "export",
+    "hf",
     "verify",
     "run",
     "info",
@@ -85,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `onnx-export info m.onnx | head`: the reader has gone
+        _silence_stdout()
+        return EXIT_FAILURE
     except Exception as e:  # a bug of ours or an error nobody anticipated
         if verbose:
             traceback.print_exc()
@@ -94,6 +99,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's exit flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (captured in a test)
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _show_warning(

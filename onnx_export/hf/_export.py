@@ -62,6 +62,12 @@ class ExportedCheckpoint:
             (``model.onnx``, or ``encoder_model.onnx`` then ``decoder_model.onnx``).
         copied_files: Config, generation config and tokenizer files copied beside them.
         seconds: Wall time of the export.
+
+    Example:
+        >>> from onnx_export.hf import export_pretrained
+        >>> result = export_pretrained("t5-checkpoint", "t5-onnx")  # doctest: +SKIP
+        >>> result.onnx_files  # doctest: +SKIP
+        ('encoder_model.onnx', 'decoder_model.onnx')
     """
 
     path: pathlib.Path
@@ -81,10 +87,25 @@ def _load_model(path: pathlib.Path, task: str) -> Any:
     except (OSError, ValueError, KeyError) as e:
         raise CheckpointError(
             f"transformers could not load {os.fspath(path)!r} as {_AUTO_CLASSES[task]} for "
-            f"task {task!r}: {e}. The folder needs config.json and the weights "
+            f"task {task!r}: {str(e).rstrip('.')}. The folder needs config.json and the weights "
             "(*.safetensors) that `save_pretrained` writes."
         ) from e
     return model
+
+
+def _check_target(target: str) -> None:
+    """``"onnx"``, or a target this version's ``ExportOptions`` knows."""
+    from onnx_export._options import ExportOptions
+
+    if target == "onnx":
+        return
+    if target != "onnxruntime":
+        raise CheckpointError(f"target must be 'onnx' or 'onnxruntime', got {target!r}.")
+    if "target" not in {f.name for f in dataclasses.fields(ExportOptions)}:
+        raise CheckpointError(
+            f"target={target!r} is not available in this version of onnx_export "
+            "(ExportOptions has no 'target'); use target='onnx'."
+        )
 
 
 def _export_options(spec: Any, opset: int | None, target: str) -> Any:
@@ -93,13 +114,7 @@ def _export_options(spec: Any, opset: int | None, target: str) -> Any:
     kwargs: dict[str, Any] = {"dynamic_shapes": spec.dynamic_shapes}
     if opset is not None:
         kwargs["opset_version"] = opset
-    fields = {f.name for f in dataclasses.fields(onnx_export.ExportOptions)}
     if target != "onnx":
-        if "target" not in fields:
-            raise CheckpointError(
-                f"target={target!r} is not available in this version of onnx_export "
-                "(ExportOptions has no 'target'); use target='onnx'."
-            )
         kwargs["target"] = target
     return onnx_export.ExportOptions(**kwargs)
 
@@ -205,6 +220,7 @@ def export_pretrained(
         ('feature-extraction', ('model.onnx',))
     """
     started = time.perf_counter()
+    _check_target(target)
     source: pathlib.Path | None = None
     if isinstance(model_or_dir, (str, os.PathLike)):
         checkpoint = read_checkpoint(model_or_dir)

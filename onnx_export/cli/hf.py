@@ -1,0 +1,87 @@
+"""``onnx-export hf CHECKPOINT_DIR -o OUT_DIR``: a transformers checkpoint folder to ONNX."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+from collections.abc import Callable
+
+from onnx_export.cli._common import (
+    CommandError,
+    Status,
+    Subcommands,
+    UsageError,
+    add_command,
+    one_line,
+    quiet_stderr,
+    require_export_extra,
+)
+from onnx_export.hf._tasks import TASKS
+
+__all__ = ["register"]
+
+
+def register(commands: Subcommands) -> None:
+    """Add ``hf CHECKPOINT_DIR -o OUT_DIR [--task TASK] [--opset N] [--target T]``."""
+    parser = add_command(
+        commands,
+        "hf",
+        help="export a Hugging Face checkpoint folder, ready to generate with ONNX Runtime",
+        description="Export the transformers checkpoint in CHECKPOINT_DIR (config.json and "
+        "safetensors, as save_pretrained writes them; nothing is downloaded) to OUT_DIR: "
+        "model.onnx (or encoder_model.onnx + decoder_model.onnx), its config, generation "
+        "config and tokenizer files. Generate with onnx_export.hf.OrtModelForCausalLM or "
+        "OrtModelForSeq2SeqLM. Exits 1 when the export fails, 2 when the folder, the "
+        "architecture or the task cannot be used, or torch is not installed.",
+        handler=_run,
+    )
+    parser.add_argument("checkpoint", type=pathlib.Path, metavar="CHECKPOINT_DIR")
+    parser.add_argument(
+        "-o", "--output", type=pathlib.Path, required=True, metavar="OUT_DIR",
+        help="the folder to write (replaced only once everything is written)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--task", choices=TASKS, default=None, metavar="TASK",
+        help=f"what to export: {', '.join(TASKS)}; by default inferred from config.json's "
+        "architectures",
+    )  # fmt: skip
+    parser.add_argument(
+        "--opset", type=int, default=None, metavar="N", help="ONNX opset (default 18)"
+    )
+    parser.add_argument(
+        "--target", choices=("onnx", "onnxruntime"), default="onnx",
+        help="'onnx' (standard ONNX); 'onnxruntime' needs an exporter with ORT targets",
+    )  # fmt: skip
+
+
+def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    require_export_extra("hf")
+    from onnx_export._options import SUPPORTED_OPSETS
+    from onnx_export.errors import ExportInputError, OnnxExportError
+    from onnx_export.hf import export_pretrained
+
+    if args.opset is not None and args.opset not in SUPPORTED_OPSETS:
+        raise UsageError(
+            f"--opset {args.opset}: the supported opsets are {SUPPORTED_OPSETS.start} to "
+            f"{SUPPORTED_OPSETS.stop - 1}."
+        )
+    with Status()(f"Exporting {args.checkpoint}"), quiet_stderr(args.verbose):
+        try:
+            result = export_pretrained(
+                args.checkpoint, args.output, task=args.task, opset=args.opset, target=args.target
+            )
+        except ExportInputError as e:
+            raise UsageError(one_line(str(e))) from e
+        except OnnxExportError as e:
+            raise CommandError(f"exporting {args.checkpoint} failed: {one_line(str(e))}") from e
+        except OSError as e:
+            raise CommandError(f"cannot write {args.output}: {e.strerror or e}") from e
+    sizes = ", ".join(
+        f"{name} ({(result.path / name).stat().st_size / 1024:.1f} KiB)"
+        for name in result.onnx_files
+    )
+    echo(
+        f"Exported {result.model_type} for {result.task} to {result.path} in "
+        f"{result.seconds:.1f} s: {sizes}; copied {', '.join(result.copied_files)}"
+    )
+    return 0

@@ -1,0 +1,98 @@
+"""``onnx-export hf``: a checkpoint folder exported from the command line, then generated
+from without torch; bad folders, tasks and options exit 2 with one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from onnx_export.cli import main
+from tests.hf.checkpoints import CASES
+from tests.hf.torch_free import Call, run_without_torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_cli_export_then_generate_without_torch(tmp_path: pathlib.Path) -> None:
+    model = CASES["gpt2"].save(tmp_path / "ckpt", seed=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_export", "hf", "ckpt", "-o", "out", "--opset", "18"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Exported gpt2 for text-generation to" in done.stdout
+    ids = torch.tensor([[0, 0, 7, 8, 9], [10, 11, 12, 13, 14]])
+    mask = (ids != 0).long()
+    got = run_without_torch(
+        tmp_path / "out",
+        [
+            Call(
+                "greedy",
+                "generate",
+                {"input_ids": ids.numpy(), "attention_mask": mask.numpy()},
+                {"max_new_tokens": 20},
+            )
+        ],
+    )
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
+    np.testing.assert_array_equal(got["greedy"], expected.numpy())
+
+
+def _bert_config(folder: pathlib.Path) -> pathlib.Path:
+    folder.mkdir()
+    tf.BertConfig(architectures=["BertModel"]).to_json_file(folder / "config.json")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["hf", "nowhere", "-o", "out"], "'nowhere' does not exist"),
+        (["hf", "bert", "-o", "out", "--task", "text-generation"], "does not fit"),
+        (["hf", "bert", "-o", "out", "--opset", "7"], "supported opsets"),
+        (["hf", "bert", "-o", "out", "--task", "chat"], "invalid choice: 'chat'"),
+        (["hf", "bert", "-o", "out", "--target", "onnxruntime"], "target='onnxruntime'"),
+        (["hf", "empty", "-o", "out"], "config.json' is missing"),
+    ],
+    ids=["missing", "task-mismatch", "opset", "unknown-task", "target", "no-config"],
+)
+def test_cli_bad_input_exits_2(
+    argv: list[str],
+    fragment: str,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _bert_config(tmp_path / "bert")
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_manifest_names_task_and_files(tmp_path: pathlib.Path) -> None:
+    """The manifest the runtime reads (written by the Python API the CLI calls)."""
+    from onnx_export import hf
+
+    CASES["bert"].save(tmp_path / "ckpt")
+    hf.export_pretrained(tmp_path / "ckpt", tmp_path / "out", task="feature-extraction")
+    manifest = json.loads((tmp_path / "out" / "onnx_export.json").read_text())
+    assert manifest == {
+        "task": "feature-extraction",
+        "model_type": "bert",
+        "onnx_files": ["model.onnx"],
+    }
