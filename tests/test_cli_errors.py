@@ -332,6 +332,7 @@ def test_without_torch_the_runtime_commands_work_and_the_others_name_the_extra(
     assert "parameters: 27" in result.stdout and "output: float32[2, 3]" in result.stdout
     extra = [line for line in result.stderr.splitlines() if "onnx-export[export]" in line]
     assert [line.split(":")[0] for line in extra] == [
+        "onnx-export doctor",
         "onnx-export export",
         "onnx-export verify",
         "onnx-export demo",

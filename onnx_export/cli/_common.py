@@ -168,7 +168,7 @@ def one_line(text: str, limit: int = 600) -> str:
     for part in parts:
         if not joined:
             joined = part
-        elif joined.endswith((":", ";", ",")):
+        elif joined.endswith((":", ";", ",", ".")):
             joined += " " + part
         else:
             joined += "; " + part

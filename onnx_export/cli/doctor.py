@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_export.cli._common import Subcommands, add_command
+from onnx_export.cli._common import EXPORT_EXTRA, CommandError, Subcommands, add_command
 
 __all__ = ["register"]
 
@@ -29,4 +29,9 @@ def _run(args: argparse.Namespace) -> int:
 
     report = check_environment()
     print(report)
-    return 0 if report.export_supported else 1
+    if not report.export_supported:
+        raise CommandError(
+            f"export is not supported here ({len(report.problems)} problem(s) above); "
+            f"{EXPORT_EXTRA} installs what it needs, and run, info and diagnostics work as is."
+        )
+    return 0

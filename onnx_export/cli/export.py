@@ -118,7 +118,7 @@ def export_quietly(
 def describe_export_error(name: str, error: Any, verbose: bool, report: Any = None) -> str:
     """``exporting NAME failed: ...`` on one line (all of it with ``verbose``), then the report."""
     message = str(error.args[0]) if error.args else str(error)
-    text = message.strip() if verbose else one_line(message)
+    text = message.strip() if verbose else _summary(message)
     where = ""
     if report is not None:
         where = (
@@ -126,6 +126,16 @@ def describe_export_error(name: str, error: Any, verbose: bool, report: Any = No
             f"(summarize it with `onnx-export diagnostics {report}`)."
         )
     return f"exporting {name} failed: {text}{where}"
+
+
+def _summary(message: str) -> str:
+    """The message on one line: the cause shortened if need be, the next steps in full."""
+    lines = message.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Next steps:")), None)
+    if start is None:
+        return one_line(message)
+    cause, steps = "\n".join(lines[:start]), "\n".join(lines[start:])
+    return f"{one_line(cause, 400)} {one_line(steps, 800)}"
 
 
 def _save(program: ONNXProgram, output: pathlib.Path) -> pathlib.Path:
