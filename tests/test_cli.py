@@ -160,7 +160,7 @@ BAD_ARGUMENTS = {
     "opset not a number": (["export", "f:g", "-o", "m.onnx", "--opset", "x"], "invalid int"),
     "run missing model": (["run", "nope.onnx", "--inputs", "i.npz"], "'nope.onnx' does not exist"),
     "run missing inputs": (["run", "linear.onnx", "--inputs", "nope.npz"], "does not exist"),
-    "run bad npz": (["run", "linear.onnx", "--inputs", "garbage.npz"], "cannot read"),
+    "run bad npz": (["run", "linear.onnx", "--inputs", "garbage.npz"], "not an .npz file"),
     "run bad provider": (["run", "linear.onnx", "--inputs", "i.npz", "--provider", "tpu"], "tpu"),
     "info missing model": (["info", "nope.onnx"], "does not exist"),
     "info not onnx": (["info", "garbage.onnx"], "not a readable ONNX model"),

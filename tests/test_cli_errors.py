@@ -183,7 +183,7 @@ CASES = {
     "run model is a folder": ("run a_folder --inputs linear.npz", 2, "is a folder"),
     "run inputs missing": ("run linear.onnx --inputs nope.npz", 2, "does not exist"),
     "run inputs empty": ("run linear.onnx --inputs empty.npz", 2, "is empty"),
-    "run inputs not npz": ("run linear.onnx --inputs garbage.npz", 2, "cannot read"),
+    "run inputs not npz": ("run linear.onnx --inputs garbage.npz", 2, "not an .npz file"),
     "run inputs one array": ("run linear.onnx --inputs one_array.npz", 2, "np.savez"),
     "run wrong keys": ("run nested.onnx --inputs wrong_keys.npz", 1, "neither graph inputs"),
     "run wrong shape": ("run linear.onnx --inputs wrong_shape.npz", 1, "input"),

@@ -129,14 +129,16 @@ def existing_file(path: str | os.PathLike[str], what: str) -> pathlib.Path:
     return result
 
 
-def writable_output(path: str | os.PathLike[str], option: str) -> pathlib.Path:
+def writable_output(
+    path: str | os.PathLike[str], option: str, example: str = "model.onnx"
+) -> pathlib.Path:
     """``path`` as a ``Path``; a :class:`UsageError` when a file cannot be written there."""
     result = pathlib.Path(path)
     folder = result.parent
     if result.is_dir():
         raise UsageError(
             f"{option} {os.fspath(path)!r} is a folder; give a file name, "
-            f"e.g. {os.fspath(result / 'model.onnx')!r}."
+            f"e.g. {os.fspath(result / example)!r}."
         )
     if not folder.is_dir():
         raise UsageError(

@@ -68,7 +68,9 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
 
     model = existing_file(args.model, "the model")
     arrays = _read_npz(existing_file(args.inputs, "the inputs file"))
-    output = writable_output(args.output, "--output") if args.output is not None else None
+    output = None
+    if args.output is not None:
+        output = writable_output(args.output, "--output", "outputs.npz")
     status = Status()
     try:
         with status(f"Loading {model}"):
@@ -114,6 +116,15 @@ def _save_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
 
 
 def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray[Any, Any]]:
+    with path.open("rb") as file:
+        magic = file.read(6)
+    if magic == b"\x93NUMPY":
+        raise UsageError(f"{path} holds one array (.npy); save the inputs with np.savez.")
+    if not magic.startswith(b"PK"):
+        raise UsageError(
+            f"{path} is not an .npz file (a zip archive of arrays); write the inputs with "
+            "numpy.savez(path, name=array, ...)."
+        )
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
