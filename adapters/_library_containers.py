@@ -10,10 +10,11 @@ meets one. Nothing is imported unless such an object is passed in.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ._torch import pytree_registry
 
-__all__ = ["is_transformers_cache", "register_library_container"]
+__all__ = ["is_transformers_cache", "register_library_container", "register_transformers_caches"]
 
 
 def is_transformers_cache(cls: type) -> bool:
@@ -52,8 +53,84 @@ def register_library_container(cls: type) -> bool:
         register_dynamic_cache_export_support()  # type: ignore[no-untyped-call]
     else:
         try:
-            from transformers.exporters.exporter_dynamo import register_pytree_node
+            from transformers.exporters import exporter_dynamo
         except ImportError:  # older transformers: no generic cache flattening
             return False
-        register_pytree_node(cls)
+        _register_sorted(cls, exporter_dynamo)
     return cls in registry
+
+
+def _renumbered(context: Any, tensors: list[Any], out: list[Any]) -> Any:
+    """``context`` walked in sorted key order, its tensor markers renumbered in that order."""
+    if isinstance(context, dict):
+        if context.get("_t") in ("tensor", "sym") and isinstance(context.get("i"), int):
+            out.append(tensors[context["i"]])
+            return {**context, "i": len(out) - 1}
+        return {k: _renumbered(context[k], tensors, out) for k in sorted(context)}
+    if isinstance(context, list):
+        return [_renumbered(item, tensors, out) for item in context]
+    return context
+
+
+def _register_sorted(cls: type, exporter: Any) -> None:
+    """Register ``cls`` with ``transformers``' generic flattening, in a stable leaf order.
+
+    ``transformers`` flattens a cache's attributes in ``__dict__`` order, which changes
+    once an object is rebuilt from a saved spec (JSON sorts keys): a cache fed back
+    would then send its tensors to the wrong inputs. Flattening in sorted attribute
+    order gives every object of the class the same leaf order; rebuilding goes by the
+    tensor indices in the context, so it does not depend on the order.
+    """
+    import torch.utils._pytree as pytree
+
+    def flatten(obj: Any) -> tuple[list[Any], Any]:
+        tensors, context = exporter._pytree_flatten(obj)
+        ordered: list[Any] = []
+        return ordered, _renumbered(context, list(tensors), ordered)
+
+    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
+        leaves, context = flatten(obj)
+        return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+
+    try:
+        pytree.register_pytree_node(
+            cls,
+            flatten,
+            exporter._pytree_unflatten,
+            serialized_type_name=exporter._class_to_path(cls),
+            flatten_with_keys_fn=flatten_with_keys,
+        )
+    except ValueError as e:  # registered meanwhile (by transformers or another thread)
+        if "already registered" not in str(e):
+            raise
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    subs: list[type] = cls.__subclasses__()
+    for sub in subs:
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def register_transformers_caches() -> list[type]:
+    """Register every ``transformers`` cache class defined so far with torch's pytree.
+
+    A model returns its cache (``use_cache`` defaults to True) before anything has met
+    one as an input; registering the classes up front lets torch.export see through
+    them in outputs too, in any order. Classes are looked up at call time, so caches
+    that ``transformers`` defines lazily (model-specific ones) are found once imported.
+    Nothing is imported: without ``transformers`` loaded this does nothing.
+
+    Returns:
+        The cache classes registered after the call.
+
+    Example:
+        >>> isinstance(register_transformers_caches(), list)
+        True
+    """
+    module = sys.modules.get("transformers.cache_utils")
+    base = getattr(module, "Cache", None) if module is not None else None
+    if not isinstance(base, type):
+        return []
+    return [cls for cls in _subclasses(base) if register_library_container(cls)]

@@ -27,6 +27,7 @@ __all__ = [
     "CAPTURE_SUCCEEDED",
     "BUFFER_MUTATION",
     "INPUT_MISMATCH",
+    "DYNAMIC_SHAPE_FIXED",
     # Decomposition and translation
     "DECOMPOSITION",
     "DISPATCH_DECISION",
@@ -338,6 +339,21 @@ INPUT_MISMATCH = _rule(
 )
 """OXE0019: inputs do not match. Example: ``INPUT_MISMATCH.id == "OXE0019"``."""
 
+DYNAMIC_SHAPE_FIXED = _rule(
+    "OXE0020",
+    "dynamic-shape-fixed",
+    Level.WARNING,
+    template="Dynamic dimension {dim} changed to capture the model: {change} ({reason})",
+    short="A dimension marked dynamic was changed as torch.export suggested.",
+    full=(
+        "torch.export reported that the model specialises a dimension marked dynamic (to a "
+        "constant, or ties it to another dimension), and the exporter applied torch.export's "
+        "suggested fix and captured again. Fields: dim (input path and axis, e.g. x[0]), "
+        "change (before -> after), reason (torch.export's explanation)."
+    ),
+)
+"""OXE0020: a dynamic dim was repaired. Example: ``DYNAMIC_SHAPE_FIXED.id == "OXE0020"``."""
+
 ALL_RULES: tuple[Rule, ...] = (
     CAPTURE_ATTEMPT_FAILED,
     CAPTURE_SUCCEEDED,
@@ -358,6 +374,7 @@ ALL_RULES: tuple[Rule, ...] = (
     UNSUPPORTED_HIGHER_ORDER_OP,
     EXPORT_FAILED,
     INPUT_MISMATCH,
+    DYNAMIC_SHAPE_FIXED,
 )
 """Every rule of the exporter, in id order.
 

@@ -6,16 +6,18 @@ worked or not, so that a failure can be explained strategy by strategy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-__all__ = ["CaptureAttempt", "capture", "EXPORT_LOCK"]
+__all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
 #: torch.export keeps its dispatch-mode stack in process-global state: parallel calls
 #: corrupt each other. Every capture and decomposition runs under this lock.
@@ -31,6 +33,9 @@ class CaptureAttempt:
         succeeded: Whether it produced an ``ExportedProgram``.
         seconds: How long it took.
         exception: What it raised, when it failed.
+        shape_fixes: How the dynamic shapes were changed before this attempt (input,
+            axis, before -> after, and torch's reason), after torch.export reported
+            a specialisation or a constraint violation.
 
     Example:
         >>> import onnx_export
@@ -43,16 +48,48 @@ class CaptureAttempt:
     succeeded: bool
     seconds: float
     exception: BaseException | None = None
+    shape_fixes: tuple[str, ...] = ()
 
     def summary(self) -> str:
-        """One line: the strategy, the outcome and the exception."""
+        """The strategy, the outcome, and torch's explanation of a failure."""
         if self.succeeded:
             return f"{self.strategy}: succeeded in {self.seconds:.2f} s"
-        first = str(self.exception).strip().splitlines()[0] if str(self.exception).strip() else ""
+        text = explanation(self.exception) if self.exception is not None else ""
         return (
             f"{self.strategy}: failed after {self.seconds:.2f} s: "
-            f"{type(self.exception).__name__}: {first}"
+            f"{type(self.exception).__name__}: {text}"
         )
+
+
+_NOISE = (
+    "For more information, run with",
+    "The error above occurred when calling torch.export.export",
+    "If you're using mark_dynamic",
+)
+
+
+def explanation(error: BaseException) -> str:
+    r"""Torch's message without its boilerplate: what failed, why, and the suggested fix.
+
+    The first line ("Constraints violated (batch)!"), the lines that explain it ("You
+    marked batch as dynamic but your code specialized it to be a constant (8)") and the
+    ``Suggested fixes:`` block are kept; logging hints, user stacks (reported as
+    locations) and the advice to call ``draft_export()`` are dropped.
+
+    Example:
+        >>> explanation(ValueError("Bad (x)! For more information, run with X\n  - why"))
+        'Bad (x)!\n  - why'
+    """
+    kept: list[str] = []
+    for line in str(error).strip().splitlines():
+        if line.strip() in ("User stack:", "from user code:"):
+            break
+        text = line
+        for noise in _NOISE:
+            text = text.split(noise)[0].rstrip()
+        if text.strip():
+            kept.append(text)
+    return "\n".join(kept[:40])
 
 
 def _export(
@@ -65,6 +102,22 @@ def _export(
     return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
+@contextlib.contextmanager
+def _size_oblivious(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    config = torch.fx.experimental._config
+    with config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # no stubs
+        yield
+
+
+#: How many times a strategy is retried with repaired dynamic shapes.
+MAX_REPAIRS = 4
+
+Repairer = Callable[[Any, BaseException, bool], "tuple[Any, bool, tuple[str, ...]] | None"]
+
+
 def capture(
     model: torch.nn.Module,
     args: tuple[Any, ...],
@@ -72,17 +125,79 @@ def capture(
     *,
     dynamic_shapes: Any,
     strategies: Sequence[str],
+    size_oblivious: bool = False,
+    repair: Repairer | None = None,
 ) -> tuple[ExportedProgram | None, list[CaptureAttempt]]:
-    """Try each strategy in order; return the first program and every attempt."""
+    """Try each strategy in order; return the first program and every attempt.
+
+    Args:
+        model: The module to capture.
+        args: Positional inputs, as the user calls the model.
+        kwargs: Keyword inputs, as the user calls the model.
+        dynamic_shapes: torch.export's ``dynamic_shapes``.
+        strategies: Strategy names, in order.
+        size_oblivious: Trace size-1 dynamic dimensions like any other size.
+        repair: Given the shapes, a capture error and whether tracing was size-oblivious,
+            returns ``(new shapes, size_oblivious, notes)`` to retry with, or ``None``.
+    """
     attempts: list[CaptureAttempt] = []
     for strategy in strategies:
-        start = time.perf_counter()
-        try:
-            with EXPORT_LOCK:
-                program = _export(model, args, kwargs, dynamic_shapes, strategy == "strict")
-        except Exception as e:
-            attempts.append(CaptureAttempt(strategy, False, time.perf_counter() - start, e))
-            continue
-        attempts.append(CaptureAttempt(strategy, True, time.perf_counter() - start))
-        return program, attempts
+        shapes, oblivious = dynamic_shapes, size_oblivious
+        fixes: tuple[str, ...] = ()
+        for _ in range(MAX_REPAIRS + 1):
+            start = time.perf_counter()
+            try:
+                with EXPORT_LOCK, _size_oblivious(oblivious):
+                    program = _export(model, args, kwargs, shapes, strategy == "strict")
+            except Exception as e:
+                attempts.append(
+                    CaptureAttempt(strategy, False, time.perf_counter() - start, e, fixes)
+                )
+                fixed = repair(shapes, e, oblivious) if repair and shapes is not None else None
+                if fixed is None:
+                    break
+                shapes, oblivious, notes = fixed
+                fixes = (*fixes, *notes)
+                continue
+            attempts.append(
+                CaptureAttempt(strategy, True, time.perf_counter() - start, None, fixes)
+            )
+            return program, attempts
     return None, attempts
+
+
+def captured_call(
+    program: ExportedProgram,
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args``/``kwargs`` rearranged as ``program`` was captured (positional or keyword).
+
+    ``program.module()`` takes exactly the call it was captured with; a call that binds
+    the same way to ``forward`` is rearranged to that form.
+    """
+    children = list(program.call_spec.in_spec.children())
+    if signature is None or len(children) != 2:
+        return args, kwargs
+    count, names = children[0].num_children, list(children[1].context or [])
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return args, kwargs
+    bound.apply_defaults()
+    positional: list[Any] = []
+    by_name: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(value)
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            by_name.update(value)
+        else:
+            by_name[name] = value
+            if kind != inspect.Parameter.KEYWORD_ONLY:
+                positional.append(value)
+    if len(positional) < count or any(n not in by_name for n in names):
+        return args, kwargs
+    return tuple(positional[:count]), {n: by_name[n] for n in names}

@@ -37,6 +37,33 @@ def _names_in_context(context: object, count: int) -> list[str] | None:
     return None
 
 
+def _marker_paths(context: Any, prefix: list[str], found: dict[int, list[str]]) -> None:
+    """Attribute paths of the tensor markers in a ``transformers`` cache's pytree context."""
+    if isinstance(context, dict):
+        tag = context.get("_t")
+        if tag in ("tensor", "sym") and isinstance(context.get("i"), int):
+            found[context["i"]] = prefix
+        elif tag in ("obj", "map", "seq", "items"):
+            inner = context.get("s", context.get("v"))
+            if tag == "items" and isinstance(inner, list):
+                inner = {str(k): v for k, v in inner if isinstance(k, (str, int))}
+            _marker_paths(inner, prefix, found)
+        elif tag is None:
+            for key, value in context.items():
+                _marker_paths(value, [*prefix, str(key)], found)
+    elif isinstance(context, list):
+        for index, value in enumerate(context):
+            _marker_paths(value, [*prefix, str(index)], found)
+
+
+def _context_names(context: Any, count: int) -> list[str] | None:
+    found: dict[int, list[str]] = {}
+    _marker_paths(context, [], found)
+    if sorted(found) != list(range(count)):
+        return None
+    return [".".join(found[i]) for i in range(count)]
+
+
 def _walk_spec(
     spec: pytree.TreeSpec, prefix: list[str], out: list[list[str]], *, positional: bool = False
 ) -> None:
@@ -44,7 +71,12 @@ def _walk_spec(
     if spec.is_leaf():
         out.append(prefix)
         return
-    children = spec.children_specs
+    children = list(spec.children())
+    if isinstance(spec.context, dict) and "_t" in spec.context and not positional:
+        names_by_marker = _context_names(spec.context, len(children))
+        if names_by_marker and all(c.is_leaf() for c in children):
+            out.extend([*prefix, *n.split(".")] for n in names_by_marker)
+            return
     names: list[str] | None = None
     if positional:
         if spec.type is dict:
@@ -69,9 +101,12 @@ def _key_paths(spec: pytree.TreeSpec) -> list[list[str]]:
     """
     try:
         skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
-        return [
+        paths = [
             [_key_text(k) for k in keys] for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]
         ]
+        if len(paths) != spec.num_leaves:  # a class that keeps ints in its context
+            raise ValueError("leaf count changed")
+        return paths
     except Exception:  # a custom class that cannot hold ints
         out: list[list[str]] = []
         _walk_spec(spec, [], out)

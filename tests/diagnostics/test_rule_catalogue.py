@@ -33,6 +33,7 @@ COMMITTED_RULES = (
     ("OXE0017", "unsupported-higher-order-op", Level.ERROR),
     ("OXE0018", "export-failed", Level.ERROR),
     ("OXE0019", "input-mismatch", Level.ERROR),
+    ("OXE0020", "dynamic-shape-fixed", Level.WARNING),
 )
 
 # The fields the exporter passes for each rule.
@@ -56,6 +57,7 @@ EXPECTED_FIELDS = {
     "OXE0017": {"op", "node"},
     "OXE0018": {"stage", "exception_message"},
     "OXE0019": {"detail"},
+    "OXE0020": {"dim", "change", "reason"},
 }
 
 RULE_IDS = [rule.id for rule in ALL_RULES]

@@ -1,0 +1,207 @@
+"""The model's call, from the user's arguments to a captured program and named graph inputs.
+
+The program is captured with the call exactly as the user made it, so that
+``exported_program.module()`` takes that same call; the adapter and the ONNX graph use the
+canonical form (see :func:`onnx_export.adapters.canonicalize_inputs`). Dynamic shapes are
+checked here, before capture, and repaired as torch.export suggests when it reports a
+specialisation.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from onnx_export._capture import CaptureAttempt, capture
+from onnx_export._dynamic import DynamicShapes, named_inputs, resolve_dynamic_shapes
+from onnx_export._io_names import dynamic_axes_to_shapes
+from onnx_export._options import ExportOptions
+from onnx_export._shape_fixes import dynamic_size_one, suggest_repair
+from onnx_export.adapters import canonicalize_inputs
+from onnx_export.errors import ExportInputError
+
+__all__ = ["Call", "prepare_call", "capture_call"]
+
+
+def explicit_keywords(
+    module: torch.nn.Module, signature: inspect.Signature | None, kwargs: dict[str, Any]
+) -> tuple[torch.nn.Module, inspect.Signature | None]:
+    """``module`` with its ``**kwargs`` entries as keyword-only parameters of ``forward``.
+
+    torch.export cannot match dynamic shapes to entries of ``**kwargs`` (it fails with
+    "Must provide a tree_name when there might be a mismatch"). A shallow copy of the
+    module whose class spells those keywords out takes the same call and shares the
+    same parameters and submodules, so weights keep their names.
+    """
+    if signature is None:
+        return module, signature
+    params = list(signature.parameters.values())
+    var_keyword = [p for p in params if p.kind == p.VAR_KEYWORD]
+    extra = [k for k in kwargs if k not in signature.parameters]
+    if not var_keyword or not extra:
+        return module, signature
+    new_signature = signature.replace(
+        parameters=[
+            *(p for p in params if p.kind != p.VAR_KEYWORD),
+            *(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in extra),
+        ]
+    )
+    base = type(module)
+
+    def forward(self: torch.nn.Module, *args: Any, **kw: Any) -> Any:
+        return base.forward(self, *args, **kw)
+
+    forward.__signature__ = new_signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *new_signature.parameters.values(),
+        ]
+    )
+    wrapper = copy.copy(module)
+    wrapper.__class__ = type(base.__name__, (base,), {"forward": forward})
+    return wrapper, new_signature
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One export's inputs in both forms, and its dynamic shapes.
+
+    Attributes:
+        args: Positional inputs as the user passed them (the captured form).
+        kwargs: Keyword inputs as the user passed them.
+        canonical: ``(args, kwargs)`` in the adapter's canonical form.
+        signature: ``forward``'s signature, or ``None``.
+        shapes: The checked dynamic shapes, or ``None`` for a static export.
+        module: The module to capture (``**kwargs`` entries spelled out when dynamic).
+        size_one: Dynamic dimensions whose example size is 1 (``"x[0]"``).
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    canonical: tuple[tuple[Any, ...], dict[str, Any]]
+    signature: inspect.Signature | None
+    shapes: DynamicShapes | None
+    size_one: tuple[str, ...]
+    module: torch.nn.Module
+
+
+def _user_dynamic_shapes(
+    options: ExportOptions,
+    signature: inspect.Signature | None,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    if options.dynamic_axes is None:
+        return options.dynamic_shapes
+    return dynamic_axes_to_shapes(
+        options.dynamic_axes, options.input_names, options.output_names, signature, args, kwargs
+    )
+
+
+def prepare_call(
+    module: torch.nn.Module,
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: ExportOptions,
+) -> Call:
+    """Bind and check the inputs and the dynamic shapes, before anything is captured.
+
+    Raises:
+        ExportInputError: The inputs do not bind to ``forward``, or the dynamic shapes
+            name something that is not an input, an axis the input does not have, an
+            axis twice, or an empty name.
+    """
+    try:
+        canonical = canonicalize_inputs(signature, args, kwargs)
+        user = _user_dynamic_shapes(options, signature, args, kwargs)
+        if user is not None:
+            module, signature = explicit_keywords(module, signature, kwargs)
+        shapes = resolve_dynamic_shapes(user, signature, args, kwargs)
+    except (TypeError, ValueError) as e:
+        raise ExportInputError(f"{e}") from e
+    size_one: list[str] = []
+    if shapes is not None:
+        size_one = dynamic_size_one(shapes.names, named_inputs(signature, args, kwargs))
+    return Call(tuple(args), dict(kwargs), canonical, signature, shapes, tuple(size_one), module)
+
+
+def _var_keyword(signature: inspect.Signature | None) -> list[str]:
+    if signature is None:
+        return []
+    return [p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
+
+
+def capture_call(
+    call: Call, options: ExportOptions
+) -> tuple[ExportedProgram | None, list[CaptureAttempt]]:
+    """Capture ``module`` with the user's call; repair the dynamic shapes as torch suggests."""
+    var_keyword = _var_keyword(call.signature)
+
+    def repair(spec: Any, error: BaseException, oblivious: bool) -> Any:
+        fixed = suggest_repair(spec, error, size_oblivious=oblivious, var_keyword=var_keyword)
+        return None if fixed is None else (fixed.dynamic_shapes, fixed.size_oblivious, fixed.notes)
+
+    return capture(
+        call.module,
+        call.args,
+        call.kwargs,
+        dynamic_shapes=call.shapes.torch if call.shapes else None,
+        strategies=options.capture_strategies,
+        size_oblivious=bool(call.size_one),
+        repair=repair,
+    )
+
+
+def _next_steps(error: BaseException | None, call: Call) -> str:
+    text = str(error)
+    if "not a known type" in text or "Unsupported input type" in text or "pytree" in text:
+        return (
+            "a container class in the inputs or outputs is not registered with torch's "
+            "pytree. transformers caches are registered automatically now; for your own "
+            "class call torch.utils._pytree.register_pytree_node (or return a dict/tuple)."
+        )
+    if "data-dependent" in text or "GuardOnDataDependent" in text:
+        return (
+            "the model branches on a tensor's value (data-dependent control flow): write "
+            "the `if` as torch.cond(pred, true_fn, false_fn, operands), or compute the "
+            "value outside the model."
+        )
+    if call.shapes is not None and (
+        "Constraints violated" in text or "specialized" in text or "dynamic" in text
+    ):
+        return (
+            "a dimension marked dynamic is tied by the model to a constant or to another "
+            "input, and torch.export's suggested fixes (above) could not be applied "
+            "automatically: apply them to dynamic_shapes, make the related inputs dynamic "
+            "too, or leave the dimension static."
+        )
+    return (
+        "look for data-dependent Python control flow (an `if` on a tensor value: use "
+        "torch.cond), unsupported Python constructs, or inputs torch.export cannot flatten."
+    )
+
+
+def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
+    """The ``CaptureError`` of a failed capture: every attempt, torch's explanation, what next."""
+    from onnx_export.errors import CaptureError
+
+    lines = "\n".join(
+        "  - "
+        + a.summary().replace("\n", "\n      ")
+        + "".join(f"\n      after changing {fix}" for fix in a.shape_fixes)
+        for a in attempts
+    )
+    last = attempts[-1].exception if attempts else None
+    error = CaptureError(
+        f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
+        f"Next steps: {_next_steps(last, call)} The last strategy's error is chained below."
+    )
+    error.__cause__ = last
+    return error
