@@ -11,7 +11,8 @@ Usage:
     >>> from onnx_export import hf
     >>> config = transformers.LlamaConfig(
     ...     vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-    ...     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    ...     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    ...     eos_token_id=None)
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> transformers.LlamaForCausalLM(config).save_pretrained(folder / "llama")
     >>> _ = hf.export_pretrained(folder / "llama", folder / "onnx")
