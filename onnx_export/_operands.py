@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +21,12 @@ import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from onnx_export._dtypes import to_ir_dtype
+from onnx_export._dispatch import Dispatch, bind_arguments
+from onnx_export._dtypes import is_complex_value, to_ir_dtype
+from onnx_export._registry import OnnxRegistry, target_name
 from onnx_export.ops._common import op
 
-__all__ = ["operand_values"]
+__all__ = ["operand_values", "complex_scalar_dispatch"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _STAND_IN: dict[type, object] = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
@@ -103,3 +106,65 @@ def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence
     if any(isinstance(_val(a), _SYMBOLIC) for a in fx_args):
         result = _cast_symbolic(node, fx_args, result)
     return result
+
+
+# -- a complex scalar that makes a real node complex -----------------------------------
+
+
+def _has_complex_scalar(node: torch.fx.Node) -> bool:
+    def walk(value: Any) -> bool:
+        if isinstance(value, complex):
+            return True
+        if isinstance(value, (list, tuple)):
+            return any(walk(v) for v in value)
+        return False
+
+    return walk(list(node.args)) or walk(list(node.kwargs.values()))
+
+
+def _as_complex_view(function: Any, positions: Sequence[int]) -> Any:
+    """``function`` with the real tensors at ``positions`` turned into complex real views."""
+
+    def complex_inputs(*args: Any) -> Any:
+        values = list(args)
+        for i in positions:
+            value = values[i]
+            if isinstance(value, ir.Value):
+                real = op.Unsqueeze(value, op.Constant(value_ints=[-1]))
+                values[i] = op.Concat(real, op.Mul(real, op.CastLike(0, real)), axis=-1)
+        return function(*values)
+
+    complex_inputs.__name__ = getattr(function, "__name__", "complex_function")
+    complex_inputs.op_signature = getattr(function, "op_signature", None)  # type: ignore[attr-defined]
+    return complex_inputs
+
+
+def complex_scalar_dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch | None:
+    """The complex function for a node whose only complex operand is a Python scalar.
+
+    ``x * 2j`` on a real ``x`` and ``torch.full(size, 1 + 1j)`` give complex tensors from
+    real (or no) tensor inputs; dispatch, which goes by input tensors, would take the real
+    function. The complex one is taken instead, with real tensor inputs given as complex
+    real views (imaginary part 0). None when the node is not such a node.
+    """
+    if not is_complex_value(node.meta.get("val")) or not _has_complex_scalar(node):
+        return None
+    if any(is_complex_value(arg.meta.get("val")) for arg in node.all_input_nodes):
+        return None
+    name = target_name(node.target)
+    entries = [e for e in registry.get(node.target) if e.is_complex]
+    if not entries:
+        return Dispatch(name, None, f"{name} has no ONNX function for complex values")
+    entry = entries[0]
+    args, _ = bind_arguments(node, entry.function, entry.signature)
+    positions = [
+        i
+        for i, arg in enumerate(args)
+        if isinstance(val := _val(arg), torch.Tensor)
+        and val.is_floating_point()
+        and isinstance(arg, torch.fx.Node)
+    ]
+    function = _as_complex_view(entry.function, positions)
+    entry = dataclasses.replace(entry, function=function)
+    reason = "complex function: a complex Python scalar makes the result complex"
+    return Dispatch(name, entry, reason, False, args)

@@ -19,12 +19,13 @@ from onnx_export._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
-from onnx_export._operands import operand_values
+from onnx_export._operands import complex_scalar_dispatch, operand_values
 from onnx_export._progress import translation_progress
 from onnx_export._recorder import recording
 from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
 from onnx_export._source import NodeOrigin, node_origin
 from onnx_export._symbolic import symbolic_function
+from onnx_export.ops._target_opset import targeting
 
 __all__ = [
     "UnsupportedNode",
@@ -130,7 +131,11 @@ def find_unsupported(
     decisions: dict[str, Dispatch] = {}
     unsupported: list[UnsupportedNode] = []
     for node in walk_call_nodes(gm):
-        decision = _symbolic_dispatch(node, registry) or dispatch(node, registry)
+        decision = (
+            _symbolic_dispatch(node, registry)
+            or complex_scalar_dispatch(node, registry)
+            or dispatch(node, registry)
+        )
         decisions[decision_key(node)] = decision
         if decision.entry is None:
             unsupported.append(
@@ -443,13 +448,16 @@ def translate(
     input_names: Sequence[str],
     output_names: Sequence[str] | None = None,
     dim_names: Mapping[str, str] | None = None,
+    opset_version: int = _PRODUCER_OPSET,
 ) -> TranslationResult:
     """Translate ``program`` into an ONNX model (opset 18).
 
     ``decisions`` comes from :func:`find_unsupported`, which must have found nothing
-    unsupported.
+    unsupported. ``opset_version`` is the opset the model is converted to afterwards:
+    functions with a better op in a newer opset (``Attention`` at 23) emit it.
     """
     translator = _Translator(program, decisions, dim_names or {})
-    dropped, user_outputs = translator.run(input_names, output_names)
+    with targeting(opset_version):
+        dropped, user_outputs = translator.run(input_names, output_names)
     model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
     return TranslationResult(model, decisions, dropped, user_outputs)

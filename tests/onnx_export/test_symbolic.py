@@ -89,7 +89,7 @@ CASES: dict[str, tuple[Callable[..., Any], set[Any]]] = {
         {torch.sym_ite, torch.sym_not, operator.gt, operator.eq},
     ),
     "sym_sum_pow_neg": (_sum_pow_neg, {torch.sym_sum, operator.pow, operator.neg}),
-    "numel_size": (_numel_size, {torch.ops.aten.sym_size.int}),
+    "numel_size": (_numel_size, {torch.ops.aten.sym_numel.default, torch.ops.aten.sym_size.int}),
     "scalar_times_tensor": (_scalar_times_tensor, {operator.mul}),
 }
 
