@@ -15,18 +15,20 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import onnx_ir as ir
 import torch
 from torch.export import ExportedProgram
 
 from onnx_export._capture import CaptureAttempt, capture
 from onnx_export._dynamic import DynamicShapes, named_inputs, resolve_dynamic_shapes
-from onnx_export._io_names import dynamic_axes_to_shapes
+from onnx_export._io_names import canonical_input_order, dynamic_axes_to_shapes, rename_values
 from onnx_export._options import ExportOptions
 from onnx_export._shape_fixes import dynamic_size_one, suggest_repair
 from onnx_export.adapters import canonicalize_inputs
-from onnx_export.errors import ExportInputError
+from onnx_export.errors import ConversionError, ExportInputError
+from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
 
-__all__ = ["Call", "prepare_call", "capture_call"]
+__all__ = ["Call", "prepare_call", "capture_call", "capture_error", "name_graph_io", "downgrade"]
 
 
 def explicit_keywords(
@@ -173,6 +175,11 @@ def _next_steps(error: BaseException | None, call: Call) -> str:
             "the `if` as torch.cond(pred, true_fn, false_fn, operands), or compute the "
             "value outside the model."
         )
+    if "not in range" in text:
+        return (
+            "an example size is outside the range of its torch.export.Dim (min/max): widen "
+            "the range or export with an example inside it."
+        )
     if call.shapes is not None and (
         "Constraints violated" in text or "specialized" in text or "dynamic" in text
     ):
@@ -205,3 +212,26 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     )
     error.__cause__ = last
     return error
+
+
+def name_graph_io(
+    graph: ir.Graph, user_outputs: Sequence[Any], call: Call, options: ExportOptions
+) -> None:
+    """Graph inputs in the adapter's order, then torch.onnx's input and output names."""
+    canonical_input_order(graph, (call.args, call.kwargs), call.canonical)
+    try:
+        rename_values(graph, list(graph.inputs), options.input_names, "input_names")
+        outputs = [v for v in user_outputs if isinstance(v, ir.Value)]
+        rename_values(graph, outputs, options.output_names, "output_names")
+    except ValueError as e:
+        raise ExportInputError(f"{e}") from e
+
+
+def downgrade(model: ir.Model, opset_version: int) -> ir.Model:
+    """``model`` at ``opset_version`` when that is below 18 (torch.onnx's 16 and 17)."""
+    if opset_version >= 18:
+        return model
+    try:
+        return downgrade_opset(model, opset_version)
+    except OpsetDowngradeError as e:
+        raise ConversionError(str(e)) from e

@@ -66,6 +66,16 @@ _NOISE = (
     "The error above occurred when calling torch.export.export",
     "If you're using mark_dynamic",
 )
+#: Lines of torch's messages that are debugging advice, not the explanation.
+_ADVICE = (
+    "For extended logs",
+    "If you suspect the guard",
+    "For more debugging help",
+    "For C++ stack trace",
+    "Developer debug context",
+    "For more details about this graph break",
+    "For more information about this error, see",
+)
 
 
 def explanation(error: BaseException) -> str:
@@ -87,7 +97,7 @@ def explanation(error: BaseException) -> str:
         text = line
         for noise in _NOISE:
             text = text.split(noise)[0].rstrip()
-        if text.strip():
+        if text.strip() and not text.strip().startswith(_ADVICE):
             kept.append(text)
     return "\n".join(kept[:40])
 

@@ -205,9 +205,147 @@ def test_unknown_input_name_in_simple_form_is_rejected() -> None:
     assert "['x', 'mask']" in str(error)  # the inputs forward() does take
 
 
-def test_specialised_named_dim_fails_capture() -> None:
-    # ``mask`` is static while ``x`` says its batch is dynamic: the model ties them, so
-    # torch.export refuses; the exporter reports it as a CaptureError.
+def _warnings(program: onnx_export.ONNXProgram, rule_id: str) -> list[str]:
+    return [
+        d.message
+        for d in program.diagnostic_context.diagnostics
+        if d.rule.id == rule_id and d.level.name == "WARNING"
+    ]
+
+
+def test_dim_tied_to_a_static_input_becomes_static_with_a_warning() -> None:
+    # ``mask`` is static while ``x`` says its batch is dynamic: the model ties them.
+    # torch.export's fix (make x's batch static) is applied and reported.
     options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
-    with pytest.raises(onnx_export.CaptureError, match="batch"):
+    model = TwoInputs()
+    program = onnx_export.dynamo_export(model, *_inputs(2, 5), export_options=options)
+    assert _dim_names(program.model.graph.inputs[0]) == [2, 5, 4]
+    (warning,) = _warnings(program, "OXE0020")
+    assert "x[0]" in warning and "dynamic -> static" in warning
+    assert "specialized it to be a constant (2)" in warning
+    assert_onnx_program_close(program, model, *_inputs(2, 5))
+
+
+class Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 2)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.linear(features)
+
+
+def test_dim_specialised_by_a_layer_keeps_the_other_names() -> None:
+    model = Scale()
+    options = onnx_export.ExportOptions(dynamic_shapes={"features": {0: "batch", 1: "feat"}})
+    program = onnx_export.dynamo_export(model, torch.randn(2, 8), export_options=options)
+    assert _dim_names(program.model.graph.inputs[0]) == ["batch", 8]
+    assert any("features[1]" in w for w in _warnings(program, "OXE0020"))
+    assert_onnx_program_close(program, model, torch.randn(5, 8))
+
+
+def test_related_torch_dims_are_tied_as_torch_suggests() -> None:
+    class Add(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x + y
+
+    shapes = {"x": {0: Dim("a")}, "y": {0: Dim("b")}}
+    program = onnx_export.dynamo_export(
+        Add(), torch.randn(2, 3), torch.randn(2, 3),
+        export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
+    )  # fmt: skip
+    assert [_dim_names(v) for v in program.model.graph.inputs] == [["a", 3], ["a", 3]]
+    assert any("Dim('b') -> Dim('a')" in w for w in _warnings(program, "OXE0020"))
+    assert_onnx_program_close(program, Add(), torch.randn(4, 3), torch.randn(4, 3))
+
+
+def test_size_one_example_on_a_dynamic_dim() -> None:
+    torch.manual_seed(0)
+    model = nn.Conv1d(2, 3, 3)
+    options = onnx_export.ExportOptions(dynamic_shapes={"input": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, torch.randn(1, 2, 10), export_options=options)
+    _assert_symbolic(program.model.graph.inputs[0], 0, "batch")
+    for batch in (4, 1):
+        assert_onnx_program_close(program, model, torch.randn(batch, 2, 10))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        pytest.param({"x": {5: "batch"}}, "names axis 5, but the input has 3 axes", id="axis"),
+        pytest.param({"x": {-4: "b"}}, "names axis -4, but the input has 3 axes", id="negative"),
+        pytest.param({"x": {0: "a", -3: "b"}}, "names axis 0 twice", id="duplicate"),
+        pytest.param({"x": {0: ""}}, "empty string", id="empty_name"),
+        pytest.param({"x": ["a", "b"]}, "has 2 entries but the input has 3 axes", id="short"),
+        pytest.param({"y": {0: "batch"}}, "inputs ['y'] that the model does not take", id="key"),
+        pytest.param({"mask.0": {0: "batch"}}, "input 'mask' has no such leaf", id="path"),
+    ],
+)
+def test_bad_dynamic_shapes_are_refused_before_capture(shapes: Any, message: str) -> None:
+    options = onnx_export.ExportOptions(dynamic_shapes=shapes)
+    with pytest.raises(onnx_export.ExportInputError, match=message.replace("[", r"\[")) as e:
         onnx_export.dynamo_export(TwoInputs(), *_inputs(2, 5), export_options=options)
+    assert not any(d.rule.id == "OXE0001" for d in e.value.diagnostic_context.diagnostics)
+
+
+class WithLists(nn.Module):
+    def forward(self, x: torch.Tensor, extras: list[torch.Tensor], d: dict[str, Any]) -> Any:
+        return x + extras[0] + d["k"]
+
+
+def test_simple_form_with_nested_inputs_left_static_or_named_by_path() -> None:
+    model = WithLists()
+    args = (torch.randn(2, 3), [torch.randn(3)], {"k": torch.randn(3)})
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, *args, export_options=options)
+    assert [_dim_names(v) for v in program.model.graph.inputs] == [["batch", 3], [3], [3]]
+    args = (torch.randn(2, 3), [torch.randn(2, 3)], {"k": torch.randn(3)})
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"x": {0: "batch"}, "extras.0": {0: "batch"}}
+    )
+    program = onnx_export.dynamo_export(model, *args, export_options=options)
+    assert _dim_names(program.model.graph.inputs[1]) == ["batch", 3]
+    assert_onnx_program_close(
+        program, model, torch.randn(5, 3), [torch.randn(5, 3)], {"k": torch.randn(3)}
+    )
+
+
+def test_keyword_inputs_through_var_kwargs_by_name() -> None:
+    class Past(nn.Module):
+        def forward(self, x: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+            return torch.cat([kwargs["past_key_values"], x], dim=1)
+
+    model = Past()
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"x": {0: "batch", 1: "seq"}, "past_key_values": {0: "batch", 1: "past"}}
+    )
+    program = onnx_export.dynamo_export(
+        model, torch.randn(2, 3), past_key_values=torch.randn(2, 4), export_options=options
+    )
+    assert _dim_names(program.model.graph.inputs[1]) == ["batch", "past"]
+    assert_onnx_program_close(program, model, torch.randn(3, 1), past_key_values=torch.randn(3, 6))
+    # The program takes the model's own call.
+    x, past = torch.randn(2, 3), torch.randn(2, 4)
+    torch.testing.assert_close(
+        program.exported_program.module()(x, past_key_values=past), model(x, past_key_values=past)
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        pytest.param(_inputs(2, 5), {}, id="positional"),
+        pytest.param(_inputs(2, 5)[:1], {"mask": _inputs(2, 5)[1]}, id="mixed"),
+        pytest.param((), {"mask": _inputs(2, 5)[1], "x": _inputs(2, 5)[0]}, id="keywords"),
+    ],
+)
+def test_exported_program_takes_the_models_call(args: Any, kwargs: Any) -> None:
+    model = TwoInputs().eval()
+    program = onnx_export.dynamo_export(model, *args, **kwargs)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            program.exported_program.module()(*args, **kwargs), model(*args, **kwargs)
+        )
+    assert [v.name for v in program.model.graph.inputs] == ["x", "mask"]  # adapter's order
+    assert_onnx_program_close(program, model, *args, **kwargs)
+    assert program.verify(*_inputs(2, 5)).ok
