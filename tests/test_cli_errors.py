@@ -81,6 +81,11 @@ def model_raises():
     return Raises(), (torch.randn(3),)
 
 
+def bf16():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 2).to(torch.bfloat16), (torch.randn(2, 4, dtype=torch.bfloat16),)
+
+
 def raises():
     return 1 / 0
 """
@@ -105,6 +110,11 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     program = onnx_export.dynamo_export(linear, example)
     assert_onnx_program_close(program, linear, example)
     program.save(folder / "linear.onnx")
+    torch.manual_seed(0)  # as factories:bf16
+    half = torch.nn.Linear(4, 2).to(torch.bfloat16)
+    onnx_export.dynamo_export(half, torch.randn(2, 4, dtype=torch.bfloat16)).save(
+        folder / "bf16.onnx"
+    )  # checked against PyTorch by test_verify_upcasts_a_bfloat16_model
     x, c0, c1 = (torch.ones(2, 3) * i for i in (1, 1, 2))
     nested_model = _nested_model()
     nested = onnx_export.dynamo_export(nested_model, x, [c0, c1], scale=3.0)
@@ -176,6 +186,8 @@ CASES = {
         "cannot run on the factory's inputs",
     ),
     "verify mismatch": ("verify factories:other_linear linear.onnx", 1, "differ beyond tolerance"),
+    "verify bfloat16 on CPU": ("verify factories:bf16 bf16.onnx", 2, "--upcast bfloat16"),
+    "verify bad upcast": ("verify factories:bf16 bf16.onnx --upcast int8", 2, "--upcast"),
     # run
     "run model missing": ("run nope.onnx --inputs linear.npz", 2, "does not exist"),
     "run model empty": ("run empty.onnx --inputs linear.npz", 2, "is empty"),
@@ -269,6 +281,16 @@ def test_run_accepts_a_recorded_constant_at_its_value(
         np.testing.assert_allclose(saved["y"], np.full((2, 3), 4.0))  # 1 * 3.0 + 1
         np.testing.assert_allclose(saved["z.0"], np.ones((2, 3)))  # 2 - 1
     assert capfd.readouterr().err == ""
+
+
+def test_verify_upcasts_a_bfloat16_model(
+    work: pathlib.Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))
+    assert main(["verify", "factories:bf16", "bf16.onnx", "--upcast", "bfloat16"]) == 0
+    out, err = capfd.readouterr()
+    assert "All 1 outputs match." in out and err == ""
 
 
 def test_info_counts_only_the_models_own_parameters(

@@ -11,6 +11,8 @@ __all__ = [
     "add_model_argument",
     "add_provider_option",
     "add_tolerance_options",
+    "add_upcast_option",
+    "load_hint",
     "non_negative_float",
 ]
 
@@ -36,6 +38,26 @@ def add_provider_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (cpu)"
     )
+
+
+def add_upcast_option(parser: argparse.ArgumentParser) -> None:
+    """``--upcast bfloat16|float16`` (repeatable): compute that dtype in float32."""
+    parser.add_argument(
+        "--upcast",
+        choices=("bfloat16", "float16"),
+        action="append",
+        default=[],
+        metavar="DTYPE",
+        help="compute DTYPE (bfloat16 or float16) in float32, keeping the inputs' and "
+        "outputs' dtypes: ONNX Runtime's CPU provider lacks bfloat16 kernels for most ops",
+    )
+
+
+def load_hint(message: str) -> str:
+    """``message`` of a failed load, with the command line's spelling of its advice."""
+    if "upcast=" in message:
+        return f"{message} On the command line: --upcast bfloat16 (or float16)."
+    return message
 
 
 def add_tolerance_options(

@@ -19,7 +19,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from onnx_export.cli._arguments import add_model_argument, add_provider_option
+from onnx_export.cli._arguments import (
+    add_model_argument,
+    add_provider_option,
+    add_upcast_option,
+    load_hint,
+)
 from onnx_export.cli._common import (
     CommandError,
     Status,
@@ -55,6 +60,7 @@ def register(commands: Subcommands) -> None:
         "--inputs", type=pathlib.Path, required=True, metavar="INPUTS.npz", help="the inputs"
     )
     add_provider_option(parser)
+    add_upcast_option(parser)
     parser.add_argument(
         "--output",
         type=pathlib.Path,
@@ -74,11 +80,12 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     status = Status()
     try:
         with status(f"Loading {model}"):
-            module = load(model, providers=[args.provider])
+            module = load(model, providers=[args.provider], upcast=args.upcast)
     except Exception as e:
         if not (isinstance(e, AdapterError | OSError | ValueError) or from_onnxruntime(e)):
             raise
-        raise UsageError(f"cannot load {model} as an ONNX model: {one_line(str(e))}") from e
+        reason = load_hint(one_line(str(e)))
+        raise UsageError(f"cannot load {model} as an ONNX model: {reason}") from e
     try:
         with status("Running"):
             outputs = _call(module, arrays)

@@ -11,6 +11,8 @@ from onnx_export.cli._arguments import (
     add_model_argument,
     add_provider_option,
     add_tolerance_options,
+    add_upcast_option,
+    load_hint,
 )
 from onnx_export.cli._common import (
     CommandError,
@@ -48,12 +50,13 @@ def register(commands: Subcommands) -> None:
     add_model_argument(parser, "the saved model")
     add_tolerance_options(parser)
     add_provider_option(parser)
+    add_upcast_option(parser)
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     require_export_extra("verify")
     path = existing_file(args.model, "the model")
-    module = _load(path, args.provider)
+    module = _load(path, args.provider, args.upcast)
     status = Status()
     with status(f"Importing {args.factory}"):
         call = call_factory(args.factory)
@@ -87,17 +90,18 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     return 0
 
 
-def _load(path: Any, provider: str) -> Any:
+def _load(path: Any, provider: str, upcast: list[str]) -> Any:
     """The model through ``onnx_export.load``; a file it cannot load is unusable (exit 2)."""
     from onnx_export.adapters import AdapterError, load
 
     try:
         with Status()(f"Loading {path}"):
-            return load(path, providers=[provider])
+            return load(path, providers=[provider], upcast=upcast)
     except Exception as e:
         if not (isinstance(e, AdapterError | OSError | ValueError) or from_onnxruntime(e)):
             raise
-        raise UsageError(f"cannot load {path} as an ONNX model: {one_line(str(e))}") from e
+        reason = load_hint(one_line(str(e)))
+        raise UsageError(f"cannot load {path} as an ONNX model: {reason}") from e
 
 
 def _print_table(comparisons: Sequence[OutputComparison], echo: Callable[[str], None]) -> None:
