@@ -142,7 +142,7 @@ CASES = {
     # the command line itself
     "no command": ("", 2, "required: COMMAND"),
     "unknown command": ("bogus", 2, "invalid choice"),
-    "unknown option": ("info linear.onnx --bogus", 2, "unrecognized arguments"),
+    "unknown option": ("info linear.onnx --bogus", 2, "onnx-export info: error: unrecognized"),
     "doctor extra argument": ("doctor now", 2, "unrecognized arguments"),
     # export
     "export factory without colon": ("export factories -o m.onnx", 2, "MODULE:FACTORY"),

@@ -15,6 +15,7 @@ Every error is one line on stderr, without a traceback; ``--verbose`` adds the d
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import os
@@ -24,7 +25,13 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
-from onnx_export.cli._common import EXIT_FAILURE, CommandError, OneLineParser, one_line
+from onnx_export.cli._common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    CommandError,
+    OneLineParser,
+    one_line,
+)
 
 __all__ = ["main"]
 
@@ -69,12 +76,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["info", "no-such-model.onnx"])
         2
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    return args if isinstance(args, int) else _run(args)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace | int:
+    """The parsed command line, or the exit code when it is help or a usage error."""
     try:
-        args = parser.parse_args(argv)
+        args, unknown = _parser().parse_known_args(argv)
     except SystemExit as exit_request:  # --help (0) or a usage error (2, already printed)
-        return exit_request.code if isinstance(exit_request.code, int) else 2
+        return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
+    if unknown:
+        prog = f"onnx-export {args.command}"
+        message = f"unrecognized arguments: {' '.join(unknown)} (see {prog} -h)"
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    return args
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command's handler; every error becomes one line and an exit code."""
     prog = f"onnx-export {args.command}"
     verbose = bool(getattr(args, "verbose", False))
     try:
