@@ -50,7 +50,7 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--target", choices=("onnx", "onnxruntime"), default="onnx",
-        help="'onnx' (standard ONNX); 'onnxruntime' needs an exporter with ORT targets",
+        help="'onnx' (standard ONNX, the default) or 'onnxruntime' (ExportOptions.target)",
     )  # fmt: skip
 
 

@@ -96,7 +96,10 @@ class OrtModelForSeq2SeqLM:
         limit = self.folder.max_positions("max_position_embeddings")
         check_length("The input length", ids.shape[1], limit, "Shorten the input.")
         hidden = self.encoder.run({"input_ids": ids, "attention_mask": mask})["last_hidden_state"]
-        feed = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask}
+        feed = {
+            "encoder_hidden_states": hidden,
+            "encoder_attention_mask": self.decoder.to_device(mask),
+        }
         return {"batch": ids.shape[0], **feed}
 
     def logits(

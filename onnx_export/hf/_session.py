@@ -88,7 +88,10 @@ class StepSession:
         feed: Mapping[str, npt.NDArray[Any] | ort.OrtValue],
         outputs: Sequence[str] | None = None,
     ) -> dict[str, ort.OrtValue]:
-        """Run one step; the outputs (all by default) stay ``OrtValue``s on the device."""
+        """Run one step; the outputs (all by default) stay ``OrtValue``s on the device.
+
+        ``logits`` is the exception: it is bound to the CPU, where the next token is chosen.
+        """
         binding = self.session.io_binding()
         for name, value in feed.items():
             if isinstance(value, ort.OrtValue):
@@ -97,7 +100,7 @@ class StepSession:
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
         names = list(outputs or self.output_names)
         for name in names:
-            binding.bind_output(name, self.device)
+            binding.bind_output(name, "cpu" if name == "logits" else self.device)
         self.session.run_with_iobinding(binding)
         return dict(zip(names, binding.get_outputs(), strict=True))
 
