@@ -13,7 +13,7 @@ from onnx_export._source import node_origin
 __all__ = ["TaggingGraphBuilder"]
 
 
-class TaggingGraphBuilder(onnxscript.GraphBuilder):  # type: ignore[misc]  # untyped base
+class TaggingGraphBuilder(onnxscript.GraphBuilder):
     """A ``GraphBuilder`` whose nodes carry their FX node, module scope and source line.
 
     Serialised metadata stays small (module scope, FX node name, ``file:line``); the

@@ -25,7 +25,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from onnx_export._dtypes import is_complex_value, to_ir_dtype, value_dtype
 from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
 
-__all__ = ["Dispatch", "dispatch", "bind_arguments", "promotion_casts"]
+__all__ = ["Dispatch", "PromotionFailed", "dispatch", "bind_arguments", "promotion_casts"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,8 +301,16 @@ def _integer_inputs_to(dtype: torch.dtype, args: tuple[Any, ...]) -> dict[int, i
     }
 
 
+class PromotionFailed(Exception):
+    """torch's own type promotion raised for a node's inputs (they are passed as they are)."""
+
+
 def _elementwise_target(node: torch.fx.Node, packet: str, args: tuple[Any, ...]) -> Any:
-    """The dtype torch promotes an elementwise op's inputs to (None: nothing to do)."""
+    """The dtype torch promotes an elementwise op's inputs to (None: nothing to do).
+
+    Raises:
+        PromotionFailed: When torch's ``elementwise_dtypes`` rejects the inputs.
+    """
     values = [v for v in (_promotable(a) for a in args) if v is not None]
     if not any(isinstance(v, torch.Tensor) for v in values):
         return None
@@ -313,8 +321,8 @@ def _elementwise_target(node: torch.fx.Node, packet: str, args: tuple[Any, ...])
         kind = _KIND.DEFAULT
     try:
         return elementwise_dtypes(*values, type_promotion_kind=kind)[1]
-    except (TypeError, ValueError, RuntimeError):
-        return None
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise PromotionFailed(f"{type(e).__name__}: {e}") from e
 
 
 def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.DataType]:
@@ -324,6 +332,9 @@ def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.
     scalars included), floating for int-to-float ops. Other pointwise ops with a float
     output: integer and bool inputs go to the output's dtype. Sum-like reductions: the
     input goes to the output's dtype. Empty when the dtypes already agree.
+
+    Raises:
+        PromotionFailed: When torch's type promotion rejects the inputs.
     """
     packet = _packet(node)
     target: torch.dtype | None = None
@@ -355,7 +366,13 @@ def _promoted(decision: Dispatch, node: torch.fx.Node) -> Dispatch:
     entry = decision.entry
     if entry is None or entry.is_custom:
         return decision
-    casts = promotion_casts(node, decision.args)
+    try:
+        casts = promotion_casts(node, decision.args)
+    except PromotionFailed as e:
+        return dataclasses.replace(
+            decision,
+            reason=f"{decision.reason}; type promotion failed ({e}), inputs passed unconverted",
+        )
     if not casts:
         return decision
     function = _with_casts(entry.function, casts, entry.name)

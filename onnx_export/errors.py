@@ -18,6 +18,7 @@ __all__ = [
     "CaptureError",
     "ConversionError",
     "UnsupportedOpsError",
+    "UnsupportedOpInputError",
     "OptimizationError",
     "SerializationError",
     "VerificationError",
@@ -126,6 +127,37 @@ class UnsupportedOpsError(ConversionError):
     ) -> None:
         super().__init__(message, diagnostic_context=diagnostic_context, report_path=report_path)
         self.unsupported = unsupported
+
+
+class UnsupportedOpInputError(ConversionError):
+    """One of onnx-export's own ONNX functions cannot translate a node with these inputs.
+
+    Raised inside the op library (``onnx_export.ops``) where a function has a limit, such
+    as static shapes; the export then fails with a :class:`ConversionError` at the user's
+    line whose cause is this error.
+
+    Attributes:
+        op: The operator (``"aten::im2col"``), or ``"this op"`` outside an export.
+        expected: What the function needs.
+        got: What the node had.
+
+    Example:
+        >>> from onnx_export.errors import UnsupportedOpInputError
+        >>> err = UnsupportedOpInputError("aten::im2col", "static input shapes", "[s0, 3, 8, 8]")
+        >>> err.expected
+        'static input shapes'
+    """
+
+    def __init__(self, op: str, expected: str, got: str, hint: str | None = None) -> None:
+        next_step = hint or (
+            "export with static shapes for this op's inputs (leave them out of "
+            "dynamic_shapes), or register your own ONNX function for it with "
+            "OnnxRegistry.register_op"
+        )
+        super().__init__(f"{op} needs {expected}, but got {got}. Next step: {next_step}.")
+        self.op = op
+        self.expected = expected
+        self.got = got
 
 
 class OptimizationError(OnnxExportError):

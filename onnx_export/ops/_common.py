@@ -8,12 +8,15 @@ values carry their dtype and, where the builder could infer it, their shape.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import onnx_ir as ir
 import torch
-from onnxscript import evaluator, opset18
+from onnxscript import evaluator
+
+from onnx_export.errors import UnsupportedOpInputError
+from onnx_export.ops._opset import Opset, opset
 
 __all__ = [
     "op",
@@ -31,10 +34,16 @@ __all__ = [
     "cast_to",
     "scan",
     "loop",
+    "unsupported",
+    "known_rank",
+    "known_shape",
+    "known_dtype",
+    "static_shape",
+    "static_size",
 ]
 
-#: onnxscript types its ops with its own tensor classes; here they record ``ir.Value``\ s.
-op: Any = opset18
+#: The ONNX ops, typed as they behave while recording (see ``_opset.py``).
+op: Opset = opset
 
 INT64_MAX = 2**63 - 1
 
@@ -69,6 +78,10 @@ def fx_output_dtypes() -> list[ir.DataType | None]:
     return [value_dtype(v) for v in vals]
 
 
+@overload
+def output_dtype(index: int, default: ir.DataType) -> ir.DataType: ...
+@overload
+def output_dtype(index: int, default: None = None) -> ir.DataType | None: ...
 def output_dtype(index: int, default: ir.DataType | None = None) -> ir.DataType | None:
     """The dtype torch gives the current node's ``index``-th output (``default`` if unknown)."""
     dtypes = fx_output_dtypes()
@@ -76,7 +89,7 @@ def output_dtype(index: int, default: ir.DataType | None = None) -> ir.DataType 
     return found if found is not None else default
 
 
-def empty(dtype: ir.DataType | None) -> Any:
+def empty(dtype: ir.DataType | None) -> ir.Value:
     """An empty 1-D constant of ``dtype`` (FLOAT when unknown), for outputs torch leaves empty."""
     return op.Constant(value=ir.tensor(np.zeros([0], dtype=(dtype or ir.DataType.FLOAT).numpy())))
 
@@ -90,14 +103,14 @@ def fx_input(index: int) -> Any:
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
-def const(value: float | int | bool, like: ir.Value) -> Any:
+def const(value: float | int | bool, like: ir.Value) -> ir.Value:
     """A scalar constant with ``like``'s dtype."""
     if like.dtype is not None:
         return op.Constant(value=ir.tensor(value, dtype=like.dtype))
     return op.CastLike(op.Constant(value=ir.tensor(value)), like)
 
 
-def ints(values: Sequence[int]) -> Any:
+def ints(values: Sequence[int]) -> ir.Value:
     """A 1-D INT64 constant."""
     return op.Constant(value_ints=list(values))
 
@@ -120,11 +133,62 @@ def is_float(x: ir.Value) -> bool:
     return x.dtype in _FLOATS
 
 
-def cast_to(x: Any, dtype: ir.DataType | None) -> Any:
+def cast_to(x: ir.Value, dtype: ir.DataType | None) -> ir.Value:
     """``x`` as ``dtype`` (no node when it already is, or when ``dtype`` is unknown)."""
     if dtype is None or (isinstance(x, ir.Value) and x.dtype == dtype):
         return x
     return op.Cast(x, to=int(dtype))
+
+
+# -- limits: what a function needs from its node, as UnsupportedOpInputError -------------
+
+
+def unsupported(expected: str, got: str, hint: str | None = None) -> UnsupportedOpInputError:
+    """The error to raise when the current node lacks what the function ``expected``."""
+    from onnx_export._registry import target_name
+
+    node = _fx_node()
+    op_name = target_name(node.target) if node is not None else "this op"
+    return UnsupportedOpInputError(op_name, expected, got, hint)
+
+
+def known_rank(x: ir.Value, what: str = "its input") -> int:
+    """The rank of ``x``, or :class:`UnsupportedOpInputError` when the graph does not know it."""
+    found = rank(x)
+    if found is None:
+        raise unsupported(f"the rank of {what}", f"{x.name or 'a value'} of unknown rank")
+    return found
+
+
+def known_shape(x: ir.Value, what: str = "its input") -> ir.Shape:
+    """The shape of ``x`` (dimensions may be symbolic); raises when even the rank is unknown."""
+    if x.shape is None:
+        raise unsupported(f"the rank of {what}", f"{x.name or 'a value'} of unknown rank")
+    return x.shape
+
+
+def known_dtype(x: ir.Value, what: str = "its input") -> ir.DataType:
+    """The dtype of ``x``; raises when the graph does not know it."""
+    if x.dtype is None:
+        raise unsupported(f"the dtype of {what}", f"{x.name or 'a value'} of unknown dtype")
+    return x.dtype
+
+
+def static_shape(x: ir.Value, what: str = "its input") -> list[int]:
+    """The shape of ``x`` when every dimension is an integer; raises otherwise."""
+    dims = static_dims(x)
+    if dims is None:
+        raise unsupported(f"a static shape of {what}", f"shape {x.shape}")
+    return dims
+
+
+def static_size(value: object, what: str) -> int:
+    """``value`` (a dimension) when it is an integer; raises when it is symbolic or unknown."""
+    if not isinstance(value, int):
+        raise unsupported(
+            f"a static {what}", f"{value if value is not None else 'an unknown size'}"
+        )
+    return value
 
 
 _SUBGRAPH_COUNTER = iter(range(1 << 62))
@@ -139,13 +203,13 @@ def _tensor_type(value: ir.Value) -> ir.TensorType | None:
 
 
 def scan(
-    body: Callable[..., Sequence[Any]],
+    body: Callable[..., Sequence[ir.Value]],
     states: Sequence[ir.Value],
     scanned: Sequence[ir.Value],
     *,
     axis: int,
     output_dtypes: Sequence[ir.DataType],
-) -> list[Any]:
+) -> list[ir.Value]:
     """An ONNX ``Scan`` over ``scanned`` along ``axis``, carrying ``states``.
 
     ``body(op, *states, *slices)`` records the loop body with the given ``op`` (the
@@ -172,7 +236,9 @@ def scan(
     return list(result) if isinstance(result, Sequence) else [result]
 
 
-def loop(body: Callable[..., Sequence[Any]], trips: Any, carried: Sequence[ir.Value]) -> list[Any]:
+def loop(
+    body: Callable[..., Sequence[ir.Value]], trips: ir.Value, carried: Sequence[ir.Value]
+) -> list[ir.Value]:
     """An ONNX ``Loop`` of ``trips`` iterations (an INT64 scalar) carrying ``carried``.
 
     ``body(op, iteration, *carried)`` records one iteration with the given ``op`` (the
@@ -192,7 +258,7 @@ def loop(body: Callable[..., Sequence[Any]], trips: Any, carried: Sequence[ir.Va
         ir.Value(name=_fresh("loop_out")) for _ in carried
     ]
 
-    def traced(sub: Any, i: Any, cond: Any, *values: Any) -> list[Any]:
+    def traced(sub: Opset, i: ir.Value, cond: ir.Value, *values: ir.Value) -> list[ir.Value]:
         return [sub.Identity(cond), *body(sub, i, *values)]
 
     graph = graph_builder.subgraph(traced, inputs, outputs, name=_fresh("loop_body"))

@@ -12,11 +12,18 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, ints, op, rank
+from onnx_export.ops._common import (
+    const,
+    ints,
+    known_shape,
+    op,
+    rank,
+    static_size,
+)
 from onnx_export.ops._registration import onnx_op
 
 
-def _repeat_heads(x: Any, repeat: int, heads: int, r: int) -> Any:
+def _repeat_heads(x: ir.Value, repeat: int, heads: int, r: int) -> ir.Value:
     """Grouped-query attention: repeat each of ``x``'s heads (axis ``r - 3``) ``repeat`` times."""
     expanded = op.Expand(
         op.Unsqueeze(x, ints([r - 2])),
@@ -38,18 +45,19 @@ def aten_scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
-) -> Any:
+) -> ir.Value:
     """scaled_dot_product_attention(...): torchlib's for 4-D inputs, any rank >= 2 here."""
     if rank(query) == 4 and rank(key) == 4 and rank(value) == 4:
         from onnxscript.function_libs.torch_lib.ops.nn import (
             aten_scaled_dot_product_attention as torchlib_sdpa,
         )
 
-        return torchlib_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    dims = query.shape
-    assert dims is not None
-    width = dims[-1]
-    assert isinstance(width, int), "attention needs a static head size"
+        result: ir.Value = torchlib_sdpa(
+            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+        )
+        return result
+    dims = known_shape(query, "query")
+    width = static_size(dims[-1], "head size (last dimension of query)")
     factor = scale if scale is not None else 1.0 / math.sqrt(width)
     k, v = key, value
     if enable_gqa and rank(query) is not None and rank(query) >= 3:  # type: ignore[operator]
@@ -92,7 +100,7 @@ def aten_cross_entropy_loss(
     reduction: int = 1,
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
-) -> Any:
+) -> ir.Value:
     """cross_entropy_loss(Tensor self, Tensor target, ...): class indices or probabilities."""
     unbatched = rank(self) == 1
     x = op.Unsqueeze(self, ints([0])) if unbatched else self

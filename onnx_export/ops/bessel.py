@@ -16,14 +16,14 @@ import onnx_ir as ir
 from onnx_export.ops._bessel_data import TABLES
 from onnx_export.ops._common import const, op
 from onnx_export.ops._registration import onnx_op
-from onnx_export.ops.math import horner, to_compute, to_result
+from onnx_export.ops.math import float_unary, horner, to_compute, to_result
 
 _INF = float("inf")
 _NAN = float("nan")
 _SQRT_2_OVER_PI = 0.797884560802865355879892119868763737
 
 
-def _clenshaw(x: Any, coefficients: Sequence[float]) -> Any:
+def _clenshaw(x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
     """Cephes' ``chbevl``: the Chebyshev series with ``coefficients`` at ``x``."""
     b0: Any = const(coefficients[0], x)
     b1: Any = const(0.0, x)
@@ -34,19 +34,10 @@ def _clenshaw(x: Any, coefficients: Sequence[float]) -> Any:
     return op.Mul(const(0.5, x), op.Sub(b0, b2))
 
 
-def _float_unary(function: Callable[[Any], Any]) -> Callable[..., Any]:
-    def wrapped(self: ir.Value) -> Any:
-        return to_result(function(to_compute(self)))
-
-    wrapped.__name__ = function.__name__
-    wrapped.__doc__ = function.__doc__
-    return wrapped
-
-
 # -- modified Bessel functions of the first kind ------------------------------------------
 
 
-def _scaled_i(x: Any, order: int) -> Any:
+def _scaled_i(x: ir.Value, order: int) -> ir.Value:
     """exp(-|x|) I_order(|x|) (``order`` 0 or 1, without the sign of x for order 1)."""
     table = TABLES[f"I{order}"]
     a = op.Abs(x)
@@ -61,34 +52,34 @@ def _scaled_i(x: Any, order: int) -> Any:
     return op.Where(op.LessOrEqual(a, const(8.0, x)), near, far)
 
 
-def _odd(x: Any, value: Any) -> Any:
+def _odd(x: ir.Value, value: ir.Value) -> ir.Value:
     return op.Where(op.Less(x, const(0.0, x)), op.Neg(value), value)
 
 
 @onnx_op("aten::i0", "aten::special_modified_bessel_i0")
-@_float_unary
-def aten_i0(x: Any) -> Any:
+@float_unary
+def aten_i0(x: ir.Value) -> ir.Value:
     """i0(Tensor self): the modified Bessel function I0."""
     return op.Mul(op.Exp(op.Abs(x)), _scaled_i(x, 0))
 
 
 @onnx_op("aten::special_i0e")
-@_float_unary
-def aten_special_i0e(x: Any) -> Any:
+@float_unary
+def aten_special_i0e(x: ir.Value) -> ir.Value:
     """special_i0e(Tensor self): exp(-|x|) I0(x)."""
     return _scaled_i(x, 0)
 
 
 @onnx_op("aten::special_i1", "aten::special_modified_bessel_i1")
-@_float_unary
-def aten_special_i1(x: Any) -> Any:
+@float_unary
+def aten_special_i1(x: ir.Value) -> ir.Value:
     """special_i1(Tensor self): the modified Bessel function I1."""
     return _odd(x, op.Mul(op.Exp(op.Abs(x)), _scaled_i(x, 1)))
 
 
 @onnx_op("aten::special_i1e")
-@_float_unary
-def aten_special_i1e(x: Any) -> Any:
+@float_unary
+def aten_special_i1e(x: ir.Value) -> ir.Value:
     """special_i1e(Tensor self): exp(-|x|) I1(x)."""
     return _odd(x, _scaled_i(x, 1))
 
@@ -96,7 +87,7 @@ def aten_special_i1e(x: Any) -> Any:
 # -- modified Bessel functions of the second kind -----------------------------------------
 
 
-def _k(x: Any, order: int, scaled: bool) -> Any:
+def _k(x: ir.Value, order: int, scaled: bool) -> ir.Value:
     """K_order(x) (times exp(x) when ``scaled``), x > 0; inf at 0, NaN below."""
     table = TABLES[f"K{order}"]
     small = op.Min(x, const(2.0, x))
@@ -122,7 +113,7 @@ def _k(x: Any, order: int, scaled: bool) -> Any:
 
 
 def _k_function(order: int, scaled: bool) -> Callable[..., Any]:
-    def function(x: ir.Value) -> Any:
+    def function(x: ir.Value) -> ir.Value:
         return to_result(_k(to_compute(x), order, scaled))
 
     prefix = "scaled_" if scaled else ""
@@ -134,7 +125,7 @@ def _k_function(order: int, scaled: bool) -> Callable[..., Any]:
 # -- Bessel functions of the first and second kind ----------------------------------------
 
 
-def _asymptotic(x: Any, order: int, phase: float, kind: str) -> Any:
+def _asymptotic(x: ir.Value, order: int, phase: float, kind: str) -> ir.Value:
     """The large-argument form (x > 5) shared by J0, J1, Y0 and Y1."""
     table = TABLES[f"ASYMPTOTIC{order}"]
     w = op.Div(const(25.0, x), op.Mul(x, x))
@@ -148,7 +139,7 @@ def _asymptotic(x: Any, order: int, phase: float, kind: str) -> Any:
     return op.Div(op.Mul(value, const(_SQRT_2_OVER_PI, x)), op.Sqrt(x))
 
 
-def _j0(x: Any) -> Any:
+def _j0(x: ir.Value) -> ir.Value:
     table = TABLES["J0"]
     a = op.Abs(x)
     small = op.Min(a, const(5.0, x))
@@ -167,7 +158,7 @@ def _j0(x: Any) -> Any:
     return op.Where(op.LessOrEqual(a, const(5.0, x)), near, far)
 
 
-def _j1(x: Any) -> Any:
+def _j1(x: ir.Value) -> ir.Value:
     table = TABLES["J1"]
     a = op.Abs(x)
     small = op.Min(a, const(5.0, x))
@@ -183,7 +174,7 @@ def _j1(x: Any) -> Any:
     return _odd(x, op.Where(op.LessOrEqual(a, const(5.0, x)), near, far))
 
 
-def _y(x: Any, order: int) -> Any:
+def _y(x: ir.Value, order: int) -> ir.Value:
     table = TABLES[f"Y{order}"]
     small = op.Min(op.Max(x, const(1e-30, x)), const(5.0, x))
     z = op.Mul(small, small)
@@ -202,36 +193,36 @@ def _y(x: Any, order: int) -> Any:
 
 
 @onnx_op("aten::special_bessel_j0")
-@_float_unary
-def aten_special_bessel_j0(x: Any) -> Any:
+@float_unary
+def aten_special_bessel_j0(x: ir.Value) -> ir.Value:
     """special_bessel_j0(Tensor self)."""
     return _j0(x)
 
 
 @onnx_op("aten::special_bessel_j1")
-@_float_unary
-def aten_special_bessel_j1(x: Any) -> Any:
+@float_unary
+def aten_special_bessel_j1(x: ir.Value) -> ir.Value:
     """special_bessel_j1(Tensor self)."""
     return _j1(x)
 
 
 @onnx_op("aten::special_bessel_y0")
-@_float_unary
-def aten_special_bessel_y0(x: Any) -> Any:
+@float_unary
+def aten_special_bessel_y0(x: ir.Value) -> ir.Value:
     """special_bessel_y0(Tensor self)."""
     return _y(x, 0)
 
 
 @onnx_op("aten::special_bessel_y1")
-@_float_unary
-def aten_special_bessel_y1(x: Any) -> Any:
+@float_unary
+def aten_special_bessel_y1(x: ir.Value) -> ir.Value:
     """special_bessel_y1(Tensor self)."""
     return _y(x, 1)
 
 
 @onnx_op("aten::special_spherical_bessel_j0")
-@_float_unary
-def aten_special_spherical_bessel_j0(x: Any) -> Any:
+@float_unary
+def aten_special_spherical_bessel_j0(x: ir.Value) -> ir.Value:
     """special_spherical_bessel_j0(Tensor self): sin(x) / x."""
     z = op.Mul(x, x)
     series = horner(z, [1 / 6227020800, -1 / 39916800, 1 / 362880, -1 / 5040, 1 / 120, -1 / 6, 1.0])
@@ -243,7 +234,7 @@ def aten_special_spherical_bessel_j0(x: Any) -> Any:
 # -- Airy Ai ------------------------------------------------------------------------------
 
 
-def _airy_series(x: Any) -> Any:
+def _airy_series(x: ir.Value) -> ir.Value:
     """The Maclaurin series of Ai, for |x| < 2.09 (20 terms: converged in float64)."""
     f: Any = const(1.0, x)
     g: Any = x
@@ -264,8 +255,8 @@ def _airy_series(x: Any) -> Any:
 
 
 @onnx_op("aten::special_airy_ai")
-@_float_unary
-def aten_special_airy_ai(x: Any) -> Any:
+@float_unary
+def aten_special_airy_ai(x: ir.Value) -> ir.Value:
     """special_airy_ai(Tensor self): the Airy function Ai."""
     table = TABLES["AIRY"]
     neg = op.Min(x, const(-2.09, x))

@@ -7,7 +7,6 @@ Like every topic module of ``onnx_export.ops``, each function is plain Python ca
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import onnx_ir as ir
 
@@ -16,7 +15,7 @@ from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.tensor import aten_to_copy
 
 
-def _cast_or_identity(self: ir.Value, dtype: int | None) -> Any:
+def _cast_or_identity(self: ir.Value, dtype: int | None) -> ir.Value:
     if dtype is None or dtype == -1:
         return op.Identity(self)
     return aten_to_copy(self, dtype)  # complex targets as real views
@@ -29,7 +28,7 @@ def aten_to_dtype(
     non_blocking: bool = False,
     copy: bool = False,
     memory_format: str | None = None,
-) -> Any:
+) -> ir.Value:
     """to.dtype(Tensor self, ScalarType dtype, ...) -> Tensor."""
     return _cast_or_identity(self, dtype)
 
@@ -42,7 +41,7 @@ def aten_to_device(
     non_blocking: bool = False,
     copy: bool = False,
     memory_format: str | None = None,
-) -> Any:
+) -> ir.Value:
     """to.device(Tensor self, Device device, ScalarType dtype, ...) -> Tensor."""
     return _cast_or_identity(self, dtype)
 
@@ -57,15 +56,16 @@ def aten_to_dtype_layout(
     non_blocking: bool = False,
     copy: bool = False,
     memory_format: str | None = None,
-) -> Any:
+) -> ir.Value:
     """to.dtype_layout(Tensor self, *, ScalarType? dtype=None, ...) -> Tensor."""
     return _cast_or_identity(self, dtype)
 
 
 def _bitwise(logical: str, bitwise: str) -> Callable[[ir.Value, ir.Value], ir.Value]:
-    def function(self: ir.Value, other: ir.Value) -> Any:
+    def function(self: ir.Value, other: ir.Value) -> ir.Value:
         name = logical if self.dtype == ir.DataType.BOOL else bitwise
-        return getattr(op, name)(self, other)  # type: ignore[no-any-return]
+        result: ir.Value = getattr(op, name)(self, other)
+        return result
 
     function.__name__ = f"aten_{logical.lower()}_dunder"
     return function
@@ -78,7 +78,7 @@ def aten_diff(
     dim: int = -1,
     prepend: ir.Value | None = None,
     append: ir.Value | None = None,
-) -> Any:
+) -> ir.Value:
     """diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None)."""
     parts = [p for p in (prepend, self, append) if p is not None]
     result = op.Concat(*parts, axis=dim) if len(parts) > 1 else self
@@ -96,7 +96,7 @@ def aten_diff(
 
 def _variance(
     self: ir.Value, dim: list[int] | None, correction: float | None, keepdim: bool
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """(variance, mean) over ``dim`` (all axes when None) with Bessel-style ``correction``."""
     rank = len(self.shape) if self.shape is not None else None
     axes = list(range(rank)) if dim is None and rank is not None else (dim or [])
@@ -122,7 +122,7 @@ def aten_var_correction(
     dim: list[int] | None = None,
     correction: float | None = None,
     keepdim: bool = False,
-) -> Any:
+) -> ir.Value:
     """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
     return _variance(self, dim, correction, keepdim)[0]
 
@@ -133,7 +133,7 @@ def aten_std_correction(
     dim: list[int] | None = None,
     correction: float | None = None,
     keepdim: bool = False,
-) -> Any:
+) -> ir.Value:
     """std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
     return op.Sqrt(_variance(self, dim, correction, keepdim)[0])
 
@@ -144,7 +144,7 @@ def aten_var_mean_correction(
     dim: list[int] | None = None,
     correction: float | None = None,
     keepdim: bool = False,
-) -> Any:
+) -> tuple[ir.Value, ir.Value]:
     """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
     return _variance(self, dim, correction, keepdim)
 
@@ -155,7 +155,7 @@ def aten_std_mean_correction(
     dim: list[int] | None = None,
     correction: float | None = None,
     keepdim: bool = False,
-) -> Any:
+) -> tuple[ir.Value, ir.Value]:
     """std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
     variance, mean = _variance(self, dim, correction, keepdim)
     return op.Sqrt(variance), mean

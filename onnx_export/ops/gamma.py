@@ -13,7 +13,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, loop, op
+from onnx_export.ops._common import (
+    const,
+    loop,
+    op,
+    unsupported,
+)
+from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import (
     compute_dtype,
@@ -32,7 +38,7 @@ _NAN = float("nan")
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _lgamma_large(z: Any) -> Any:
+def _lgamma_large(z: ir.Value) -> ir.Value:
     """Stirling's series for log Gamma(z), z >= 8."""
     inv = op.Reciprocal(z)
     inv2 = op.Mul(inv, inv)
@@ -41,7 +47,7 @@ def _lgamma_large(z: Any) -> Any:
     return op.Add(op.Add(main, const(_HALF_LOG_2PI, z)), series)
 
 
-def _lgamma_positive(y: Any) -> Any:
+def _lgamma_positive(y: ir.Value) -> ir.Value:
     """The log of Gamma(y) for y >= 0.5: small arguments shifted up by 8 (recurrence)."""
     small = op.Less(y, const(10.0, y))
     shifted = op.Where(small, y, const(10.0, y))  # keeps the product finite when unused
@@ -52,7 +58,7 @@ def _lgamma_positive(y: Any) -> Any:
     return op.Where(small, from_shift, _lgamma_large(op.Max(y, const(8.0, y))))
 
 
-def _sin_pi_abs(x: Any) -> Any:
+def _sin_pi_abs(x: ir.Value) -> ir.Value:
     """|sin(pi x)|, accurate for large |x| (reduced to the nearest integer first)."""
     r = op.Sub(x, op.Round(x))
     return op.Abs(op.Sin(op.Mul(r, const(math.pi, x))))
@@ -60,12 +66,12 @@ def _sin_pi_abs(x: Any) -> Any:
 
 @onnx_op("aten::lgamma")
 @float_unary
-def aten_lgamma(x: Any) -> Any:
+def aten_lgamma(x: ir.Value) -> ir.Value:
     """lgamma(Tensor self): log|Gamma(x)|, reflection below 0.5."""
     return lgamma(x)
 
 
-def lgamma(x: Any) -> Any:
+def lgamma(x: ir.Value) -> ir.Value:
     """log|Gamma(x)| in ``x``'s (float) dtype."""
     reflect = op.Less(x, const(0.5, x))
     y = op.Where(reflect, op.Sub(const(1.0, x), x), x)
@@ -86,7 +92,7 @@ _DIGAMMA_ASYMPTOTIC = [
 ]
 
 
-def _digamma_positive(y: Any) -> Any:
+def _digamma_positive(y: ir.Value) -> ir.Value:
     """psi(y) for y > 0: shift by 10, then the asymptotic series."""
     total = op.Reciprocal(y)
     for k in range(1, 10):
@@ -100,7 +106,7 @@ def _digamma_positive(y: Any) -> Any:
 
 @onnx_op("aten::digamma", "aten::special_psi")
 @float_unary
-def aten_digamma(x: Any) -> Any:
+def aten_digamma(x: ir.Value) -> ir.Value:
     """digamma(Tensor self): psi(x); reflection below 0; NaN at negative integers."""
     zero = const(0.0, x)
     negative = op.Less(x, zero)
@@ -118,7 +124,7 @@ def aten_digamma(x: Any) -> Any:
     return op.Where(op.Equal(x, const(_INF, x)), x, value)
 
 
-def _trigamma(x: Any) -> Any:
+def _trigamma(x: ir.Value) -> ir.Value:
     reflect = op.Less(x, const(0.5, x))
     y = op.Where(reflect, op.Sub(const(1.0, x), x), x)
     total = const(0.0, x)
@@ -150,7 +156,7 @@ _ZETA_EULER_MACLAURIN = [
 ]
 
 
-def _zeta(x: Any, q: Any) -> Any:
+def _zeta(x: ir.Value, q: ir.Value) -> ir.Value:
     """Hurwitz zeta(x, q): 12 terms summed, then the Euler-Maclaurin tail (Cephes)."""
     neg_x = op.Neg(x)
     total = const(0.0, x)
@@ -180,9 +186,11 @@ def _zeta(x: Any, q: Any) -> Any:
 
 
 @onnx_op("aten::special_zeta")
-def aten_special_zeta(self: Any, other: Any) -> Any:
+def aten_special_zeta(self: ir.Value | float, other: ir.Value | float) -> ir.Value:
     """special_zeta(Tensor self, Tensor other): Hurwitz zeta(self, other)."""
     like = self if isinstance(self, ir.Value) else other
+    if not isinstance(like, ir.Value):
+        raise unsupported("a tensor for self or other", "two Python numbers")
     x = op.Cast(self, to=int(compute_dtype(like))) if isinstance(self, ir.Value) else self
     q = op.Cast(other, to=int(compute_dtype(like))) if isinstance(other, ir.Value) else other
     x = x if isinstance(x, ir.Value) else op.CastLike(x, q)
@@ -191,7 +199,7 @@ def aten_special_zeta(self: Any, other: Any) -> Any:
 
 
 @onnx_op("aten::polygamma")
-def aten_polygamma(n: int, self: ir.Value) -> Any:
+def aten_polygamma(n: int, self: ir.Value) -> ir.Value:
     """polygamma(int n, Tensor self): the n-th derivative of digamma."""
     x = to_compute(self)
     if n == 0:
@@ -207,7 +215,7 @@ _GAMMA_STEPS = 300
 _TINY = 1e-300
 
 
-def _incomplete_gamma(a: Any, x: Any) -> tuple[Any, Any]:
+def _incomplete_gamma(a: ir.Value, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(P(a, x), Q(a, x)), the regularised incomplete gammas, in float64.
 
     The series below x = a + 1, Lentz's continued fraction above, each a fixed number of
@@ -221,7 +229,7 @@ def _incomplete_gamma(a: Any, x: Any) -> tuple[Any, Any]:
     x_safe = op.Where(usable, x, one)
     prefactor = op.Exp(op.Sub(op.Sub(op.Mul(a_safe, op.Log(x_safe)), x_safe), lgamma(a_safe)))
 
-    def series(sub: Any, i: Any, total: Any, term: Any) -> list[Any]:
+    def series(sub: Opset, i: ir.Value, total: ir.Value, term: ir.Value) -> list[ir.Value]:
         n = sub.Add(sub.CastLike(i, a_safe), sub.CastLike(sub.Constant(value_float=1.0), a_safe))
         following = sub.Div(sub.Mul(term, x_safe), sub.Add(a_safe, n))
         return [sub.Add(total, following), following]
@@ -233,7 +241,9 @@ def _incomplete_gamma(a: Any, x: Any) -> tuple[Any, Any]:
     tiny = const(_TINY, x)
     b0 = op.Sub(op.Add(x_safe, one), a_safe)
 
-    def fraction(sub: Any, i: Any, b: Any, c: Any, d: Any, h: Any) -> list[Any]:
+    def fraction(
+        sub: Opset, i: ir.Value, b: ir.Value, c: ir.Value, d: ir.Value, h: ir.Value
+    ) -> list[ir.Value]:
         k = sub.Add(sub.CastLike(i, a_safe), sub.CastLike(sub.Constant(value_float=1.0), a_safe))
         an = sub.Neg(sub.Mul(k, sub.Sub(k, a_safe)))
         b_next = sub.Add(b, sub.CastLike(sub.Constant(value_float=2.0), b))
@@ -254,7 +264,7 @@ def _incomplete_gamma(a: Any, x: Any) -> tuple[Any, Any]:
     return _gamma_edges(a, x, p, q)
 
 
-def _gamma_edges(a: Any, x: Any, p: Any, q: Any) -> tuple[Any, Any]:
+def _gamma_edges(a: ir.Value, x: ir.Value, p: ir.Value, q: ir.Value) -> tuple[ir.Value, ir.Value]:
     zero, one, nan = const(0.0, x), const(1.0, x), const(_NAN, x)
     invalid = op.Or(op.Less(x, zero), op.Less(a, zero))
     a_zero = op.Equal(a, zero)
@@ -273,7 +283,7 @@ def _gamma_edges(a: Any, x: Any, p: Any, q: Any) -> tuple[Any, Any]:
 
 
 def _gamma_function(upper: bool) -> Callable[..., Any]:
-    def function(self: Any, other: Any) -> Any:
+    def function(self: ir.Value, other: ir.Value) -> ir.Value:
         a = op.Cast(self, to=int(ir.DataType.DOUBLE))
         x = op.Cast(other, to=int(ir.DataType.DOUBLE))
         shape = op.Shape(op.Add(a, x))

@@ -12,14 +12,25 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, ints, op
+from onnx_export.ops._common import (
+    const,
+    ints,
+    op,
+    static_size,
+)
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.reduce import count_before
 
 
 def _histogram_counts(
-    x: Any, index: Any, inside: Any, bins: Any, weight: Any, density: bool, edges: Any
-) -> tuple[Any, Any]:
+    x: ir.Value,
+    index: ir.Value,
+    inside: ir.Value,
+    bins: ir.Value,
+    weight: ir.Value | None,
+    density: bool,
+    edges: Any,
+) -> tuple[ir.Value, ir.Value]:
     """Counts (or weights) per bin of the elements ``inside`` the range, as torch does."""
     values = (
         op.CastLike(inside, x)
@@ -42,7 +53,7 @@ def aten_histogram_bin_ct(
     range: Sequence[float] | None = None,  # the ATen argument's name
     weight: Any = None,
     density: bool = False,
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, ...)."""
     x = op.Reshape(self, ints([-1]))
     if range is not None:
@@ -65,7 +76,7 @@ def aten_histogram_bin_ct(
 @onnx_op("aten::histogram.bins_tensor")
 def aten_histogram_bins_tensor(
     self: ir.Value, bins: ir.Value, weight: Any = None, density: bool = False
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight, bool density)."""
     x = op.Reshape(self, ints([-1]))
     edges = op.CastLike(bins, x)
@@ -79,7 +90,7 @@ def aten_histogram_bins_tensor(
     return _histogram_counts(x, index, inside, count, weight, density, edges)
 
 
-def _column_range(x: Any, d: int, range: Sequence[float] | None) -> tuple[Any, Any]:
+def _column_range(x: ir.Value, d: int, range: Sequence[float] | None) -> tuple[ir.Value, ir.Value]:
     column = op.Gather(x, op.Constant(value_int=d), axis=1)
     if range is not None:
         low, high = const(float(range[2 * d]), x), const(float(range[2 * d + 1]), x)
@@ -94,7 +105,7 @@ def _column_range(x: Any, d: int, range: Sequence[float] | None) -> tuple[Any, A
     )
 
 
-def _samples(self: ir.Value, count: int) -> Any:
+def _samples(self: ir.Value, count: int) -> ir.Value:
     return op.Reshape(self, ints([-1, count]))
 
 
@@ -105,7 +116,7 @@ def aten_histogramdd_bin_edges(
     range: Sequence[float] | None = None,
     weight: Any = None,
     density: bool = False,
-) -> list[Any]:
+) -> list[ir.Value]:
     """_histogramdd_bin_edges(Tensor self, int[] bins, *, float[]? range, ...) -> Tensor[]."""
     x = _samples(self, len(bins))
     edges = []
@@ -123,7 +134,7 @@ def aten_histogramdd_from_bin_cts(
     range: Sequence[float] | None = None,
     weight: Any = None,
     density: bool = False,
-) -> Any:
+) -> ir.Value:
     """_histogramdd_from_bin_cts(Tensor self, int[] bins, *, float[]? range, ...) -> Tensor."""
     x = _samples(self, len(bins))
     flat: Any = op.Constant(value_int=0)
@@ -158,7 +169,7 @@ def aten_histogramdd_from_bin_cts(
 @onnx_op("aten::_histogramdd_from_bin_tensors")
 def aten_histogramdd_from_bin_tensors(
     self: ir.Value, bins: Sequence[ir.Value], weight: Any = None, density: bool = False
-) -> Any:
+) -> ir.Value:
     """_histogramdd_from_bin_tensors(Tensor self, Tensor[] bins, *, ...) -> Tensor."""
     x = _samples(self, len(bins))
     flat: Any = op.Constant(value_int=0)
@@ -167,8 +178,7 @@ def aten_histogramdd_from_bin_tensors(
     widths = []
     for d, edges_d in enumerate(bins):
         edges = op.CastLike(edges_d, x)
-        count = (edges_d.shape or [0])[0]
-        assert isinstance(count, int), "histogramdd needs a static number of bin edges"
+        count = static_size((edges_d.shape or [None])[0], "number of bin edges")
         column = op.Gather(x, op.Constant(value_int=d), axis=1)
         position = op.Sub(count_before(edges, column, right=True, per_row=False), ints([1]))
         index = op.Min(op.Max(position, op.Constant(value_int=0)), op.Constant(value_int=count - 2))

@@ -12,12 +12,23 @@ last two must be static.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import cast_to, const, ints, loop, op, rank
+from onnx_export.ops._common import (
+    cast_to,
+    const,
+    ints,
+    known_rank,
+    known_shape,
+    loop,
+    op,
+    rank,
+    static_size,
+    unsupported,
+)
+from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
 __all__ = ["matrix_size", "forward_substitution", "back_substitution", "eye_like"]
@@ -29,14 +40,13 @@ _END = 2**62
 
 def matrix_size(a: ir.Value) -> tuple[int, int]:
     """The static (rows, columns) of a batch of matrices."""
-    dims = a.shape
-    assert dims is not None and len(dims) >= 2, "linear algebra needs matrices"
-    m, n = dims[-2], dims[-1]
-    assert isinstance(m, int) and isinstance(n, int), "linear algebra needs static matrix sizes"
-    return m, n
+    dims = known_shape(a)
+    if len(dims) < 2:
+        raise unsupported("a batch of matrices (rank >= 2)", f"rank {len(dims)}")
+    return static_size(dims[-2], "number of rows"), static_size(dims[-1], "number of columns")
 
 
-def _mask(array: np.ndarray) -> Any:
+def _mask(array: np.ndarray) -> ir.Value:
     return op.Constant(value=ir.tensor(np.asarray(array, dtype=bool)))
 
 
@@ -48,25 +58,24 @@ def _cols(n: int) -> np.ndarray:
     return np.arange(n).reshape(1, -1)
 
 
-def eye_like(size: tuple[int, int], like: Any) -> Any:
+def eye_like(size: tuple[int, int], like: ir.Value) -> ir.Value:
     """The (rows x columns) identity matrix in ``like``'s dtype."""
     return op.CastLike(op.Constant(value=ir.tensor(np.eye(*size, dtype=np.float32))), like)
 
 
-def _slice(x: Any, start: int, end: int, axis: int) -> Any:
+def _slice(x: ir.Value, start: int, end: int, axis: int) -> ir.Value:
     return op.Slice(x, ints([start]), ints([end]), ints([axis]))
 
 
-def _transpose(x: Any) -> Any:
-    r = rank(x)
-    assert r is not None
+def _transpose(x: ir.Value) -> ir.Value:
+    r = known_rank(x)
     return op.Transpose(x, perm=[*range(r - 2), r - 1, r - 2])
 
 
 # -- triangular solves -------------------------------------------------------------------
 
 
-def _substitution(t: Any, b: Any, n: int, unit: bool, order: range) -> Any:
+def _substitution(t: ir.Value, b: ir.Value, n: int, unit: bool, order: range) -> ir.Value:
     """Solves T X = B row by row in ``order`` (T triangular, rows outside solved first)."""
     x = op.Add(op.Mul(b, const(0.0, b)), op.Mul(_slice(t, 0, 1, -1), const(0.0, b)))
     for i in order:
@@ -79,17 +88,17 @@ def _substitution(t: Any, b: Any, n: int, unit: bool, order: range) -> Any:
     return x
 
 
-def forward_substitution(lower: Any, b: Any, n: int, unit: bool = False) -> Any:
+def forward_substitution(lower: ir.Value, b: ir.Value, n: int, unit: bool = False) -> ir.Value:
     """X with L X = B, L lower triangular (unit diagonal when ``unit``)."""
     return _substitution(lower, b, n, unit, range(n))
 
 
-def back_substitution(upper: Any, b: Any, n: int, unit: bool = False) -> Any:
+def back_substitution(upper: ir.Value, b: ir.Value, n: int, unit: bool = False) -> ir.Value:
     """X with U X = B, U upper triangular (unit diagonal when ``unit``)."""
     return _substitution(upper, b, n, unit, range(n - 1, -1, -1))
 
 
-def _triangular(a: Any, b: Any, upper: bool, unit: bool) -> Any:
+def _triangular(a: ir.Value, b: ir.Value, upper: bool, unit: bool) -> ir.Value:
     n = matrix_size(a)[0]
     solve = back_substitution if upper else forward_substitution
     return solve(a, b, n, unit)
@@ -98,7 +107,7 @@ def _triangular(a: Any, b: Any, upper: bool, unit: bool) -> Any:
 @onnx_op("aten::linalg_solve_triangular")
 def aten_linalg_solve_triangular(
     self: ir.Value, B: ir.Value, upper: bool, left: bool = True, unitriangular: bool = False
-) -> Any:
+) -> ir.Value:
     """linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, ...)."""
     if left:
         return _triangular(self, B, upper, unitriangular)
@@ -112,7 +121,7 @@ def aten_triangular_solve(
     upper: bool = True,
     transpose: bool = False,
     unitriangular: bool = False,
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, ...)."""
     coefficients = _transpose(A) if transpose else A
     solution = _triangular(coefficients, self, upper != transpose, unitriangular)
@@ -122,14 +131,16 @@ def aten_triangular_solve(
 # -- LU with partial pivoting ------------------------------------------------------------
 
 
-def _batch_arange(a: Any, m: int) -> Any:
+def _batch_arange(a: ir.Value, m: int) -> ir.Value:
     """0..m-1 along a new last axis, broadcast over ``a``'s batch dimensions."""
     arange = op.Constant(value=ir.tensor(np.arange(m, dtype=np.int64)))
     batch = op.Shape(a, start=0, end=-2)
     return op.Expand(arange, op.Concat(batch, ints([m]), axis=0))
 
 
-def _swap_rows(a: Any, perm: Any, j: int, p: Any, m: int) -> tuple[Any, Any]:
+def _swap_rows(
+    a: ir.Value, perm: ir.Value, j: int, p: ir.Value, m: int
+) -> tuple[ir.Value, ir.Value]:
     """Rows j and p (a [..., 1] index) swapped in ``a`` and in the permutation ``perm``."""
     arange = op.Constant(value=ir.tensor(np.arange(m, dtype=np.int64)))
     j_value = op.Constant(value_int=j)
@@ -138,7 +149,7 @@ def _swap_rows(a: Any, perm: Any, j: int, p: Any, m: int) -> tuple[Any, Any]:
     return op.GatherElements(a, gather, axis=-2), op.GatherElements(perm, order, axis=-1)
 
 
-def lu_factor(a: Any) -> tuple[Any, Any, Any]:
+def lu_factor(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     """(LU, pivots 1-based INT32, row permutation INT64) of A, as LAPACK's getrf."""
     m, n = matrix_size(a)
     k = min(m, n)
@@ -166,7 +177,7 @@ def lu_factor(a: Any) -> tuple[Any, Any, Any]:
     return a, op.Cast(op.Concat(*pivots, axis=-1), to=int(_INT32)), perm
 
 
-def _unpack(lu: Any, m: int, n: int) -> tuple[Any, Any]:
+def _unpack(lu: ir.Value, m: int, n: int) -> tuple[ir.Value, ir.Value]:
     k = min(m, n)
     lower = op.Trilu(_slice(lu, 0, k, -1), op.Constant(value_int=-1), upper=0)
     lower = op.Add(lower, eye_like((m, k), lu))
@@ -174,7 +185,7 @@ def _unpack(lu: Any, m: int, n: int) -> tuple[Any, Any]:
     return lower, upper
 
 
-def _permutation_matrix(perm: Any, m: int, like: Any) -> Any:
+def _permutation_matrix(perm: ir.Value, m: int, like: ir.Value) -> ir.Value:
     """P with A = P L U, from the row order ``perm`` (A[perm] = L U)."""
     one_hot = op.OneHot(
         perm, op.Constant(value_int=m), op.CastLike(op.Constant(value_floats=[0.0, 1.0]), like)
@@ -182,14 +193,14 @@ def _permutation_matrix(perm: Any, m: int, like: Any) -> Any:
     return _transpose(one_hot)
 
 
-def _info(a: Any) -> Any:
+def _info(a: ir.Value) -> ir.Value:
     return op.ConstantOfShape(op.Shape(a, start=0, end=-2), value=ir.tensor([0], dtype=_INT32))
 
 
 @onnx_op("aten::linalg_lu_factor_ex")
 def aten_linalg_lu_factor_ex(
     A: ir.Value, pivot: bool = True, check_errors: bool = False
-) -> tuple[Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """linalg_lu_factor_ex(Tensor A, *, bool pivot=True, ...) -> (LU, pivots, info)."""
     if not pivot:
         raise NotImplementedError("LU without pivoting")
@@ -198,7 +209,7 @@ def aten_linalg_lu_factor_ex(
 
 
 @onnx_op("aten::linalg_lu")
-def aten_linalg_lu(A: ir.Value, pivot: bool = True) -> tuple[Any, Any, Any]:
+def aten_linalg_lu(A: ir.Value, pivot: bool = True) -> tuple[ir.Value, ir.Value, ir.Value]:
     """linalg_lu(Tensor A, *, bool pivot=True) -> (P, L, U)."""
     if not pivot:
         raise NotImplementedError("LU without pivoting")
@@ -208,10 +219,9 @@ def aten_linalg_lu(A: ir.Value, pivot: bool = True) -> tuple[Any, Any, Any]:
     return _permutation_matrix(perm, m, A), lower, upper
 
 
-def _perm_from_pivots(pivots: Any, like: Any, m: int) -> Any:
+def _perm_from_pivots(pivots: ir.Value, like: ir.Value, m: int) -> ir.Value:
     perm = _batch_arange(like, m)
-    k = (pivots.shape or [0])[-1]
-    assert isinstance(k, int), "lu_unpack needs a static number of pivots"
+    k = static_size((pivots.shape or [None])[-1], "number of pivots")
     for i in range(k):
         p = op.Sub(op.Cast(_slice(pivots, i, i + 1, -1), to=int(_INT64)), op.Constant(value_int=1))
         arange = op.Constant(value=ir.tensor(np.arange(m, dtype=np.int64)))
@@ -226,7 +236,7 @@ def _perm_from_pivots(pivots: Any, like: Any, m: int) -> Any:
 @onnx_op("aten::lu_unpack")
 def aten_lu_unpack(
     LU_data: ir.Value, LU_pivots: ir.Value, unpack_data: bool = True, unpack_pivots: bool = True
-) -> tuple[Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """lu_unpack(Tensor LU_data, Tensor LU_pivots, ...) -> (P, L, U)."""
     m, n = matrix_size(LU_data)
     lower, upper = _unpack(LU_data, m, n)
@@ -234,7 +244,7 @@ def aten_lu_unpack(
     return _permutation_matrix(perm, m, LU_data), lower, upper
 
 
-def _solve_with_lu(lu: Any, perm: Any, b: Any, n: int, adjoint: bool) -> Any:
+def _solve_with_lu(lu: ir.Value, perm: ir.Value, b: ir.Value, n: int, adjoint: bool) -> ir.Value:
     """X with A X = B (or A^T X = B when ``adjoint``), where A[perm] = L U."""
     if not adjoint:
         full = op.Add(b, op.Mul(_slice(lu, 0, 1, -1), const(0.0, b)))  # batch-broadcast B
@@ -251,7 +261,7 @@ def _solve_with_lu(lu: Any, perm: Any, b: Any, n: int, adjoint: bool) -> Any:
 @onnx_op("aten::linalg_lu_solve")
 def aten_linalg_lu_solve(
     LU: ir.Value, pivots: ir.Value, B: ir.Value, left: bool = True, adjoint: bool = False
-) -> Any:
+) -> ir.Value:
     """linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint)."""
     n = matrix_size(LU)[0]
     perm = _perm_from_pivots(pivots, LU, n)
@@ -260,7 +270,7 @@ def aten_linalg_lu_solve(
     return _transpose(_solve_with_lu(LU, perm, _transpose(B), n, not adjoint))
 
 
-def _solve(a: Any, b: Any, left: bool) -> tuple[Any, Any, Any, Any]:
+def _solve(a: ir.Value, b: ir.Value, left: bool) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
     n = matrix_size(a)[0]
     lu, pivots, perm = lu_factor(a)
     vector = rank(b) == 1 or (
@@ -282,13 +292,13 @@ def _solve(a: Any, b: Any, left: bool) -> tuple[Any, Any, Any, Any]:
 @onnx_op("aten::_linalg_solve_ex")
 def aten_linalg_solve_ex(
     A: ir.Value, B: ir.Value, left: bool = True, check_errors: bool = False
-) -> tuple[Any, Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
     """_linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, ...) -> (X, LU, pivots, info)."""
     return _solve(A, B, left)
 
 
 @onnx_op("aten::linalg_inv_ex")
-def aten_linalg_inv_ex(A: ir.Value, check_errors: bool = False) -> tuple[Any, Any]:
+def aten_linalg_inv_ex(A: ir.Value, check_errors: bool = False) -> tuple[ir.Value, ir.Value]:
     """linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (inverse, info)."""
     n = matrix_size(A)[0]
     identity = op.Add(eye_like((n, n), A), op.Mul(A, const(0.0, A)))
@@ -297,7 +307,7 @@ def aten_linalg_inv_ex(A: ir.Value, check_errors: bool = False) -> tuple[Any, An
 
 
 @onnx_op("aten::_linalg_slogdet")
-def aten_linalg_slogdet(A: ir.Value) -> tuple[Any, Any, Any, Any]:
+def aten_linalg_slogdet(A: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
     """_linalg_slogdet(Tensor A) -> (sign, logabsdet, LU, pivots)."""
     n = matrix_size(A)[0]
     lu, pivots, _ = lu_factor(A)
@@ -321,7 +331,7 @@ def aten_linalg_slogdet(A: ir.Value) -> tuple[Any, Any, Any, Any]:
 # -- Cholesky ----------------------------------------------------------------------------
 
 
-def cholesky_lower(a: Any) -> Any:
+def cholesky_lower(a: ir.Value) -> ir.Value:
     """L with A = L L^T (column by column)."""
     n = matrix_size(a)[0]
     lower = op.Mul(a, const(0.0, a))
@@ -338,21 +348,21 @@ def cholesky_lower(a: Any) -> Any:
 @onnx_op("aten::linalg_cholesky_ex")
 def aten_linalg_cholesky_ex(
     self: ir.Value, upper: bool = False, check_errors: bool = False
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """linalg_cholesky_ex(Tensor self, *, bool upper=False, ...) -> (L, info)."""
     lower = cholesky_lower(self)
     return (_transpose(lower) if upper else lower), _info(self)
 
 
 @onnx_op("aten::cholesky")
-def aten_cholesky(self: ir.Value, upper: bool = False) -> Any:
+def aten_cholesky(self: ir.Value, upper: bool = False) -> ir.Value:
     """cholesky(Tensor self, bool upper=False) -> Tensor."""
     lower = cholesky_lower(self)
     return _transpose(lower) if upper else lower
 
 
 @onnx_op("aten::cholesky_inverse")
-def aten_cholesky_inverse(self: ir.Value, upper: bool = False) -> Any:
+def aten_cholesky_inverse(self: ir.Value, upper: bool = False) -> ir.Value:
     """cholesky_inverse(Tensor self, bool upper=False): the inverse of L L^T (or U^T U)."""
     n = matrix_size(self)[0]
     identity = op.Add(eye_like((n, n), self), op.Mul(self, const(0.0, self)))
@@ -364,7 +374,7 @@ def aten_cholesky_inverse(self: ir.Value, upper: bool = False) -> Any:
 
 
 @onnx_op("aten::cholesky_solve")
-def aten_cholesky_solve(self: ir.Value, input2: ir.Value, upper: bool = False) -> Any:
+def aten_cholesky_solve(self: ir.Value, input2: ir.Value, upper: bool = False) -> ir.Value:
     """cholesky_solve(Tensor self, Tensor input2, bool upper=False): X with A X = self."""
     n = matrix_size(input2)[0]
     factor = _transpose(input2) if upper else input2
@@ -378,7 +388,7 @@ _TAYLOR_TERMS = 18
 
 
 @onnx_op("aten::linalg_matrix_exp")
-def aten_linalg_matrix_exp(self: ir.Value) -> Any:
+def aten_linalg_matrix_exp(self: ir.Value) -> ir.Value:
     """linalg_matrix_exp(Tensor self): scaling and squaring of a Taylor series (float64)."""
     n = matrix_size(self)[0]
     a = cast_to(self, ir.DataType.DOUBLE)
@@ -393,7 +403,7 @@ def aten_linalg_matrix_exp(self: ir.Value) -> Any:
         term = op.Div(op.MatMul(term, scaled), const(float(i), a))
         total = op.Add(total, term)
 
-    def square(sub: Any, i: Any, value: Any) -> list[Any]:
+    def square(sub: Opset, i: ir.Value, value: ir.Value) -> list[ir.Value]:
         return [sub.MatMul(value, value)]
 
     squared = loop(square, op.Cast(exponent, to=int(_INT64)), [total])[0]

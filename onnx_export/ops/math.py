@@ -18,6 +18,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_export.ops._common import cast_to, const, fx_output_dtypes, is_float, op
+from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
@@ -38,18 +39,18 @@ def compute_dtype(x: ir.Value) -> ir.DataType:
     return ir.DataType.DOUBLE if x.dtype == ir.DataType.DOUBLE else ir.DataType.FLOAT
 
 
-def to_compute(x: Any) -> Any:
+def to_compute(x: ir.Value) -> ir.Value:
     """``x`` in the dtype the approximations run in."""
     return cast_to(x, compute_dtype(x)) if isinstance(x, ir.Value) else x
 
 
-def to_result(y: Any, index: int = 0) -> Any:
+def to_result(y: ir.Value, index: int = 0) -> ir.Value:
     """``y`` cast to the dtype torch gives the node's ``index``-th output."""
     dtypes = fx_output_dtypes()
     return cast_to(y, dtypes[index] if index < len(dtypes) else None)
 
 
-def horner(x: Any, coefficients: Sequence[float]) -> Any:
+def horner(x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
     """The polynomial with ``coefficients`` (highest degree first) at ``x``."""
     result = const(coefficients[0], x)
     for c in coefficients[1:]:
@@ -57,10 +58,10 @@ def horner(x: Any, coefficients: Sequence[float]) -> Any:
     return result
 
 
-def float_unary(function: Callable[[Any], Any]) -> Callable[..., Any]:
+def float_unary(function: Callable[[ir.Value], ir.Value]) -> Callable[[ir.Value], ir.Value]:
     """``function`` applied in the compute dtype, the result cast back (floats only)."""
 
-    def wrapped(self: ir.Value) -> Any:
+    def wrapped(self: ir.Value) -> ir.Value:
         return to_result(function(to_compute(self)))
 
     wrapped.__name__ = function.__name__
@@ -71,14 +72,14 @@ def float_unary(function: Callable[[Any], Any]) -> Callable[..., Any]:
 # -- sign, min/max, float decomposition --------------------------------------------------
 
 
-def is_negative(x: Any) -> Any:
+def is_negative(x: ir.Value) -> ir.Value:
     """Whether x < 0, including -0.0 (whose reciprocal is -inf)."""
     zero = const(0.0, x)
     return op.Or(op.Less(x, zero), op.Less(op.Div(const(1.0, x), x), zero))
 
 
 @onnx_op("aten::copysign.Tensor", "aten::copysign.Scalar")
-def aten_copysign(self: ir.Value, other: Any) -> Any:
+def aten_copysign(self: ir.Value, other: ir.Value | float) -> ir.Value:
     """copysign.Tensor(Tensor self, Tensor other) -> Tensor."""
     magnitude = op.Abs(to_compute(self))
     sign_of = op.CastLike(other, magnitude)
@@ -87,8 +88,8 @@ def aten_copysign(self: ir.Value, other: Any) -> Any:
 
 
 def _nan_aware(extremum: str) -> Callable[..., Any]:
-    def function(self: ir.Value, other: ir.Value) -> Any:
-        both = getattr(op, extremum)(self, other)
+    def function(self: ir.Value, other: ir.Value) -> ir.Value:
+        both: ir.Value = getattr(op, extremum)(self, other)
         if not is_float(self):
             return both
         return op.Where(op.IsNaN(self), other, op.Where(op.IsNaN(other), self, both))
@@ -99,20 +100,20 @@ def _nan_aware(extremum: str) -> Callable[..., Any]:
 
 
 @onnx_op("aten::hypot")
-def aten_hypot(self: ir.Value, other: ir.Value) -> Any:
+def aten_hypot(self: ir.Value, other: ir.Value) -> ir.Value:
     """hypot(Tensor self, Tensor other) -> Tensor."""
     return op.Sqrt(op.Add(op.Mul(self, self), op.Mul(other, other)))
 
 
 @onnx_op("aten::ldexp.Tensor")
-def aten_ldexp(self: ir.Value, other: ir.Value) -> Any:
+def aten_ldexp(self: ir.Value, other: ir.Value) -> ir.Value:
     """ldexp.Tensor(Tensor self, Tensor other) -> Tensor: self * 2**other."""
     x = to_compute(self)
     return to_result(op.Mul(x, op.Pow(const(2.0, x), op.CastLike(other, x))))
 
 
 @onnx_op("aten::frexp.Tensor")
-def aten_frexp(self: ir.Value) -> tuple[Any, Any]:
+def aten_frexp(self: ir.Value) -> tuple[ir.Value, ir.Value]:
     """frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent): |mantissa| in [0.5, 1)."""
     x = to_compute(self)
     magnitude = op.Abs(x)
@@ -132,7 +133,7 @@ def aten_frexp(self: ir.Value) -> tuple[Any, Any]:
 
 
 @onnx_op("aten::logit")
-def aten_logit(self: ir.Value, eps: float | None = None) -> Any:
+def aten_logit(self: ir.Value, eps: float | None = None) -> ir.Value:
     """logit(Tensor self, float? eps=None) -> Tensor: log(p / (1 - p))."""
     p = to_compute(self)
     if eps is not None:
@@ -142,7 +143,7 @@ def aten_logit(self: ir.Value, eps: float | None = None) -> Any:
 
 @onnx_op("aten::special_entr")
 @float_unary
-def aten_special_entr(x: Any) -> Any:
+def aten_special_entr(x: ir.Value) -> ir.Value:
     """special_entr(Tensor self): -x log x, 0 at 0, -inf below 0, NaN kept."""
     positive = op.Greater(x, const(0.0, x))
     safe = op.Where(positive, x, const(1.0, x))
@@ -160,7 +161,7 @@ def aten_special_entr(x: Any) -> Any:
 
 @onnx_op("aten::erfinv")
 @float_unary
-def aten_erfinv(y: Any) -> Any:
+def aten_erfinv(y: ir.Value) -> ir.Value:
     """erfinv(Tensor self): rational start, then two Newton steps (as ATen)."""
     y_abs = op.Abs(y)
     z = op.Mul(y, y)
@@ -249,7 +250,7 @@ _EXP_MINUS_2 = 0.13533528323661269189
 
 @onnx_op("aten::special_ndtri")
 @float_unary
-def aten_special_ndtri(p: Any) -> Any:
+def aten_special_ndtri(p: ir.Value) -> ir.Value:
     """special_ndtri(Tensor self): the inverse of the normal CDF (Cephes' three ranges)."""
     one = const(1.0, p)
     upper = op.Greater(p, const(1.0 - _EXP_MINUS_2, p))
@@ -278,7 +279,7 @@ def aten_special_ndtri(p: Any) -> Any:
     return op.Where(outside, const(_NAN, p), result)
 
 
-def _erfcx_nonnegative(x: Any) -> Any:
+def _erfcx_nonnegative(x: ir.Value) -> ir.Value:
     """exp(x^2) erfc(x) for x >= 0: a continued fraction from 1 on, erf below."""
     large = op.Max(x, const(1.0, x))
     tail = const(0.0, x)
@@ -290,7 +291,7 @@ def _erfcx_nonnegative(x: Any) -> Any:
     return op.Where(op.Less(x, const(1.0, x)), direct, fraction)
 
 
-def _erfcx(x: Any) -> Any:
+def _erfcx(x: ir.Value) -> ir.Value:
     positive = _erfcx_nonnegative(op.Abs(x))
     negative = op.Sub(op.Mul(const(2.0, x), op.Exp(op.Mul(x, x))), positive)
     result = op.Where(op.Less(x, const(0.0, x)), negative, positive)
@@ -299,14 +300,14 @@ def _erfcx(x: Any) -> Any:
 
 @onnx_op("aten::special_erfcx")
 @float_unary
-def aten_special_erfcx(x: Any) -> Any:
+def aten_special_erfcx(x: ir.Value) -> ir.Value:
     """special_erfcx(Tensor self): exp(x^2) erfc(x) without overflow."""
     return _erfcx(x)
 
 
 @onnx_op("aten::special_log_ndtr")
 @float_unary
-def aten_special_log_ndtr(x: Any) -> Any:
+def aten_special_log_ndtr(x: ir.Value) -> ir.Value:
     """special_log_ndtr(Tensor self): log of the normal CDF, stable in the lower tail."""
     t = op.Mul(x, const(1.0 / math.sqrt(2.0), x))
     lower = op.Sub(op.Log(op.Div(_erfcx(op.Neg(t)), const(2.0, x))), op.Mul(t, t))
@@ -320,28 +321,29 @@ def aten_special_log_ndtr(x: Any) -> Any:
 def _rounding(name: str) -> Callable[..., Any]:
     """floor/ceil/round/trunc: the identity on integers (ONNX's take floats only)."""
 
-    def rounding(self: ir.Value) -> Any:
+    def rounding(self: ir.Value) -> ir.Value:
         if self.dtype is not None and not is_float(self):
             return op.Identity(self)
-        return getattr(op, name)(self)
+        rounded: ir.Value = getattr(op, name)(self)
+        return rounded
 
     rounding.__name__ = f"aten_{name.lower()}"
     return rounding
 
 
 @onnx_op("aten::trunc")
-def aten_trunc(self: ir.Value) -> Any:
+def aten_trunc(self: ir.Value) -> ir.Value:
     """trunc(Tensor self) -> Tensor: toward zero; the identity on integers."""
     if self.dtype is not None and not is_float(self):
         return op.Identity(self)
     return op.Mul(op.Floor(op.Abs(self)), op.Sign(self))
 
 
-def _all_false(self: ir.Value) -> Any:
+def _all_false(self: ir.Value) -> ir.Value:
     return op.Expand(op.Constant(value=ir.tensor(False)), op.Shape(self))
 
 
-def _float32_for_isinf(self: ir.Value) -> Any:
+def _float32_for_isinf(self: ir.Value) -> ir.Value:
     """IsInf takes float and double only at opset 18: float16/bfloat16 go through float."""
     if self.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
         return op.Cast(self, to=int(ir.DataType.FLOAT))
@@ -349,19 +351,19 @@ def _float32_for_isinf(self: ir.Value) -> Any:
 
 
 @onnx_op("aten::isnan")
-def aten_isnan(self: ir.Value) -> Any:
+def aten_isnan(self: ir.Value) -> ir.Value:
     """isnan(Tensor self) -> Tensor: all false for integers and bools."""
     return op.IsNaN(self) if is_float(self) else _all_false(self)
 
 
 @onnx_op("aten::isinf")
-def aten_isinf(self: ir.Value) -> Any:
+def aten_isinf(self: ir.Value) -> ir.Value:
     """isinf(Tensor self) -> Tensor: all false for integers and bools."""
     return op.IsInf(_float32_for_isinf(self)) if is_float(self) else _all_false(self)
 
 
 @onnx_op("aten::isfinite")
-def aten_isfinite(self: ir.Value) -> Any:
+def aten_isfinite(self: ir.Value) -> ir.Value:
     """isfinite(Tensor self) -> Tensor: all true for integers and bools."""
     if not is_float(self):
         return op.Not(_all_false(self))
@@ -381,12 +383,12 @@ aten_fmin = onnx_op("aten::fmin")(_nan_aware("Min"))
 _EUCLID_STEPS = 93  # enough for any pair of int64 values (Fibonacci worst case)
 
 
-def _gcd(a: Any, b: Any) -> Any:
+def _gcd(a: ir.Value, b: ir.Value) -> ir.Value:
     from onnx_export.ops._common import loop
 
     zero = const(0, a)
 
-    def body(sub: Any, i: Any, x: Any, y: Any) -> list[Any]:
+    def body(sub: Opset, i: ir.Value, x: ir.Value, y: ir.Value) -> list[ir.Value]:
         nonzero = sub.Not(sub.Equal(y, zero))
         safe = sub.Where(nonzero, y, sub.CastLike(sub.Constant(value_int=1), y))
         return [sub.Where(nonzero, y, x), sub.Where(nonzero, sub.Mod(x, safe), y)]
@@ -396,14 +398,14 @@ def _gcd(a: Any, b: Any) -> Any:
 
 
 @onnx_op("aten::gcd")
-def aten_gcd(self: ir.Value, other: ir.Value) -> Any:
+def aten_gcd(self: ir.Value, other: ir.Value) -> ir.Value:
     """gcd(Tensor self, Tensor other) -> Tensor (non-negative, Euclid's algorithm)."""
     a, b = op.Add(self, op.Mul(other, const(0, other))), op.Add(other, op.Mul(self, const(0, self)))
     return _gcd(a, b)
 
 
 @onnx_op("aten::lcm")
-def aten_lcm(self: ir.Value, other: ir.Value) -> Any:
+def aten_lcm(self: ir.Value, other: ir.Value) -> ir.Value:
     """lcm(Tensor self, Tensor other) -> Tensor: |a / gcd(a, b) * b|, 0 when gcd is 0."""
     a, b = op.Add(self, op.Mul(other, const(0, other))), op.Add(other, op.Mul(self, const(0, self)))
     divisor = _gcd(a, b)
@@ -426,7 +428,7 @@ _FLOAT_LAYOUT = {
 
 
 @onnx_op("aten::nextafter")
-def aten_nextafter(self: ir.Value, other: ir.Value) -> Any:
+def aten_nextafter(self: ir.Value, other: ir.Value) -> ir.Value:
     """nextafter(Tensor self, Tensor other): the next representable float towards other.
 
     ONNX opset 18 has no bit casts, so the spacing is computed from the exponent: above

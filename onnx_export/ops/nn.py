@@ -18,10 +18,11 @@ from onnx_export.ops._common import (
     const,
     empty,
     ints,
+    known_rank,
     op,
     output_dtype,
-    rank,
-    static_dims,
+    static_shape,
+    unsupported,
 )
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.pool import expand_param
@@ -33,12 +34,20 @@ _FLOAT = ir.DataType.FLOAT
 
 
 def _channel_shape(x: ir.Value) -> list[int]:
-    r = rank(x)
-    assert r is not None and r >= 2, "batch norm needs an input of rank >= 2"
+    r = known_rank(x)
+    if r < 2:
+        raise unsupported("an input of rank >= 2 (batch, channels, ...)", f"rank {r}")
     return [1, -1] + [1] * (r - 2)
 
 
-def _normalize(x: Any, mean: Any, invstd: Any, weight: Any, bias: Any, shape: list[int]) -> Any:
+def _normalize(
+    x: ir.Value,
+    mean: ir.Value,
+    invstd: ir.Value,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    shape: list[int],
+) -> ir.Value:
     out = op.Mul(op.Sub(x, op.Reshape(mean, ints(shape))), op.Reshape(invstd, ints(shape)))
     if weight is not None:
         out = op.Mul(out, op.Reshape(op.CastLike(weight, out), ints(shape)))
@@ -47,7 +56,7 @@ def _normalize(x: Any, mean: Any, invstd: Any, weight: Any, bias: Any, shape: li
     return out
 
 
-def _batch_statistics(x: Any, r: int) -> tuple[Any, Any, Any]:
+def _batch_statistics(x: ir.Value, r: int) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Mean, biased variance and element count per channel (axis 1)."""
     axes = ints([0, *range(2, r)])
     mean = op.ReduceMean(x, axes, keepdims=0)
@@ -59,17 +68,16 @@ def _batch_statistics(x: Any, r: int) -> tuple[Any, Any, Any]:
 
 def _batch_norm(
     input: ir.Value,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    running_mean: ir.Value | None,
+    running_var: ir.Value | None,
     training: bool,
     momentum: float,
     eps: float,
-) -> tuple[Any, Any, Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value | None, ir.Value | None]:
     """(output, mean, invstd, new running mean, new running var), computed in float32+."""
-    r = rank(input)
-    assert r is not None
+    r = known_rank(input)
     shape = _channel_shape(input)
     x = (
         cast_to(input, _FLOAT)
@@ -107,7 +115,7 @@ def aten_batch_norm(
     momentum: float = 0.1,
     eps: float = 1e-5,
     cudnn_enabled: bool = True,
-) -> Any:
+) -> ir.Value:
     """batch_norm(Tensor input, Tensor? weight, ..., bool training, ...) -> Tensor.
 
     With running statistics in eval mode: ONNX ``BatchNormalization`` (which ONNX Runtime
@@ -119,8 +127,13 @@ def aten_batch_norm(
 
 
 def _inference_batch_norm(
-    x: ir.Value, weight: Any, bias: Any, mean: Any, var: Any, eps: float
-) -> Any:
+    x: ir.Value,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    mean: ir.Value | None,
+    var: ir.Value | None,
+    eps: float,
+) -> ir.Value:
     channels = op.Shape(x, start=1, end=2)
     scale = op.CastLike(weight, x) if weight is not None else op.Expand(const(1.0, x), channels)
     shift = op.CastLike(bias, x) if bias is not None else op.Expand(const(0.0, x), channels)
@@ -132,14 +145,14 @@ def _inference_batch_norm(
 @onnx_op("aten::native_batch_norm")
 def aten_native_batch_norm(
     input: ir.Value,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    running_mean: ir.Value | None,
+    running_var: ir.Value | None,
     training: bool,
     momentum: float,
     eps: float,
-) -> tuple[Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """native_batch_norm(...) -> (Tensor, Tensor save_mean, Tensor save_invstd)."""
     out, mean, invstd, _, _ = _batch_norm(
         input, weight, bias, running_mean, running_var, training, momentum, eps
@@ -152,14 +165,14 @@ def aten_native_batch_norm(
 @onnx_op("aten::_native_batch_norm_legit_functional")
 def aten_native_batch_norm_legit_functional(
     input: ir.Value,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    running_mean: ir.Value,
+    running_var: ir.Value,
     training: bool,
     momentum: float,
     eps: float,
-) -> tuple[Any, Any, Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
     """_native_batch_norm_legit_functional(...) -> (out, mean, rstd, running_mean, running_var)."""
     out, mean, invstd, new_mean, new_var = _batch_norm(
         input, weight, bias, running_mean, running_var, training, momentum, eps
@@ -170,15 +183,20 @@ def aten_native_batch_norm_legit_functional(
         out,
         cast_to(mean, output_dtype(1, None)),
         cast_to(invstd, output_dtype(2, None)),
-        cast_to(new_mean, output_dtype(3, None)),
-        cast_to(new_var, output_dtype(4, None)),
+        cast_to(running_mean if new_mean is None else new_mean, output_dtype(3, None)),
+        cast_to(running_var if new_var is None else new_var, output_dtype(4, None)),
     )
 
 
 @onnx_op("aten::_native_batch_norm_legit.no_stats")
 def aten_native_batch_norm_legit_no_stats(
-    input: ir.Value, weight: Any, bias: Any, training: bool, momentum: float, eps: float
-) -> tuple[Any, Any, Any]:
+    input: ir.Value,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """_native_batch_norm_legit.no_stats(...) -> (out, mean, rstd): batch statistics."""
     out, mean, invstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
     return out, cast_to(mean, output_dtype(1, None)), cast_to(invstd, output_dtype(2, None))
@@ -187,13 +205,13 @@ def aten_native_batch_norm_legit_no_stats(
 @onnx_op("aten::_batch_norm_with_update_functional")
 def aten_batch_norm_with_update_functional(
     input: ir.Value,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    weight: ir.Value | None,
+    bias: ir.Value | None,
+    running_mean: ir.Value,
+    running_var: ir.Value,
     momentum: float,
     eps: float,
-) -> tuple[Any, Any, Any, Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
     """_batch_norm_with_update_functional(...) -> (out, mean, rstd, reserve, rm, rv)."""
     out, mean, invstd, new_mean, new_var = _batch_norm(
         input, weight, bias, running_mean, running_var, True, momentum, eps
@@ -203,8 +221,8 @@ def aten_batch_norm_with_update_functional(
         cast_to(mean, output_dtype(1, None)),
         cast_to(invstd, output_dtype(2, None)),
         empty(output_dtype(3, ir.DataType.UINT8)),
-        cast_to(new_mean, output_dtype(4, None)),
-        cast_to(new_var, output_dtype(5, None)),
+        cast_to(running_mean if new_mean is None else new_mean, output_dtype(4, None)),
+        cast_to(running_var if new_var is None else new_var, output_dtype(5, None)),
     )
 
 
@@ -217,7 +235,7 @@ def aten_batch_norm_with_update_functional(
 # -- padding -----------------------------------------------------------------------------
 
 
-def _crop_negative(x: Any, pad: Sequence[int], r: int) -> tuple[Any, list[int]]:
+def _crop_negative(x: ir.Value, pad: Sequence[int], r: int) -> tuple[Any, list[int]]:
     """Slice away negative pads; return the rest as ONNX pads (begins, then ends)."""
     begins, ends = [0] * r, [0] * r
     starts, stops, axes = [], [], []
@@ -234,7 +252,7 @@ def _crop_negative(x: Any, pad: Sequence[int], r: int) -> tuple[Any, list[int]]:
     return x, begins + ends
 
 
-def _circular(x: Any, pad: Sequence[int], r: int) -> Any:
+def _circular(x: ir.Value, pad: Sequence[int], r: int) -> ir.Value:
     for i in range(len(pad) // 2):
         axis = r - 1 - i
         left, right = int(pad[2 * i]), int(pad[2 * i + 1])
@@ -253,7 +271,7 @@ def _circular(x: Any, pad: Sequence[int], r: int) -> Any:
     return x
 
 
-def _replicate(x: Any, pad: Sequence[int], r: int) -> Any:
+def _replicate(x: ir.Value, pad: Sequence[int], r: int) -> ir.Value:
     """Edge padding as a gather of clamped indices (negative pads crop, as in torch)."""
     for i in range(len(pad) // 2):
         axis = r - 1 - i
@@ -275,10 +293,9 @@ def _replicate(x: Any, pad: Sequence[int], r: int) -> Any:
 @onnx_op("aten::pad")
 def aten_pad(
     self: ir.Value, pad: Sequence[int], mode: str = "constant", value: float | None = None
-) -> Any:
+) -> ir.Value:
     """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor."""
-    r = rank(self)
-    assert r is not None, "pad needs the input's rank"
+    r = known_rank(self)
     if mode == "circular":
         return _circular(self, pad, r)
     if mode == "replicate":
@@ -302,7 +319,7 @@ def aten_upsample_linear1d_vec(
     output_size: Sequence[Any] | None,
     align_corners: bool,
     scale_factors: Sequence[float] | None,
-) -> Any:
+) -> ir.Value:
     """upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, ...)."""
     mode = "align_corners" if align_corners else "pytorch_half_pixel"
     if output_size:
@@ -319,7 +336,8 @@ def aten_upsample_linear1d_vec(
         return op.Resize(
             input, None, None, sizes, mode="linear", coordinate_transformation_mode=mode
         )
-    assert scale_factors, "upsample_linear1d needs output_size or scale_factors"
+    if not scale_factors:
+        raise unsupported("output_size or scale_factors", "neither", "pass one of them")
     scales = op.Constant(
         value=ir.tensor(np.array([1.0, 1.0, float(scale_factors[0])], dtype=np.float32))
     )
@@ -333,14 +351,13 @@ def aten_im2col(
     dilation: Sequence[int],
     padding: Sequence[int],
     stride: Sequence[int],
-) -> Any:
+) -> ir.Value:
     """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride).
 
     One strided slice per kernel position, stacked; the shapes are static (any batch size,
     zero included).
     """
-    dims = static_dims(self)
-    assert dims is not None, "im2col needs static shapes"
+    dims = static_shape(self)
     kh, kw = expand_param(kernel_size, 2, [])
     dh, dw = expand_param(dilation, 2, [1, 1])
     ph, pw = expand_param(padding, 2, [0, 0])

@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_export.ops._common import cast_to, const, loop, op
+from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import compute_dtype, to_result
 
@@ -25,25 +26,29 @@ _INT64 = ir.DataType.INT64
 Step = Callable[[Any, Any, Any, Any, Any], Any]
 
 
-def _chebyshev_step(sub: Any, k: Any, y: Any, prev: Any, cur: Any) -> Any:
+def _chebyshev_step(
+    sub: Opset, k: ir.Value, y: ir.Value, prev: ir.Value, cur: ir.Value
+) -> ir.Value:
     return sub.Sub(sub.Mul(sub.Add(y, y), cur), prev)
 
 
-def _hermite_step(sub: Any, k: Any, y: Any, prev: Any, cur: Any) -> Any:
+def _hermite_step(sub: Opset, k: ir.Value, y: ir.Value, prev: ir.Value, cur: ir.Value) -> ir.Value:
     return sub.Sub(sub.Mul(sub.Add(y, y), cur), sub.Mul(sub.Add(k, k), prev))
 
 
-def _hermite_e_step(sub: Any, k: Any, y: Any, prev: Any, cur: Any) -> Any:
+def _hermite_e_step(
+    sub: Opset, k: ir.Value, y: ir.Value, prev: ir.Value, cur: ir.Value
+) -> ir.Value:
     return sub.Sub(sub.Mul(y, cur), sub.Mul(k, prev))
 
 
-def _laguerre_step(sub: Any, k: Any, y: Any, prev: Any, cur: Any) -> Any:
+def _laguerre_step(sub: Opset, k: ir.Value, y: ir.Value, prev: ir.Value, cur: ir.Value) -> ir.Value:
     one = sub.CastLike(sub.Constant(value_float=1.0), y)
     factor = sub.Sub(sub.Add(sub.Add(k, k), one), y)
     return sub.Div(sub.Sub(sub.Mul(factor, cur), sub.Mul(k, prev)), sub.Add(k, one))
 
 
-def _legendre_step(sub: Any, k: Any, y: Any, prev: Any, cur: Any) -> Any:
+def _legendre_step(sub: Opset, k: ir.Value, y: ir.Value, prev: ir.Value, cur: ir.Value) -> ir.Value:
     one = sub.CastLike(sub.Constant(value_float=1.0), y)
     factor = sub.Mul(sub.Add(sub.Add(k, k), one), y)
     return sub.Div(sub.Sub(sub.Mul(factor, cur), sub.Mul(k, prev)), sub.Add(k, one))
@@ -59,12 +64,12 @@ class _Family:
     shifted: bool = False
 
 
-def _broadcast(x: Any, n: Any) -> tuple[Any, Any]:
+def _broadcast(x: ir.Value, n: ir.Value) -> tuple[ir.Value, ir.Value]:
     shape = op.Shape(op.Add(x, op.CastLike(n, x)))
     return op.Expand(x, shape), op.Expand(n, shape)
 
 
-def _recurrence(y: Any, degree: Any, family: _Family) -> Any:
+def _recurrence(y: ir.Value, degree: ir.Value, family: _Family) -> ir.Value:
     """p_degree(y) per element, by the family's recurrence."""
     one = const(1.0, y)
     first = family.first(y)
@@ -74,7 +79,9 @@ def _recurrence(y: Any, degree: Any, family: _Family) -> Any:
                    op.Constant(value_int=_MAX_DEGREE))  # fmt: skip
     start_prev = op.Expand(one, op.Shape(y))
 
-    def body(sub: Any, i: Any, prev: Any, cur: Any, best: Any) -> list[Any]:
+    def body(
+        sub: Opset, i: ir.Value, prev: ir.Value, cur: ir.Value, best: ir.Value
+    ) -> list[ir.Value]:
         k_int = sub.Add(i, sub.Constant(value_int=1))
         k = sub.CastLike(k_int, y)
         following = family.step(sub, k, y, prev, cur)
@@ -87,7 +94,7 @@ def _recurrence(y: Any, degree: Any, family: _Family) -> Any:
 
 
 def _polynomial(family: _Family, name: str) -> Callable[..., Any]:
-    def function(x: Any, n: Any) -> Any:
+    def function(x: ir.Value, n: ir.Value) -> ir.Value:
         like = x if isinstance(x, ir.Value) else n
         dtype = compute_dtype(like)
         if isinstance(x, ir.Value):
@@ -110,24 +117,24 @@ def _polynomial(family: _Family, name: str) -> Callable[..., Any]:
 # -- edge cases of each family -----------------------------------------------------------
 
 
-def _even(n: Any) -> Any:
+def _even(n: ir.Value) -> ir.Value:
     return op.Equal(op.Mod(n, op.Constant(value_int=2)), op.Constant(value_int=0))
 
 
-def _float(n: Any, like: Any) -> Any:
+def _float(n: ir.Value, like: ir.Value) -> ir.Value:
     return op.CastLike(n, like)
 
 
 def _at_ends(
-    x: Any,
-    y: Any,
-    n: Any,
-    at_one: Any,
-    at_minus_one_even: Any,
-    at_minus_one_odd: Any,
-    value: Any,
+    x: ir.Value,
+    y: ir.Value,
+    n: ir.Value,
+    at_one: ir.Value,
+    at_minus_one_even: ir.Value,
+    at_minus_one_odd: ir.Value,
+    value: ir.Value,
     shifted: bool,
-) -> Any:
+) -> ir.Value:
     """Values at y = 1 and y = -1 (x = 1 and x = 0 when shifted)."""
     if shifted:
         plus, minus = op.Equal(x, const(1.0, x)), op.Equal(x, const(0.0, x))
@@ -139,7 +146,9 @@ def _at_ends(
     return op.Where(plus, at_one, value)
 
 
-def _trig(y: Any, n: Any, threshold: int, form: Callable[[Any, Any], Any], value: Any) -> Any:
+def _trig(
+    y: ir.Value, n: ir.Value, threshold: int, form: Callable[[Any, Any], Any], value: ir.Value
+) -> ir.Value:
     inside = op.And(op.Greater(n, const(threshold, n)), op.Less(op.Abs(y), const(1.0, y)))
     angle = op.Acos(op.Clip(y, const(-1.0, y), const(1.0, y)))
     return op.Where(inside, form(angle, _float(n, y)), value)
@@ -150,7 +159,7 @@ def _chebyshev_edges(kind: str, shifted: bool) -> Callable[[Any, Any, Any, Any],
         {"t": 6, "u": 8, "v": 8, "w": 8} if not shifted else {"t": 6, "u": 6, "v": 6, "w": 4}
     )
 
-    def forms(angle: Any, nf: Any) -> Any:
+    def forms(angle: ir.Value, nf: ir.Value) -> ir.Value:
         half = const(0.5, nf)
         one = const(1.0, nf)
         if kind == "t":
@@ -161,7 +170,7 @@ def _chebyshev_edges(kind: str, shifted: bool) -> Callable[[Any, Any, Any, Any],
             return op.Div(op.Cos(op.Mul(op.Add(nf, half), angle)), op.Cos(op.Mul(angle, half)))
         return op.Div(op.Sin(op.Mul(op.Add(nf, half), angle)), op.Sin(op.Mul(angle, half)))
 
-    def edges(x: Any, y: Any, n: Any, value: Any) -> Any:
+    def edges(x: ir.Value, y: ir.Value, n: ir.Value, value: ir.Value) -> ir.Value:
         nf = _float(n, x)
         one = const(1.0, x)
         n1 = op.Add(nf, one)
@@ -179,7 +188,7 @@ def _chebyshev_edges(kind: str, shifted: bool) -> Callable[[Any, Any, Any, Any],
 
 
 def _chebyshev(kind: str, shifted: bool) -> _Family:
-    def first(y: Any) -> Any:
+    def first(y: ir.Value) -> ir.Value:
         if kind == "t":
             return op.Identity(y)
         twice = op.Add(y, y)
@@ -190,16 +199,16 @@ def _chebyshev(kind: str, shifted: bool) -> _Family:
     return _Family(first, _chebyshev_step, _chebyshev_edges(kind, shifted), shifted)
 
 
-def _hermite_edges(x: Any, y: Any, n: Any, value: Any) -> Any:
+def _hermite_edges(x: ir.Value, y: ir.Value, n: ir.Value, value: ir.Value) -> ir.Value:
     limit = 512 if x.dtype == ir.DataType.DOUBLE else 128
     return op.Where(op.Greater(n, const(limit, n)), const(float("nan"), x), value)
 
 
-def _laguerre_edges(x: Any, y: Any, n: Any, value: Any) -> Any:
+def _laguerre_edges(x: ir.Value, y: ir.Value, n: ir.Value, value: ir.Value) -> ir.Value:
     return op.Where(op.Equal(x, const(0.0, x)), const(1.0, x), value)
 
 
-def _legendre_edges(x: Any, y: Any, n: Any, value: Any) -> Any:
+def _legendre_edges(x: ir.Value, y: ir.Value, n: ir.Value, value: ir.Value) -> ir.Value:
     one = const(1.0, x)
     return _at_ends(x, y, n, one, one, op.Neg(one), value, False)
 

@@ -20,10 +20,13 @@ from onnx_export.ops._common import (
     fx_output_dtypes,
     ints,
     is_float,
+    known_dtype,
+    known_rank,
     op,
     rank,
     scan,
 )
+from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
 __all__ = ["count_before"]
@@ -43,19 +46,19 @@ def _axes(dim: int | Sequence[int] | None, x: ir.Value) -> list[int] | None:
 
 
 def _reduce(
-    name: str, x: Any, dim: int | Sequence[int] | None, keepdim: bool, source: ir.Value
-) -> Any:
+    name: str, x: ir.Value, dim: int | Sequence[int] | None, keepdim: bool, source: ir.Value
+) -> ir.Value:
     axes = _axes(dim, source)
     if axes == [] and rank(source) == 0:
         return op.Identity(x)
-    reducer = getattr(op, name)
+    reducer: Callable[..., ir.Value] = getattr(op, name)
     if axes is None:
         return reducer(x, keepdims=int(keepdim))
     return reducer(x, ints(axes), keepdims=int(keepdim))
 
 
 def _extremum(name: str) -> Callable[..., Any]:
-    def function(self: ir.Value, dim: Sequence[int] = (), keepdim: bool = False) -> Any:
+    def function(self: ir.Value, dim: Sequence[int] = (), keepdim: bool = False) -> ir.Value:
         x = self
         if self.dtype == ir.DataType.BOOL:
             x = op.Cast(self, to=int(ir.DataType.UINT8))
@@ -70,7 +73,7 @@ def _extremum(name: str) -> Callable[..., Any]:
 def _truth(kind: str) -> Callable[..., Any]:
     def function(
         self: ir.Value, dim: int | Sequence[int] | None = None, keepdim: bool = False
-    ) -> Any:
+    ) -> ir.Value:
         nonzero = op.Cast(op.Not(op.Equal(self, const(0, self))), to=int(ir.DataType.INT32))
         if self.dtype == ir.DataType.BOOL:
             nonzero = op.Cast(self, to=int(ir.DataType.INT32))
@@ -85,7 +88,7 @@ def _truth(kind: str) -> Callable[..., Any]:
 
 
 @onnx_op("aten::count_nonzero", "aten::count_nonzero.dim_IntList")
-def aten_count_nonzero(self: ir.Value, dim: int | Sequence[int] | None = None) -> Any:
+def aten_count_nonzero(self: ir.Value, dim: int | Sequence[int] | None = None) -> ir.Value:
     """count_nonzero(Tensor self, int? dim=None) -> Tensor (int64)."""
     if self.dtype == ir.DataType.BOOL:
         nonzero = op.Cast(self, to=int(_INT64))
@@ -99,35 +102,34 @@ def aten_count_nonzero(self: ir.Value, dim: int | Sequence[int] | None = None) -
 # -- scans -------------------------------------------------------------------------------
 
 
-def _slice_shape(x: ir.Value, axis: int) -> Any:
+def _slice_shape(x: ir.Value, axis: int) -> ir.Value:
     return op.Concat(op.Shape(x, start=0, end=axis), op.Shape(x, start=axis + 1), axis=0)
 
 
 @onnx_op("aten::cumprod")
-def aten_cumprod(self: ir.Value, dim: int, dtype: int | None = None) -> Any:
+def aten_cumprod(self: ir.Value, dim: int, dtype: int | None = None) -> ir.Value:
     """cumprod(Tensor self, int dim, *, ScalarType? dtype=None): an exact Scan of Mul."""
     out_dtypes = fx_output_dtypes()
     target = ir.DataType(dtype) if dtype is not None else (out_dtypes or [self.dtype])[0]
+    if target is None:
+        target = known_dtype(self)
     x = cast_to(self, target)
-    r = rank(self)
+    r = known_rank(self)
     if r == 0:
         return op.Identity(x)
-    assert r is not None, "cumprod needs the input's rank"
     axis = dim % r
     ones = op.Expand(const(1, x), _slice_shape(self, axis))
 
-    def body(sub: Any, state: Any, item: Any) -> list[Any]:
+    def body(sub: Opset, state: ir.Value, item: ir.Value) -> list[ir.Value]:
         product = sub.Mul(state, item)
         return [product, sub.Identity(product)]
 
-    assert target is not None
     return scan(body, [ones], [x], axis=axis, output_dtypes=[target])[1]
 
 
 def _cumulative_extremum(kind: str) -> Callable[..., Any]:
-    def function(self: ir.Value, dim: int) -> tuple[Any, Any]:
-        r = rank(self)
-        assert r is not None, f"cum{kind} needs the input's rank"
+    def function(self: ir.Value, dim: int) -> tuple[ir.Value, ir.Value]:
+        r = known_rank(self)
         if r == 0:
             return op.Identity(self), op.Constant(value_int=0)
         axis = dim % r
@@ -136,7 +138,9 @@ def _cumulative_extremum(kind: str) -> Callable[..., Any]:
         counter = op.Constant(value_int=0)
         floating = is_float(self)
 
-        def body(sub: Any, best: Any, best_index: Any, step: Any, item: Any) -> list[Any]:
+        def body(
+            sub: Opset, best: ir.Value, best_index: ir.Value, step: ir.Value, item: ir.Value
+        ) -> list[ir.Value]:
             compare = sub.GreaterOrEqual if kind == "max" else sub.LessOrEqual
             take = compare(item, best)
             if floating:
@@ -146,13 +150,13 @@ def _cumulative_extremum(kind: str) -> Callable[..., Any]:
             next_step = sub.Add(step, sub.Constant(value_int=1))
             return [value, index, next_step, sub.Identity(value), sub.Identity(index)]
 
-        assert self.dtype is not None
+        dtype = known_dtype(self)
         outputs = scan(
             body,
             [first, zeros, counter],
             [self],
             axis=axis,
-            output_dtypes=[self.dtype, _INT64],
+            output_dtypes=[dtype, _INT64],
         )
         return outputs[3], outputs[4]
 
@@ -164,7 +168,7 @@ def _cumulative_extremum(kind: str) -> Callable[..., Any]:
 # -- order statistics --------------------------------------------------------------------
 
 
-def _sorted_along(x: ir.Value, axis: int) -> tuple[Any, Any]:
+def _sorted_along(x: ir.Value, axis: int) -> tuple[ir.Value, ir.Value]:
     """Ascending values and indices along ``axis``; NaN sorts last (as +inf, then NaN)."""
     count = op.Reshape(op.Gather(op.Shape(x), op.Constant(value_int=axis)), ints([1]))
     key = x
@@ -174,7 +178,9 @@ def _sorted_along(x: ir.Value, axis: int) -> tuple[Any, Any]:
     return op.GatherElements(x, indices, axis=axis), indices
 
 
-def _pick(values: Any, indices: Any, position: Any, axis: int, keepdim: bool) -> tuple[Any, Any]:
+def _pick(
+    values: ir.Value, indices: ir.Value, position: ir.Value, axis: int, keepdim: bool
+) -> tuple[ir.Value, ir.Value]:
     value = op.GatherElements(values, position, axis=axis)
     index = op.GatherElements(indices, position, axis=axis)
     if not keepdim:
@@ -183,7 +189,9 @@ def _pick(values: Any, indices: Any, position: Any, axis: int, keepdim: bool) ->
     return value, index
 
 
-def _median(self: ir.Value, dim: int | None, keepdim: bool, ignore_nan: bool) -> tuple[Any, Any]:
+def _median(
+    self: ir.Value, dim: int | None, keepdim: bool, ignore_nan: bool
+) -> tuple[ir.Value, ir.Value]:
     x = self
     if dim is None:
         x = op.Reshape(self, ints([-1]))
@@ -217,31 +225,35 @@ def _median(self: ir.Value, dim: int | None, keepdim: bool, ignore_nan: bool) ->
 
 
 @onnx_op("aten::median")
-def aten_median(self: ir.Value) -> Any:
+def aten_median(self: ir.Value) -> ir.Value:
     """median(Tensor self): the lower median of all elements; NaN if any is NaN."""
     return _median(self, None, False, ignore_nan=False)[0]
 
 
 @onnx_op("aten::nanmedian")
-def aten_nanmedian(self: ir.Value) -> Any:
+def aten_nanmedian(self: ir.Value) -> ir.Value:
     """nanmedian(Tensor self): the lower median of the non-NaN elements."""
     return _median(self, None, False, ignore_nan=True)[0]
 
 
 @onnx_op("aten::median.dim")
-def aten_median_dim(self: ir.Value, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
+def aten_median_dim(self: ir.Value, dim: int, keepdim: bool = False) -> tuple[ir.Value, ir.Value]:
     """median.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)."""
     return _median(self, dim, keepdim, ignore_nan=False)
 
 
 @onnx_op("aten::nanmedian.dim")
-def aten_nanmedian_dim(self: ir.Value, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
+def aten_nanmedian_dim(
+    self: ir.Value, dim: int, keepdim: bool = False
+) -> tuple[ir.Value, ir.Value]:
     """nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)."""
     return _median(self, dim, keepdim, ignore_nan=True)
 
 
 @onnx_op("aten::kthvalue")
-def aten_kthvalue(self: ir.Value, k: Any, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
+def aten_kthvalue(
+    self: ir.Value, k: int | ir.Value, dim: int = -1, keepdim: bool = False
+) -> tuple[ir.Value, ir.Value]:
     """kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (values, indices)."""
     r = rank(self) or 0
     if r == 0:
@@ -263,7 +275,7 @@ def aten_kthvalue(self: ir.Value, k: Any, dim: int = -1, keepdim: bool = False) 
 # -- searching sorted sequences ----------------------------------------------------------
 
 
-def count_before(boundaries: Any, values: Any, right: bool, per_row: bool) -> Any:
+def count_before(boundaries: ir.Value, values: ir.Value, right: bool, per_row: bool) -> ir.Value:
     """How many boundaries lie before each value (``<``, or ``<=`` when ``right``)."""
     expanded = op.Unsqueeze(values, ints([-1]))
     sequence = op.Unsqueeze(boundaries, ints([-2])) if per_row else boundaries
@@ -278,12 +290,12 @@ def _index_dtype(out_int32: bool) -> ir.DataType:
 @onnx_op("aten::searchsorted.Tensor", "aten::searchsorted.Scalar")
 def aten_searchsorted(
     sorted_sequence: ir.Value,
-    self: Any,
+    self: ir.Value | float,
     out_int32: bool = False,
     right: bool = False,
     side: str | None = None,
     sorter: ir.Value | None = None,
-) -> Any:
+) -> ir.Value:
     """searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, ..., Tensor? sorter)."""
     sequence: Any = sorted_sequence
     if sorter is not None:
@@ -297,8 +309,8 @@ def aten_searchsorted(
 
 @onnx_op("aten::bucketize.Tensor", "aten::bucketize.Scalar")
 def aten_bucketize(
-    self: Any, boundaries: ir.Value, out_int32: bool = False, right: bool = False
-) -> Any:
+    self: ir.Value | float, boundaries: ir.Value, out_int32: bool = False, right: bool = False
+) -> ir.Value:
     """bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32, bool right)."""
     values = op.CastLike(self, boundaries)
     result = count_before(boundaries, values, right, per_row=False)
@@ -317,14 +329,13 @@ aten_cummin = onnx_op("aten::cummin")(_cumulative_extremum("min"))
 
 
 @onnx_op("aten::mode")
-def aten_mode(self: ir.Value, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
+def aten_mode(self: ir.Value, dim: int = -1, keepdim: bool = False) -> tuple[ir.Value, ir.Value]:
     """mode(Tensor self, int dim=-1, bool keepdim=False) -> (values, indices).
 
     The most frequent value (the smallest among ties) and its last position, by counting
     pairwise equalities along ``dim`` (quadratic in its size).
     """
-    r = rank(self)
-    assert r is not None, "mode needs the input's rank"
+    r = known_rank(self)
     if r == 0:
         return op.Identity(self), op.Constant(value_int=0)
     axis = dim % r
@@ -349,7 +360,7 @@ def aten_unique_consecutive(
     return_inverse: bool = False,
     return_counts: bool = False,
     dim: int | None = None,
-) -> tuple[Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """unique_consecutive(Tensor self, ..., int? dim=None) -> (values, inverse, counts).
 
     Flattened (``dim=None``): an element starts a run when it differs from the one before.

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, ints, is_float, op, rank
+from onnx_export.ops._common import (
+    const,
+    ints,
+    is_float,
+    known_dtype,
+    known_rank,
+    op,
+    rank,
+)
 from onnx_export.ops._registration import onnx_op
 
 _INT64 = ir.DataType.INT64
@@ -20,21 +28,20 @@ _ONNX_REDUCTION = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",
                    "amax": "max", "amin": "min", "mean": "add"}  # fmt: skip
 
 
-def _identity(reduce: str, like: ir.Value) -> Any:
+def _identity(reduce: str, like: ir.Value) -> float:
     if reduce in ("sum", "mean"):
         return 0
     if reduce == "prod":
         return 1
     if is_float(like):
         return float("-inf") if reduce == "amax" else float("inf")
-    info = np.iinfo(ir.DataType(like.dtype).numpy()) if like.dtype is not None else None
-    assert info is not None
+    info = np.iinfo(known_dtype(like).numpy())
     return int(info.min if reduce == "amax" else info.max)
 
 
 def _scatter_reduce(
-    self: ir.Value, dim: int, index: Any, src: Any, reduce: str, include_self: bool
-) -> Any:
+    self: ir.Value, dim: int, index: ir.Value, src: ir.Value, reduce: str, include_self: bool
+) -> ir.Value:
     base: Any = self
     if not include_self:
         fill = op.Expand(const(_identity(reduce, self), self), op.Shape(index))
@@ -53,22 +60,24 @@ def _scatter_reduce(
 
 @onnx_op("aten::scatter_reduce.two")
 def aten_scatter_reduce_two(
-    self: ir.Value, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
-) -> Any:
+    self: ir.Value, dim: int, index: ir.Value, src: ir.Value, reduce: str, include_self: bool = True
+) -> ir.Value:
     """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, ...)."""
     return _scatter_reduce(self, dim, index, src, reduce, include_self)
 
 
 @onnx_op("aten::scatter.reduce")
-def aten_scatter_reduce(self: ir.Value, dim: int, index: Any, src: Any, reduce: str) -> Any:
+def aten_scatter_reduce(
+    self: ir.Value, dim: int, index: ir.Value, src: ir.Value, reduce: str
+) -> ir.Value:
     """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce)."""
     return _scatter_reduce(self, dim, index, src, reduce, True)
 
 
 @onnx_op("aten::scatter.value_reduce")
 def aten_scatter_value_reduce(
-    self: ir.Value, dim: int, index: Any, value: float, reduce: str
-) -> Any:
+    self: ir.Value, dim: int, index: ir.Value, value: float, reduce: str
+) -> ir.Value:
     """scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce)."""
     src = op.Expand(const(value, self), op.Shape(index))
     return _scatter_reduce(self, dim, index, src, reduce, True)
@@ -82,10 +91,9 @@ def aten_index_reduce(
     source: ir.Value,
     reduce: str,
     include_self: bool = True,
-) -> Any:
+) -> ir.Value:
     """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, ...)."""
-    r = rank(self)
-    assert r is not None, "index_reduce needs the input's rank"
+    r = known_rank(self)
     if r == 0:  # one element: reduce as a 1-element vector
         vector = op.Reshape(self, ints([1]))
         updates = op.Reshape(source, ints([1]))
@@ -101,7 +109,9 @@ def aten_index_reduce(
 
 
 @onnx_op("aten::put")
-def aten_put(self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool = False) -> Any:
+def aten_put(
+    self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool = False
+) -> ir.Value:
     """put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor."""
     flat = op.Reshape(self, ints([-1]))
     positions = op.Reshape(index, ints([-1]))
@@ -114,7 +124,7 @@ def aten_put(self: ir.Value, index: ir.Value, source: ir.Value, accumulate: bool
 
 
 @onnx_op("transformers::grouped_mm_fallback")
-def transformers_grouped_mm_fallback(input: ir.Value, weight: ir.Value, offs: ir.Value) -> Any:
+def transformers_grouped_mm_fallback(input: ir.Value, weight: ir.Value, offs: ir.Value) -> ir.Value:
     """transformers::grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs).
 
     Mixture-of-experts matmul: rows of ``input`` (sorted by expert) up to ``offs[e]``
@@ -158,7 +168,7 @@ def aten_segment_reduce(
     axis: int = 0,
     unsafe: bool = False,
     initial: float | None = None,
-) -> Any:
+) -> ir.Value:
     """segment_reduce(Tensor data, str reduce, *, Tensor? lengths, ..., Tensor? offsets, ...).
 
     Consecutive segments along ``axis`` 0 (1-D lengths or offsets), reduced with a

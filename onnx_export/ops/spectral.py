@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import cast_to, const, empty, ints, op, output_dtype
+from onnx_export.ops._common import (
+    cast_to,
+    const,
+    empty,
+    ints,
+    op,
+    output_dtype,
+    static_size,
+)
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.linalg import _slice, _transpose, eye_like, matrix_size
 
@@ -23,14 +31,14 @@ _DOUBLE = ir.DataType.DOUBLE
 _SWEEPS = 8
 
 
-def _mask(array: np.ndarray) -> Any:
+def _mask(array: np.ndarray) -> ir.Value:
     return op.Constant(value=ir.tensor(np.asarray(array, dtype=bool)))
 
 
 # -- Householder QR ----------------------------------------------------------------------
 
 
-def _householder(a: Any) -> tuple[Any, list[Any], list[Any]]:
+def _householder(a: ir.Value) -> tuple[Any, list[ir.Value], list[ir.Value]]:
     """(R with the reflectors' tails below it, the reflectors v_j, the factors tau_j)."""
     m, n = matrix_size(a)
     rows = np.arange(m).reshape(-1, 1)
@@ -63,7 +71,9 @@ def _householder(a: Any) -> tuple[Any, list[Any], list[Any]]:
     return a, vectors, taus
 
 
-def _apply_reflectors(q: Any, vectors: Sequence[Any], taus: Sequence[Any], reverse: bool) -> Any:
+def _apply_reflectors(
+    q: ir.Value, vectors: Sequence[Any], taus: Sequence[Any], reverse: bool
+) -> ir.Value:
     """H_0 H_1 ... H_{k-1} Q (``reverse``) or H_{k-1} ... H_0 Q."""
     order = list(zip(vectors, taus, strict=True))
     for v, tau in reversed(order) if reverse else order:
@@ -71,11 +81,10 @@ def _apply_reflectors(q: Any, vectors: Sequence[Any], taus: Sequence[Any], rever
     return q
 
 
-def _reflectors_from(compact: Any, tau: Any) -> tuple[list[Any], list[Any]]:
+def _reflectors_from(compact: ir.Value, tau: ir.Value) -> tuple[list[ir.Value], list[ir.Value]]:
     """The v_j (implicit unit diagonal) and tau_j stored LAPACK-style."""
     m = matrix_size(compact)[0]
-    k = (tau.shape or [0])[-1]
-    assert isinstance(k, int), "Householder products need a static number of reflectors"
+    k = static_size((tau.shape or [None])[-1], "number of Householder reflectors")
     rows = np.arange(m).reshape(-1, 1)
     vectors, taus = [], []
     for j in range(k):
@@ -90,12 +99,12 @@ def _reflectors_from(compact: Any, tau: Any) -> tuple[list[Any], list[Any]]:
     return vectors, taus
 
 
-def _identity_batch(a: Any, size: tuple[int, int]) -> Any:
+def _identity_batch(a: ir.Value, size: tuple[int, int]) -> ir.Value:
     return op.Add(eye_like(size, a), op.Mul(_slice(_slice(a, 0, 1, -1), 0, 1, -2), const(0.0, a)))
 
 
 @onnx_op("aten::linalg_qr")
-def aten_linalg_qr(A: ir.Value, mode: str = "reduced") -> tuple[Any, Any]:
+def aten_linalg_qr(A: ir.Value, mode: str = "reduced") -> tuple[ir.Value, ir.Value]:
     """linalg_qr(Tensor A, str mode="reduced") -> (Q, R)."""
     m, n = matrix_size(A)
     k = min(m, n)
@@ -110,14 +119,14 @@ def aten_linalg_qr(A: ir.Value, mode: str = "reduced") -> tuple[Any, Any]:
 
 
 @onnx_op("aten::geqrf")
-def aten_geqrf(self: ir.Value) -> tuple[Any, Any]:
+def aten_geqrf(self: ir.Value) -> tuple[ir.Value, ir.Value]:
     """geqrf(Tensor self) -> (Tensor a, Tensor tau): LAPACK's compact QR."""
     compact, _, taus = _householder(self)
     return compact, op.Squeeze(op.Concat(*taus, axis=-1), ints([-2]))
 
 
 @onnx_op("aten::linalg_householder_product")
-def aten_linalg_householder_product(input: ir.Value, tau: ir.Value) -> Any:
+def aten_linalg_householder_product(input: ir.Value, tau: ir.Value) -> ir.Value:
     """linalg_householder_product(Tensor input, Tensor tau): the first n columns of Q."""
     m, n = matrix_size(input)
     vectors, taus = _reflectors_from(input, tau)
@@ -128,7 +137,7 @@ def aten_linalg_householder_product(input: ir.Value, tau: ir.Value) -> Any:
 @onnx_op("aten::ormqr")
 def aten_ormqr(
     self: ir.Value, input2: ir.Value, input3: ir.Value, left: bool = True, transpose: bool = False
-) -> Any:
+) -> ir.Value:
     """ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False)."""
     m = matrix_size(self)[0]
     vectors, taus = _reflectors_from(self, input2)
@@ -141,7 +150,7 @@ def aten_ormqr(
 # -- Jacobi rotations --------------------------------------------------------------------
 
 
-def _rotation(c: Any, s: Any, p: int, q: int, n: int) -> Any:
+def _rotation(c: ir.Value, s: ir.Value, p: int, q: int, n: int) -> ir.Value:
     """The batched n x n rotation J with c at (p, p), (q, q), s at (p, q), -s at (q, p)."""
     diagonal = np.zeros([n, n])
     diagonal[p, p] = diagonal[q, q] = 1.0
@@ -161,7 +170,7 @@ def _rotation(c: Any, s: Any, p: int, q: int, n: int) -> Any:
     return op.Add(rotation, op.Mul(s, skew))
 
 
-def _angle(numerator: Any, off: Any) -> tuple[Any, Any]:
+def _angle(numerator: ir.Value, off: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(c, s) of the rotation zeroing an off-diagonal ``off`` with ``numerator`` = (b - a) / 2."""
     zero = const(0.0, off)
     one = const(1.0, off)
@@ -175,11 +184,11 @@ def _angle(numerator: Any, off: Any) -> tuple[Any, Any]:
     return c, op.Mul(c, t)
 
 
-def _element(a: Any, i: int, j: int) -> Any:
+def _element(a: ir.Value, i: int, j: int) -> ir.Value:
     return _slice(_slice(a, i, i + 1, -2), j, j + 1, -1)
 
 
-def _symmetric_eigen(a: Any) -> tuple[Any, Any]:
+def _symmetric_eigen(a: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(eigenvalues unsorted [..., n], eigenvectors as columns) of symmetric A (float64)."""
     n = matrix_size(a)[0]
     vectors = _identity_batch(a, (n, n))
@@ -195,7 +204,7 @@ def _symmetric_eigen(a: Any) -> tuple[Any, Any]:
     return values, vectors
 
 
-def _one_sided(b: Any) -> tuple[Any, Any, Any]:
+def _one_sided(b: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Hestenes' one-sided Jacobi on B (m >= n): (rotated B = U diag(s), V, s unsorted)."""
     n = matrix_size(b)[1]
     v = _identity_batch(b, (n, n))
@@ -214,14 +223,16 @@ def _one_sided(b: Any) -> tuple[Any, Any, Any]:
     return b, v, singular
 
 
-def _sorted_columns(values: Any, columns: Any, n: int, descending: bool) -> tuple[Any, Any]:
+def _sorted_columns(
+    values: ir.Value, columns: ir.Value, n: int, descending: bool
+) -> tuple[ir.Value, ir.Value]:
     """``values`` sorted along the last axis and ``columns``' columns in the same order."""
     ordered, order = op.TopK(values, ints([n]), axis=-1, largest=int(descending), sorted=1)
     index = op.Expand(op.Unsqueeze(order, ints([-2])), op.Shape(columns))
     return ordered, op.GatherElements(columns, index, axis=-1)
 
 
-def _svd(a: Any) -> tuple[Any, Any, Any]:
+def _svd(a: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     """(U, S descending, V) of A (float64), reduced: U is m x k, V is n x k."""
     m, n = matrix_size(a)
     flipped = m < n
@@ -243,14 +254,14 @@ def _svd(a: Any) -> tuple[Any, Any, Any]:
 @onnx_op("aten::_linalg_svd")
 def aten_linalg_svd(
     A: ir.Value, full_matrices: bool = False, compute_uv: bool = True, driver: str | None = None
-) -> tuple[Any, Any, Any]:
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     """_linalg_svd(Tensor A, ...) -> (U, S, Vh); the vectors' signs may differ from LAPACK's."""
     m, n = matrix_size(A)
     if m == 0 and n == 0:  # nothing to decompose
-        empty = op.ReduceSum(A, ints([-1]), keepdims=0)
+        no_values = op.ReduceSum(A, ints([-1]), keepdims=0)
         if not compute_uv:
-            return empty(output_dtype(0, A.dtype)), empty, empty(output_dtype(2, A.dtype))
-        return op.Identity(A), empty, op.Identity(A)
+            return empty(output_dtype(0, A.dtype)), no_values, empty(output_dtype(2, A.dtype))
+        return op.Identity(A), no_values, op.Identity(A)
     if compute_uv and full_matrices and m != n:
         raise NotImplementedError("full_matrices=True for non-square matrices")
     u, values, v = _svd(cast_to(A, _DOUBLE))
@@ -260,7 +271,7 @@ def aten_linalg_svd(
     return cast_to(u, A.dtype), values, cast_to(_transpose(v), A.dtype)
 
 
-def _symmetrized(a: Any, uplo: str) -> Any:
+def _symmetrized(a: ir.Value, uplo: str) -> ir.Value:
     lower = uplo.upper() == "L"
     triangle = op.Trilu(a, upper=0) if lower else op.Trilu(a, upper=1)
     strict = op.Trilu(a, op.Constant(value_int=-1 if lower else 1), upper=0 if lower else 1)
@@ -268,7 +279,9 @@ def _symmetrized(a: Any, uplo: str) -> Any:
 
 
 @onnx_op("aten::_linalg_eigh")
-def aten_linalg_eigh(A: ir.Value, UPLO: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
+def aten_linalg_eigh(
+    A: ir.Value, UPLO: str = "L", compute_v: bool = True
+) -> tuple[ir.Value, ir.Value]:
     """_linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (values, vectors).
 
     Eigenvalues ascending; the eigenvectors' signs may differ from LAPACK's.
@@ -282,7 +295,13 @@ def aten_linalg_eigh(A: ir.Value, UPLO: str = "L", compute_v: bool = True) -> tu
     return values, cast_to(vectors, A.dtype)
 
 
-def _tolerance(largest: Any, atol: Any, rtol: Any, eps: float, size: int) -> Any:
+def _tolerance(
+    largest: ir.Value,
+    atol: ir.Value | float | None,
+    rtol: ir.Value | float | None,
+    eps: float,
+    size: int,
+) -> ir.Value:
     """max(atol, rtol * largest), torch's defaults when unset."""
     zero = const(0.0, largest)
     atol_value = op.CastLike(atol, largest) if atol is not None else zero
@@ -302,7 +321,7 @@ def _eps(dtype: ir.DataType | None) -> float:
 @onnx_op("aten::linalg_pinv.atol_rtol_tensor")
 def aten_linalg_pinv(
     self: ir.Value, atol: Any = None, rtol: Any = None, hermitian: bool = False
-) -> Any:
+) -> ir.Value:
     """linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol, Tensor? rtol, bool hermitian)."""
     m, n = matrix_size(self)
     a = cast_to(self, _DOUBLE)
@@ -332,7 +351,7 @@ def aten_linalg_pinv(
 @onnx_op("aten::linalg_matrix_rank.atol_rtol_tensor")
 def aten_linalg_matrix_rank(
     input: ir.Value, atol: Any = None, rtol: Any = None, hermitian: bool = False
-) -> Any:
+) -> ir.Value:
     """linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol, ...) -> Tensor."""
     m, n = matrix_size(input)
     a = cast_to(input, _DOUBLE)

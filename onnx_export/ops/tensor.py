@@ -17,10 +17,13 @@ from onnx_export.ops._common import (
     cast_to,
     const,
     ints,
+    known_rank,
+    known_shape,
     op,
     output_dtype,
     rank,
-    static_dims,
+    static_shape,
+    static_size,
 )
 from onnx_export.ops._registration import onnx_op
 
@@ -43,7 +46,7 @@ def aten_to_copy(
     pin_memory: bool | None = None,
     non_blocking: bool = False,
     memory_format: str | None = None,
-) -> Any:
+) -> ir.Value:
     """_to_copy(Tensor self, *, ScalarType? dtype=None, ...): complex targets as real views."""
     if dtype is None:
         return op.Identity(self)
@@ -56,11 +59,10 @@ def aten_to_copy(
 
 
 def _atleast(minimum: int) -> Callable[..., Any]:
-    def function(tensors: Sequence[ir.Value]) -> list[Any]:
+    def function(tensors: Sequence[ir.Value]) -> list[ir.Value]:
         results = []
         for x in tensors:
-            r = rank(x)
-            assert r is not None, f"atleast_{minimum}d needs each input's rank"
+            r = known_rank(x, "each input")
             if r >= minimum:
                 results.append(op.Identity(x))
             elif r == 0:
@@ -78,12 +80,14 @@ def _atleast(minimum: int) -> Callable[..., Any]:
     return function
 
 
-def _as_scalar_tensor(value: Any) -> Any:
+def _as_scalar_tensor(value: int | ir.Value) -> ir.Value:
     return op.Reshape(value, ints([1])) if isinstance(value, ir.Value) else ints([int(value)])
 
 
 @onnx_op("aten::narrow_copy")
-def aten_narrow_copy(self: ir.Value, dim: int, start: Any, length: Any) -> Any:
+def aten_narrow_copy(
+    self: ir.Value, dim: int, start: int | ir.Value, length: int | ir.Value
+) -> ir.Value:
     """narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor."""
     begin = _as_scalar_tensor(start)
     end = op.Add(begin, _as_scalar_tensor(length))
@@ -91,30 +95,26 @@ def aten_narrow_copy(self: ir.Value, dim: int, start: Any, length: Any) -> Any:
 
 
 @onnx_op("aten::permute_copy")
-def aten_permute_copy(self: ir.Value, dims: Sequence[int]) -> Any:
+def aten_permute_copy(self: ir.Value, dims: Sequence[int]) -> ir.Value:
     """permute_copy(Tensor self, int[] dims) -> Tensor."""
     r = rank(self) or len(dims)
     return op.Transpose(self, perm=[d % r for d in dims]) if r else op.Identity(self)
 
 
 @onnx_op("aten::unbind_copy.int")
-def aten_unbind_copy(self: ir.Value, dim: int = 0) -> list[Any]:
+def aten_unbind_copy(self: ir.Value, dim: int = 0) -> list[ir.Value]:
     """unbind_copy.int(Tensor self, int dim=0) -> Tensor[] (the size along dim is static)."""
-    dims = self.shape
-    size = dims[dim] if dims is not None else None
-    assert isinstance(size, int), "unbind_copy needs a static size"
-    count = size
+    count = static_size(known_shape(self)[dim], f"size of dimension {dim}")
     return [op.Gather(self, op.Constant(value_int=i), axis=dim) for i in range(count)]
 
 
 @onnx_op("aten::squeeze.dims")
-def aten_squeeze_dims(self: ir.Value, dim: Sequence[int]) -> Any:
+def aten_squeeze_dims(self: ir.Value, dim: Sequence[int]) -> ir.Value:
     """squeeze.dims(Tensor self, int[] dim): squeezes those of ``dim`` whose size is 1."""
     r = rank(self)
     if not r:
         return op.Identity(self)
-    dims = self.shape
-    assert dims is not None
+    dims = known_shape(self)
     axes = sorted({d % r for d in dim if dims[d % r] == 1})
     return op.Squeeze(self, ints(axes)) if axes else op.Identity(self)
 
@@ -131,7 +131,7 @@ def _strided_indices(size: Sequence[int], stride: Sequence[int], offset: int) ->
 @onnx_op("aten::as_strided_copy")
 def aten_as_strided_copy(
     self: ir.Value, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None
-) -> Any:
+) -> ir.Value:
     """as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset)."""
     index = _strided_indices(size, stride, storage_offset or 0)
     flat = op.Reshape(self, ints([-1]))
@@ -145,7 +145,7 @@ def aten_as_strided_scatter(
     size: Sequence[int],
     stride: Sequence[int],
     storage_offset: int | None = None,
-) -> Any:
+) -> ir.Value:
     """as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, ...)."""
     index = _strided_indices(size, stride, storage_offset or 0).reshape(-1)
     flat = op.Reshape(self, ints([-1]))
@@ -157,10 +157,9 @@ def aten_as_strided_scatter(
 @onnx_op("aten::diagonal_scatter")
 def aten_diagonal_scatter(
     self: ir.Value, src: ir.Value, offset: int = 0, dim1: int = 0, dim2: int = 1
-) -> Any:
+) -> ir.Value:
     """diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1)."""
-    dims = static_dims(self)
-    assert dims is not None, "diagonal_scatter needs static shapes"
+    dims = static_shape(self)
     r = len(dims)
     d1, d2 = dim1 % r, dim2 % r
     rest = [d for d in range(r) if d not in (d1, d2)]
@@ -181,7 +180,7 @@ def aten_diagonal_scatter(
 
 
 @onnx_op("aten::masked_select")
-def aten_masked_select(self: ir.Value, mask: ir.Value) -> Any:
+def aten_masked_select(self: ir.Value, mask: ir.Value) -> ir.Value:
     """masked_select(Tensor self, Tensor mask) -> Tensor (1-D)."""
     values = op.Where(mask, self, self)  # self broadcast against mask
     full_mask = op.Expand(mask, op.Shape(values))
@@ -189,7 +188,7 @@ def aten_masked_select(self: ir.Value, mask: ir.Value) -> Any:
 
 
 @onnx_op("aten::nonzero")
-def aten_nonzero(self: ir.Value) -> Any:
+def aten_nonzero(self: ir.Value) -> ir.Value:
     """nonzero(Tensor self) -> Tensor: (count, rank) indices, (count, 0) for 0-d."""
     if rank(self) == 0:
         count = op.Cast(op.Not(op.Equal(self, const(0, self))), to=int(_INT64))
@@ -199,10 +198,9 @@ def aten_nonzero(self: ir.Value) -> Any:
 
 
 @onnx_op("aten::nonzero_static")
-def aten_nonzero_static(self: ir.Value, size: Any, fill_value: int = -1) -> Any:
+def aten_nonzero_static(self: ir.Value, size: int, fill_value: int = -1) -> ir.Value:
     """nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor."""
-    r = rank(self)
-    assert r is not None, "nonzero_static needs the input's rank"
+    r = known_rank(self)
     rows = _as_scalar_tensor(size)
     if r == 0:
         return op.ConstantOfShape(
@@ -221,7 +219,7 @@ def aten_nonzero_static(self: ir.Value, size: Any, fill_value: int = -1) -> Any:
 # -- distances ---------------------------------------------------------------------------
 
 
-def _p_norm(difference: Any, p: float, axes: Sequence[int] | None, keepdim: bool) -> Any:
+def _p_norm(difference: ir.Value, p: float, axes: Sequence[int] | None, keepdim: bool) -> ir.Value:
     magnitude = op.Abs(difference)
     axes_value = [ints(axes)] if axes is not None else []
     keep = int(keepdim)
@@ -240,20 +238,20 @@ def _p_norm(difference: Any, p: float, axes: Sequence[int] | None, keepdim: bool
 
 
 @onnx_op("aten::dist")
-def aten_dist(self: ir.Value, other: ir.Value, p: float = 2) -> Any:
+def aten_dist(self: ir.Value, other: ir.Value, p: float = 2) -> ir.Value:
     """dist(Tensor self, Tensor other, Scalar p=2): the p-norm of self - other."""
     return _p_norm(op.Sub(self, other), float(p), None, False)
 
 
 @onnx_op("aten::_cdist_forward")
-def aten_cdist_forward(x1: ir.Value, x2: ir.Value, p: float, compute_mode: int | None) -> Any:
+def aten_cdist_forward(x1: ir.Value, x2: ir.Value, p: float, compute_mode: int | None) -> ir.Value:
     """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor."""
     difference = op.Sub(op.Unsqueeze(x1, ints([-2])), op.Unsqueeze(x2, ints([-3])))
     return _p_norm(difference, float(p), [-1], False)
 
 
 @onnx_op("aten::_pdist_forward")
-def aten_pdist_forward(self: ir.Value, p: float = 2.0) -> Any:
+def aten_pdist_forward(self: ir.Value, p: float = 2.0) -> ir.Value:
     """_pdist_forward(Tensor self, float p=2.): distances of rows i < j, row-major."""
     full = aten_cdist_forward(self, self, p, None)
     n = op.Shape(self, start=0, end=1)
@@ -269,7 +267,7 @@ def aten_pdist_forward(self: ir.Value, p: float = 2.0) -> Any:
 
 
 def _triangle_indices(upper: bool) -> Callable[..., Any]:
-    def function(row: int, col: int, offset: int = 0, **_: Any) -> Any:
+    def function(row: int, col: int, offset: int = 0, **_: ir.Value) -> ir.Value:
         pick = np.triu_indices if upper else np.tril_indices
         found = np.stack(pick(int(row), int(offset), int(col))).astype(np.int64)
         result = op.Constant(value=ir.tensor(found.reshape(2, -1)))
@@ -282,10 +280,11 @@ def _triangle_indices(upper: bool) -> Callable[..., Any]:
 
 
 @onnx_op("aten::empty_permuted")
-def aten_empty_permuted(size: Sequence[Any], physical_layout: Sequence[int], **_: Any) -> Any:
+def aten_empty_permuted(
+    size: Sequence[Any], physical_layout: Sequence[int], **_: ir.Value
+) -> ir.Value:
     """empty_permuted(SymInt[] size, int[] physical_layout, ...): zeros (contents unspecified)."""
     dtype = output_dtype(0, ir.DataType.FLOAT)
-    assert dtype is not None
     shape = size if size else ints([])
     return op.ConstantOfShape(shape, value=ir.tensor([0], dtype=dtype))
 
@@ -293,12 +292,14 @@ def aten_empty_permuted(size: Sequence[Any], physical_layout: Sequence[int], **_
 # -- random sampling ---------------------------------------------------------------------
 
 
-def _uniform(self: ir.Value, low: float = 0.0, high: float = 1.0) -> Any:
+def _uniform(self: ir.Value, low: float = 0.0, high: float = 1.0) -> ir.Value:
     return op.RandomUniformLike(self, low=float(low), high=float(high))
 
 
 @onnx_op("aten::uniform")
-def aten_uniform(self: ir.Value, from_: float = 0.0, to: float = 1.0, generator: Any = None) -> Any:
+def aten_uniform(
+    self: ir.Value, from_: float = 0.0, to: float = 1.0, generator: Any = None
+) -> ir.Value:
     """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None)."""
     return _uniform(self, from_, to)
 
@@ -306,21 +307,21 @@ def aten_uniform(self: ir.Value, from_: float = 0.0, to: float = 1.0, generator:
 @onnx_op("aten::cauchy")
 def aten_cauchy(
     self: ir.Value, median: float = 0.0, sigma: float = 1.0, generator: Any = None
-) -> Any:
+) -> ir.Value:
     """cauchy(Tensor self, float median=0., float sigma=1., *, Generator? generator=None)."""
     angle = op.Mul(op.Sub(_uniform(self), const(0.5, self)), const(math.pi, self))
     return op.Add(const(median, self), op.Mul(const(sigma, self), op.Tan(angle)))
 
 
 @onnx_op("aten::exponential")
-def aten_exponential(self: ir.Value, lambd: float = 1.0, generator: Any = None) -> Any:
+def aten_exponential(self: ir.Value, lambd: float = 1.0, generator: Any = None) -> ir.Value:
     """exponential(Tensor self, float lambd=1., *, Generator? generator=None)."""
     survival = op.Sub(const(1.0, self), _uniform(self))
     return op.Div(op.Neg(op.Log(survival)), const(lambd, self))
 
 
 @onnx_op("aten::geometric")
-def aten_geometric(self: ir.Value, p: float, generator: Any = None) -> Any:
+def aten_geometric(self: ir.Value, p: float, generator: Any = None) -> ir.Value:
     """geometric(Tensor self, float p, *, Generator? generator=None): trials to success."""
     survival = op.Sub(const(1.0, self), _uniform(self))
     return op.Ceil(op.Div(op.Log(survival), const(math.log1p(-p), self)))
@@ -329,7 +330,7 @@ def aten_geometric(self: ir.Value, p: float, generator: Any = None) -> Any:
 @onnx_op("aten::log_normal")
 def aten_log_normal(
     self: ir.Value, mean: float = 1.0, std: float = 2.0, generator: Any = None
-) -> Any:
+) -> ir.Value:
     """log_normal(Tensor self, float mean=1., float std=2., *, Generator? generator=None)."""
     return op.Exp(op.RandomNormalLike(self, mean=float(mean), scale=float(std)))
 
@@ -342,7 +343,7 @@ def aten_rrelu_with_noise_functional(
     upper: float = 1.0 / 3.0,
     training: bool = False,
     generator: Any = None,
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """rrelu_with_noise_functional(Tensor self, Tensor noise, ...) -> (Tensor, Tensor noise_out)."""
     negative = op.Less(self, const(0.0, self))
     if training:
