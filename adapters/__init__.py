@@ -28,6 +28,8 @@ from ._errors import (
     InputShapeError,
     InputStructureError,
     LeafCountError,
+    MissingKernelError,
+    ModelNotFoundError,
     UnsupportedValueError,
 )
 from ._keys import tree_flatten
@@ -79,4 +81,6 @@ __all__ = [
     "InputDtypeError",
     "InputShapeError",
     "ConstantMismatchError",
+    "ModelNotFoundError",
+    "MissingKernelError",
 ]

@@ -10,6 +10,8 @@ against plain Python conventions keeps working.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "AdapterError",
     "AdapterSpecError",
@@ -21,6 +23,8 @@ __all__ = [
     "InputDtypeError",
     "InputShapeError",
     "ConstantMismatchError",
+    "ModelNotFoundError",
+    "MissingKernelError",
 ]
 
 
@@ -139,3 +143,44 @@ class ConstantMismatchError(InputError):
         >>> str(ConstantMismatchError("scale: expected 2.0, got 3.0"))
         'scale: expected 2.0, got 3.0'
     """
+
+
+class ModelNotFoundError(AdapterError, FileNotFoundError):
+    """The model file to load does not exist; the message and ``filename`` name the path.
+
+    It is a ``FileNotFoundError`` too, like the error ``open`` raises.
+
+    Example:
+        >>> from onnx_export.adapters import load
+        >>> try:
+        ...     load("no/such/model.onnx")
+        ... except FileNotFoundError as e:
+        ...     print(type(e).__name__, e.filename)
+        ModelNotFoundError no/such/model.onnx
+    """
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(errno.ENOENT, message, path)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class MissingKernelError(AdapterError, NotImplementedError):
+    """ONNX Runtime has no kernel for an op of the model with its dtype on these providers.
+
+    Typical case: a bfloat16 model on the CPU provider, which lacks bfloat16 ``Gemm``,
+    ``Mul`` and most other ops. The message names the dtype, the op and the ways out
+    (``upcast=["bfloat16"]``, CUDA, a float32 export).
+
+    Attributes:
+        dtype: The dtype of the op's inputs (``"bfloat16"``...), or ``""`` if not known.
+
+    Example:
+        >>> issubclass(MissingKernelError, NotImplementedError)
+        True
+    """
+
+    def __init__(self, message: str, dtype: str = "") -> None:
+        super().__init__(message)
+        self.dtype = dtype

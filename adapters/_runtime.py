@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 
 from ._build import flat_input_names, flat_output_names
+from ._dtypes import ORT_TYPES
 from ._errors import InputStructureError
 from ._iobinding import CudaIOBinding
 from ._ortvalues import OrtValueRunner, needs_ortvalues
 from ._pipeline import InputAdapter, OutputAdapter
-from ._session_checks import check_spec_fits_session, read_spec, resolve_providers
-from ._spec import AdapterSpec
+from ._session_checks import check_spec_fits_session, open_session, read_spec, resolve_providers
+from ._spec import AdapterSpec, TensorSpec
 from ._torch import torch_module
 from ._torch_convert import numpy_to_torch, torch_to_numpy
 
@@ -45,8 +46,17 @@ class OnnxModule:
         allowed_classes: Classes that outputs may be rebuilt as (namedtuples, dataclasses,
             ``ModelOutput`` subclasses), matched by ``module.qualname``; others come back as
             ``dict``. Nothing is ever imported from a name in the file.
+        upcast: Narrow float dtypes to compute in float32 instead: ``["bfloat16"]``,
+            ``["float16"]`` or both. ONNX Runtime's CPU provider lacks bfloat16 kernels for
+            most ops; with this the model's weights and arithmetic become float32 in memory
+            (the file is unchanged) while its inputs and outputs keep their dtypes. Results
+            may differ from a bfloat16 computation by an ulp or two of bfloat16.
 
     Raises:
+        ModelNotFoundError: ``model`` is a path where there is no file.
+        MissingKernelError: ONNX Runtime has no kernel for an op with its dtype (e.g. a
+            bfloat16 ``Gemm`` on CPU); the message names the dtype, the ops and the
+            ways out.
         AdapterSpecError: The spec is malformed or does not fit the model's inputs/outputs.
 
     Example:
@@ -74,13 +84,13 @@ class OnnxModule:
         providers: Sequence[str] | None = None,
         session_options: Any = None,
         allowed_classes: Sequence[type] = (),
+        upcast: Sequence[str] = (),
     ) -> None:
         ort = importlib.import_module("onnxruntime")
-        source = model if isinstance(model, bytes) else os.fspath(model)
         resolved = resolve_providers(providers, ort.get_available_providers())
-        self._session = ort.InferenceSession(
-            source, sess_options=session_options, providers=resolved
-        )
+        upcast = [upcast] if isinstance(upcast, str) else list(upcast)
+        self._session = open_session(ort, model, session_options, resolved, upcast)
+        self._upcast = tuple(upcast)
         self._spec = spec if spec is not None else read_spec(self._session)
         self._input_adapter: InputAdapter | None = None
         self._output_adapter: OutputAdapter | None = None
@@ -89,6 +99,7 @@ class OnnxModule:
         if self._spec is None:
             self._input_names = [a.name for a in self._session.get_inputs()]
             self._output_names = [a.name for a in self._session.get_outputs()]
+            self._ortvalues = _flat_ortvalues(ort, self._session)
             return
         check_spec_fits_session(self._spec, self._session)
         self._input_adapter = InputAdapter(self._spec)
@@ -122,6 +133,18 @@ class OnnxModule:
         """The underlying ``onnxruntime.InferenceSession``."""
         return self._session
 
+    def __repr__(self) -> str:
+        if self._spec is None:
+            inputs = [describe_arg(a) for a in self._session.get_inputs()]
+        else:
+            inputs = [describe_leaf(leaf) for leaf in self._spec.inputs]
+        outputs = [describe_arg(a) for a in self._session.get_outputs()]
+        upcast = f", upcast={list(self._upcast)}" if self._upcast else ""
+        return (
+            f"OnnxModule(inputs={short_list(inputs)}, outputs={short_list(outputs)}, "
+            f"providers={self.providers}{upcast})"
+        )
+
     def __call__(self, *args: object, **kwargs: object) -> object:
         """Run the model on inputs shaped like the PyTorch model's; return its outputs.
 
@@ -139,6 +162,10 @@ class OnnxModule:
                 feed = dict(zip(self._input_names, arrays))  # noqa: B905  # same length; strict= is slow
                 return self._output_adapter(self._session.run(self._output_names, feed))
         return self._output_adapter(self._run_general(arrays))
+
+    def _run_flat(self, arrays: list[object]) -> list[object]:
+        """Run on the graph's flat inputs (the input adapter's result); flat outputs."""
+        return self._run_general(arrays)
 
     def _run_general(self, arrays: list[object]) -> list[object]:
         """Run any inputs: torch tensors, ndarray subclasses, dtypes that need ``OrtValue`` s.
@@ -200,12 +227,56 @@ class OnnxModule:
         return iobinding, ortvalues
 
 
+def _flat_ortvalues(ort: Any, session: Any) -> OrtValueRunner | None:
+    """An ``OrtValue`` runner for a model without a spec, when its dtypes need one."""
+    names = {v: k for k, v in ORT_TYPES.items()}
+    inputs = [TensorSpec(a.name, names.get(a.type, "float32"), ()) for a in session.get_inputs()]
+    outputs = [TensorSpec(a.name, names.get(a.type, "float32"), ()) for a in session.get_outputs()]
+    if not needs_ortvalues([*inputs, *outputs]):
+        return None
+    return OrtValueRunner(ort, session, inputs, outputs)
+
+
+def shape_text(shape: Any) -> str:
+    if not isinstance(shape, (list, tuple)):
+        return "?"
+    return (
+        "("
+        + ", ".join("?" if d is None else str(d) for d in shape)
+        + ("," if len(shape) == 1 else "")
+        + ")"
+    )
+
+
+def describe_arg(arg: Any) -> str:
+    names = {v: k for k, v in ORT_TYPES.items()}
+    dtype = names.get(arg.type, str(arg.type).removeprefix("tensor(").removesuffix(")"))
+    return f"{arg.name}: {dtype}{shape_text(arg.shape)}"
+
+
+def describe_leaf(leaf: Any) -> str:
+    if leaf.tensor is None:
+        return f"{leaf.path}={leaf.value!r}"
+    return f"{leaf.path}: {leaf.tensor.dtype}{shape_text(list(leaf.tensor.shape))}"
+
+
+def short_list(items: list[str], limit: int = 6) -> str:
+    """``[a, b, ...]``, at most ``limit`` items and a count of the rest."""
+    shown = (
+        items
+        if len(items) <= limit
+        else [*items[: limit - 1], f"... {len(items) - limit + 1} more"]
+    )
+    return "[" + ", ".join(shown) + "]"
+
+
 def load(
     path: str | os.PathLike[str],
     *,
     providers: Sequence[str] | None = None,
     session_options: Any = None,
     allowed_classes: Sequence[type] = (),
+    upcast: Sequence[str] = (),
 ) -> OnnxModule:
     """Load a saved model with its adapter spec (from ``metadata_props``), ready to call.
 
@@ -214,11 +285,14 @@ def load(
         providers: See :class:`OnnxModule`.
         session_options: See :class:`OnnxModule`.
         allowed_classes: See :class:`OnnxModule`.
+        upcast: See :class:`OnnxModule` (``["bfloat16"]`` runs a bfloat16 model on CPU).
 
     Returns:
         The module; in flat mode if the file has no adapter metadata.
 
     Raises:
+        ModelNotFoundError: No file at ``path`` (a ``FileNotFoundError``).
+        MissingKernelError: ONNX Runtime has no kernel for an op with its dtype.
         AdapterSpecError: The metadata is malformed or does not fit the model.
 
     Example:
@@ -227,5 +301,9 @@ def load(
         >>> outputs = module(input_ids=ids, attention_mask=mask)  # doctest: +SKIP
     """
     return OnnxModule(
-        path, providers=providers, session_options=session_options, allowed_classes=allowed_classes
+        path,
+        providers=providers,
+        session_options=session_options,
+        allowed_classes=allowed_classes,
+        upcast=upcast,
     )

@@ -7,16 +7,26 @@ spec is checked against the graph's inputs and outputs before any call.
 
 from __future__ import annotations
 
+import os
+import pathlib
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from ._dtypes import ORT_TYPES, onnx_value_dtype
+from ._errors import MissingKernelError, ModelNotFoundError
 from ._iobinding import onnx_value_shape
 from ._json import spec_error
 from ._spec import METADATA_KEY, AdapterSpec, LeafSpec
 
-__all__ = ["PROVIDER_ALIASES", "resolve_providers", "read_spec", "check_spec_fits_session"]
+__all__ = [
+    "PROVIDER_ALIASES",
+    "resolve_providers",
+    "open_session",
+    "read_spec",
+    "check_spec_fits_session",
+]
 
 PROVIDER_ALIASES = {
     "cpu": "CPUExecutionProvider",
@@ -69,6 +79,137 @@ def resolve_providers(requested: Sequence[str] | None, available: Sequence[str])
     if _CPU in resolved:
         resolved.remove(_CPU)
     return [*resolved, _CPU]
+
+
+def open_session(
+    ort: Any,
+    model: str | os.PathLike[str] | bytes,
+    session_options: Any,
+    providers: list[str],
+    upcast: Sequence[str],
+) -> Any:
+    """Create the ``InferenceSession``; typed errors for a missing file or a missing kernel.
+
+    Args:
+        ort: The ``onnxruntime`` module.
+        model: Path to a ``.onnx`` file, or its bytes.
+        session_options: ``onnxruntime.SessionOptions`` or ``None``.
+        providers: Resolved provider names.
+        upcast: Dtype names (``"bfloat16"``, ``"float16"``) to compute in float32 instead.
+
+    Raises:
+        ModelNotFoundError: ``model`` is a path to no file.
+        MissingKernelError: onnxruntime has no kernel for an op with its dtype.
+    """
+    if not isinstance(model, bytes):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            what = "a folder" if os.path.isdir(path) else "no file"
+            raise ModelNotFoundError(
+                f"Cannot load the ONNX model {path!r}: expected a .onnx file, found {what} at "
+                f"{str(pathlib.Path(path).absolute())!r}. Check the path (and the working "
+                "folder).",
+                path,
+            )
+    source: str | bytes = model if isinstance(model, bytes) else os.fspath(model)
+    if upcast:
+        source = _upcast_bytes(source, upcast)
+    try:
+        return ort.InferenceSession(source, sess_options=session_options, providers=providers)
+    except Exception as error:  # onnxruntime's pybind classes have no common public base
+        text = str(error)
+        if "Could not find an implementation for" not in text:
+            raise
+        message, dtype = _missing_kernel_message(source, text, providers)
+        raise MissingKernelError(message, dtype) from error
+
+
+def _upcast_bytes(source: str | bytes, dtypes: Sequence[str]) -> bytes:
+    import onnx
+
+    from ._upcast import UPCAST_DTYPES, upcast_model
+
+    unknown = [d for d in dtypes if d not in UPCAST_DTYPES]
+    if unknown:
+        raise ValueError(
+            f"upcast: expected dtype names among {sorted(UPCAST_DTYPES)}, got {unknown}."
+        )
+    proto = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
+    upcast_model(proto, dtypes)
+    try:
+        return bytes(proto.SerializeToString())
+    except ValueError as error:  # protobuf's 2 GB limit
+        raise ValueError(
+            "upcast: the float32 model is over protobuf's 2 GB limit and cannot be built in "
+            "memory; export the model in float32 instead (model.float())."
+        ) from error
+
+
+_MISSING = re.compile(
+    r"Could not find an implementation for (\S+?)\((\d+)\) node with name '([^']*)'"
+)
+
+
+def _missing_kernel_message(
+    source: str | bytes, text: str, providers: Sequence[str]
+) -> tuple[str, str]:
+    match = _MISSING.search(text)
+    op, version, node_name = match.groups() if match else ("an op", "?", "?")
+    dtype, others = _narrow_ops(source, node_name)
+    on = ", ".join(providers)
+    what = f"{dtype} kernel" if dtype else "kernel"
+    message = (
+        f"ONNX Runtime ({on}) has no {what} for {op} (opset {version}, node {node_name!r}), so "
+        "it cannot run this model."
+    )
+    if others:
+        message += f" Other ops of this model that compute in {dtype} may lack one too: "
+        message += ", ".join(others) + "."
+    if dtype in ("bfloat16", "float16"):
+        message += (
+            f" Either load it with upcast=[{dtype!r}] (e.g. onnx_export.load(path, "
+            f"upcast=[{dtype!r}])), which computes in float32 and keeps {dtype} inputs and "
+            "outputs; or run it on CUDA (providers=['cuda'] with onnxruntime-gpu); or export "
+            "the model in float32 (model.float())."
+        )
+    else:
+        message += " Run it on another execution provider, or export the model in float32."
+    return message, dtype
+
+
+def _narrow_ops(source: str | bytes, node_name: str) -> tuple[str, list[str]]:
+    """The dtype of the failing node's inputs, and the other op types with inputs of it."""
+    try:
+        import onnx
+
+        proto = (
+            onnx.load_from_string(source)
+            if isinstance(source, bytes)
+            else onnx.load(source, load_external_data=False)
+        )
+        graph = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # the message is still useful without the details
+        return "", []
+    types = {t.name: t.data_type for t in graph.initializer}
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        types[value.name] = value.type.tensor_type.elem_type
+    node = next((n for n in graph.node if n.name == node_name), None)
+    if node is None:
+        return "", []
+    floats = [types[i] for i in node.input if types.get(i) not in (None, 0, 6, 7, 9)]
+    if not floats:
+        return "", []
+    element_type = floats[0]
+    name = str(onnx.helper.tensor_dtype_to_np_dtype(element_type).name)
+    others = sorted(
+        {
+            n.op_type
+            for n in graph.node
+            if n.op_type not in ("Cast", node.op_type)
+            and any(types.get(i) == element_type for i in n.input)
+        }
+    )
+    return name, others
 
 
 def read_spec(session: Any) -> AdapterSpec | None:

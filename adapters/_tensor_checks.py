@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dtypes import REAL_OF_COMPLEX, numpy_dtype, torch_dtype
+from ._dtypes import ONNX_ELEMENT_TYPES, REAL_OF_COMPLEX, numpy_dtype, torch_dtype
 from ._errors import InputDtypeError, InputShapeError, InputStructureError
 from ._mismatch import describe_value
 from ._spec import Dim, LeafSpec, TensorSpec
@@ -114,7 +114,7 @@ class CheckTensors:
             raise InputStructureError(
                 f"{exp.path}: expected a tensor (numpy.ndarray or torch.Tensor) of dtype "
                 f"{exp.dtype} and shape {exp.shape}, got {describe_value(value)}. Pass an array, "
-                f"e.g. numpy.asarray(value, dtype=numpy.{exp.dtype})."
+                f"e.g. {_array_hint(exp.dtype)}."
             )
         expected = self._torch_dtypes.get(exp.dtype)
         if expected is None:
@@ -127,9 +127,33 @@ class CheckTensors:
         got_name = str(got).removeprefix("torch.")
         return InputDtypeError(
             f"{exp.path}: expected dtype {exp.dtype}, got {got_name}. Cast the input, e.g. "
-            f"x.astype(numpy.{exp.dtype}) or x.to(torch.{exp.dtype}), or re-export with "
-            f"{got_name} inputs."
+            f"{_cast_hint(exp.dtype)}, or re-export with {got_name} inputs."
         )
+
+
+def _numpy_spelling(dtype: str) -> str | None:
+    """How numpy code names ``dtype`` (``ml_dtypes.bfloat16`` when installed), or ``None``."""
+    if dtype not in ONNX_ELEMENT_TYPES:
+        return f"numpy.{dtype}"
+    return f"ml_dtypes.{dtype}" if numpy_dtype(dtype) is not None else None
+
+
+def _cast_hint(dtype: str) -> str:
+    """Valid code that casts ``x`` (numpy and torch) to ``dtype``."""
+    numpy_name = _numpy_spelling(dtype)
+    if numpy_name is None:
+        return (
+            f"x.to(torch.{dtype}) (numpy has no {dtype}; pip install ml_dtypes to pass numpy "
+            f"arrays of it)"
+        )
+    return f"x.astype({numpy_name}) or x.to(torch.{dtype})"
+
+
+def _array_hint(dtype: str) -> str:
+    numpy_name = _numpy_spelling(dtype)
+    if numpy_name is None:
+        return f"torch.as_tensor(value).to(torch.{dtype})"
+    return f"numpy.asarray(value, dtype={numpy_name})"
 
 
 def _static_shape_error(exp: _Expected, shape: tuple[int, ...]) -> InputShapeError:

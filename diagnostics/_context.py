@@ -244,11 +244,14 @@ class DiagnosticContext:
         """
         return tuple(d for d in self.diagnostics if d.level is Level.ERROR)
 
-    def finish(self, *, success: bool, exception: BaseException | None = None) -> None:
+    def finish(
+        self, *, success: bool, exception: BaseException | ExceptionInfo | None = None
+    ) -> None:
         """Records the end of the run: end time, success and the exception that ended it.
 
         The exception, if any, becomes a ``toolExecutionNotification`` (level error) with
-        its stack. Calling ``finish`` again replaces the earlier outcome.
+        its stack. Calling ``finish`` again replaces the earlier outcome. Pass an
+        :class:`ExceptionInfo` (e.g. made with a ``frame_filter``) to choose the frames.
 
         Example:
             >>> context = DiagnosticContext("tool", "1.0")
@@ -259,7 +262,11 @@ class DiagnosticContext:
             >>> invocation["toolExecutionNotifications"][0]["message"]["text"]
             'RuntimeError: boom'
         """
-        failure = ExceptionInfo.from_exception(exception) if exception is not None else None
+        failure = (
+            ExceptionInfo.from_exception(exception)
+            if isinstance(exception, BaseException)
+            else exception
+        )
         outcome = _Outcome(datetime.datetime.now(datetime.UTC), success, failure)
         with self._lock:
             self._outcome = outcome

@@ -20,6 +20,7 @@ from onnx_export._adapter import build_spec
 from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
 from onnx_export._containers import register_input_containers
 from onnx_export._decomp import decompose
+from onnx_export._devices import explain_device_mismatch
 from onnx_export._naming import (
     dim_names_from_program,
     leaf_paths,
@@ -258,7 +259,8 @@ def _pipeline(
     )
     _report.record_capture(context, attempts, program is not None)
     if program is None:
-        raise _capture_error(attempts, options.dynamic_shapes)
+        with explain_device_mismatch(module, model_args, model_kwargs):  # meta + real
+            raise _capture_error(attempts, options.dynamic_shapes)
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     result = _translate(program, registry, context, module, user_dynamic)
@@ -325,7 +327,7 @@ def _fail(error: OnnxExportError, context: DiagnosticContext) -> OnnxExportError
         message_args={"stage": error.stage, "exception_message": first},
         locations=_first_error_location(context),
     )
-    context.finish(success=False, exception=error)
+    context.finish(success=False, exception=_report.failure_info(error))
     error.diagnostic_context = context
     error.report_path, error.report_problem = _report.write_failure_report(context)
     return error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import pathlib
@@ -32,7 +33,17 @@ from onnx_export._fake import (
 from onnx_export._report import origin_locations
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export._verify import VerificationResult, compare, find_culprit
-from onnx_export.adapters import METADATA_KEY, AdapterSpec, OnnxModule, canonicalize_inputs
+from onnx_export.adapters import (
+    METADATA_KEY,
+    AdapterSpec,
+    InputAdapter,
+    InputShapeError,
+    MissingKernelError,
+    OnnxModule,
+    canonicalize_inputs,
+)
+from onnx_export.adapters._runtime import describe_leaf, shape_text, short_list
+from onnx_export.adapters._upcast import UPCAST_DTYPES
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import SerializationError
 
@@ -81,14 +92,20 @@ class ONNXProgram:
         # dataclasses, ModelOutput, caches): they came from the user's code, not a file.
         self._allowed_classes: tuple[type, ...] = _output_classes(exported_program)
         self._module: OnnxModule | None = None
+        self._inputs: InputAdapter | None = None
         self._session_lock = threading.Lock()
 
     def __repr__(self) -> str:
         graph = self.model.graph
+        if self.adapter_spec is not None:
+            inputs = [describe_leaf(leaf) for leaf in self.adapter_spec.inputs]
+        else:
+            inputs = [_describe_value(v) for v in graph.inputs]
+        outputs = [_describe_value(v) for v in graph.outputs]
         return (
-            f"ONNXProgram(inputs={[v.name for v in graph.inputs]}, "
-            f"outputs={[v.name for v in graph.outputs]}, nodes={graph.num_nodes()}, "
-            f"opset={graph.opset_imports.get('')})"
+            f"ONNXProgram(inputs={short_list(inputs)}, outputs={short_list(outputs)}, "
+            f"nodes={graph.num_nodes()}, opset={graph.opset_imports.get('')}, "
+            "providers=['CPUExecutionProvider'])"
         )
 
     @property
@@ -159,15 +176,9 @@ class ONNXProgram:
                 message_args={"path": os.fspath(path), "exception_message": str(e)},
                 exception=e,
             )
-            advice = (
-                "Any earlier file there is unchanged."
-                if isinstance(e, WeightsError)
-                else "Check that the folder is writable and has space; any earlier file "
-                "there is unchanged."
-            )
             raise SerializationError(
-                f"Could not save the ONNX model to {os.fspath(path)!r}: {str(e).rstrip('.')}. "
-                + advice
+                f"Could not save the ONNX model to {os.fspath(path)!r}: {_cause(e)}. "
+                f"{_save_advice(e)}Any earlier file there is unchanged."
             ) from e
         self.diagnostic_context.emit(
             rules.MODEL_SAVED, message_args={"path": str(written), "size": written.stat().st_size}
@@ -209,17 +220,6 @@ class ONNXProgram:
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return canonicalize_inputs(self._signature, args, kwargs)
 
-    def _flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
-        leaves = pytree.tree_flatten(self._canonical(args, kwargs))[0]
-        arrays = []
-        for leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                real = torch.view_as_real(leaf) if leaf.is_complex() else leaf
-                arrays.append(real.detach().cpu().numpy())
-            elif isinstance(leaf, np.ndarray):
-                arrays.append(leaf)
-        return arrays
-
     def _onnx_module(self) -> OnnxModule:
         with self._session_lock:
             if self._module is None:
@@ -234,9 +234,6 @@ class ONNXProgram:
                     allowed_classes=self._allowed_classes,
                 )
             return self._module
-
-    def _ort_session(self) -> Any:
-        return self._onnx_module().session
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model in ONNX Runtime (CPU), called exactly as the PyTorch model is.
@@ -255,30 +252,27 @@ class ONNXProgram:
         """
         return self._onnx_module()(*args, **kwargs)
 
-    def _feed(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        arrays = self._flat_inputs(args, kwargs)
-        names = [i.name for i in session.get_inputs()]
-        if len(arrays) != len(names):
-            raise TypeError(
-                f"The ONNX model takes {len(names)} tensor inputs ({names}), but the call "
-                f"provided {len(arrays)}. Call it with the same structure as at export."
-            )
-        return dict(zip(names, arrays, strict=True))
-
-    def _run(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[np.ndarray]:
-        outputs = session.run(None, self._feed(session, args, kwargs))
-        return [np.asarray(o) for o in outputs]
-
     def verify(
         self, *args: Any, rtol: float = 1e-4, atol: float = 1e-5, **kwargs: Any
     ) -> VerificationResult:
         """Compare ONNX Runtime with eager PyTorch on these inputs; find the culprit if not.
 
-        Eager PyTorch runs the captured program (``exported_program.module()``). Each
-        output's max absolute and relative error is recorded in
-        :attr:`diagnostic_context`. When an output is beyond ``atol + rtol * |expected|``,
-        the first FX node whose ONNX value diverges is found and reported as an error at
-        the user's source line, with its op and ONNX function.
+        The inputs are checked first, exactly as a call checks them (nesting, dtypes,
+        static sizes, constants), so ill-fitting inputs raise the same typed errors
+        (:class:`~onnx_export.adapters.InputShapeError`,
+        :class:`~onnx_export.adapters.ConstantMismatchError`, ...) before anything runs.
+        Eager PyTorch then runs the captured program (``exported_program.module()``).
+        Outputs of any dtype are compared: float16, bfloat16 and float8 in float32 with
+        tolerances of at least their dtype's precision (see :class:`OutputComparison`),
+        complex as real views, integers and bools exactly. Each output's max absolute and
+        relative error is recorded in :attr:`diagnostic_context`. When an output is
+        beyond ``atol + rtol * |expected|``, the first FX node whose ONNX value diverges
+        is found and reported as an error at the user's source line, with its op and
+        ONNX function. A bfloat16/float16 model that ONNX Runtime's CPU provider cannot
+        run is run computing in float32 (``upcast``), which ``result.note`` says.
+
+        Raises:
+            InputError: A subclass naming the input that does not fit the export.
 
         Example:
             >>> import torch, onnx_export
@@ -288,26 +282,55 @@ class ONNXProgram:
         """
         if self.exported_program is None:
             raise ValueError("verify() needs the exported program; this ONNXProgram has none.")
+        flat = self._input_adapter()(*args, **kwargs)  # typed errors before anything runs
         canonical = self._canonical(args, kwargs)
-        with torch.no_grad():
-            eager = self.exported_program.module()(*canonical[0], **canonical[1])
-        expected = [
-            (torch.view_as_real(t) if t.is_complex() else t).detach().cpu().numpy()
-            for t in pytree.tree_leaves(eager)
-            if isinstance(t, torch.Tensor)
-        ]
-        session = self._ort_session()
-        names = [o.name for o in session.get_outputs()]
-        outputs = compare(names, expected, self._run(session, args, kwargs), rtol, atol)
+        eager = _run_eager(self.exported_program, canonical)
+        expected = [t for t in pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
+        module, note = self._verification_module()
+        got = module._run_flat(list(flat))
+        outputs = compare(module.output_names, expected, got, rtol, atol)
         culprit = None
         if not all(o.ok for o in outputs):
-            feed = self._feed(session, args, kwargs)
+            feed = dict(zip(module.input_names, flat, strict=True))
+            upcast = list(module._upcast)
+
+            def run(model: ir.Model, feed: dict[str, Any]) -> list[Any]:
+                return _run_model(model, feed, upcast)
+
             culprit = find_culprit(
-                self.exported_program, self._decisions, canonical, feed, _run_model, rtol, atol
+                self.exported_program, self._decisions, canonical, feed, run, rtol, atol
             )
-        result = VerificationResult(outputs, culprit)
+        result = VerificationResult(outputs, culprit, note)
         self._record_verification(result)
         return result
+
+    def _input_adapter(self) -> InputAdapter:
+        if self._inputs is None:
+            if self.adapter_spec is None:
+                raise ValueError("verify() needs the adapter spec; this ONNXProgram has none.")
+            self._inputs = InputAdapter(self.adapter_spec)
+        return self._inputs
+
+    def _verification_module(self) -> tuple[OnnxModule, str]:
+        """The module to verify with; computing in float32 where CPU kernels are missing."""
+        try:
+            return self._onnx_module(), ""
+        except MissingKernelError as error:
+            if error.dtype not in UPCAST_DTYPES:
+                raise
+            narrow = [error.dtype]
+        module = OnnxModule(
+            self.model_proto.SerializeToString(),
+            self.adapter_spec,
+            allowed_classes=self._allowed_classes,
+            upcast=narrow,
+        )
+        note = (
+            f"ONNX Runtime's CPU provider has no {narrow[0]} kernels for some ops of "
+            f"this model, so it ran computing in float32 (upcast={narrow}); inputs and outputs "
+            "kept their dtypes."
+        )
+        return module, note
 
     def _record_verification(self, result: VerificationResult) -> None:
         context = self.diagnostic_context
@@ -319,6 +342,12 @@ class ONNXProgram:
                         "output": output.name,
                         "max_abs_error": f"{output.max_abs_error:.3g}",
                         "max_rel_error": f"{output.max_rel_error:.3g}",
+                    },
+                    properties={
+                        "dtype": output.dtype,
+                        "rtol": output.rtol,
+                        "atol": output.atol,
+                        **({"note": result.note} if result.note else {}),
                     },
                 )
         if result.ok:
@@ -340,16 +369,71 @@ class ONNXProgram:
             },
             locations=locations,
             stacks=stacks,
-            properties={"outputs": {o.name: [o.max_abs_error, o.max_rel_error] for o in bad}},
+            properties={
+                "outputs": {o.name: [o.max_abs_error, o.max_rel_error] for o in bad},
+                **({"note": result.note} if result.note else {}),
+            },
         )
 
 
-def _run_model(model: ir.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
+def _run_model(model: ir.Model, feed: dict[str, Any], upcast: Sequence[str]) -> list[Any]:
+    """Run a (debug) model on flat inputs by graph input name; flat outputs."""
     data = ir.serde.serialize_model(model).SerializeToString()
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, feed)]
+    module = OnnxModule(data, upcast=upcast)
+    return module._run_flat([feed[name] for name in module.input_names])
+
+
+def _run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+    """Run the captured program on the canonical inputs (numpy leaves as torch tensors)."""
+    args, kwargs = pytree.tree_map(
+        lambda leaf: torch.from_numpy(leaf) if type(leaf) is np.ndarray else leaf, canonical
+    )
+    try:
+        with torch.no_grad():
+            return program.module()(*args, **kwargs)
+    except AssertionError as error:  # torch's guards on the captured program's inputs
+        if "Guard failed" not in str(error):
+            raise
+        raise InputShapeError(
+            f"inputs: the exported program's guards refuse these inputs ({error}), although "
+            "their shapes fit the ONNX model's. Pass inputs like the example inputs, or "
+            "re-export with dynamic shapes that cover these sizes."
+        ) from error
+
+
+def _cause(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where}"
+    return str(error).rstrip(".")
+
+
+_OS_ADVICE = {
+    errno.EACCES: "Check that the folder is writable. ",
+    errno.EPERM: "Check that the folder is writable. ",
+    errno.EROFS: "The file system is read-only; choose another folder. ",
+    errno.ENOSPC: "Free some space or choose another disk. ",
+    errno.EDQUOT: "Free some space (the disk quota is reached) or choose another disk. ",
+    errno.ENOTDIR: "A part of the path is a file, not a folder; choose another path. ",
+    errno.EEXIST: "A part of the path is a file, not a folder; choose another path. ",
+    errno.EISDIR: "The path is a folder; give a file name such as model.onnx. ",
+}
+
+
+def _save_advice(error: BaseException) -> str:
+    """What to do about a failed save, when the cause itself does not say."""
+    if isinstance(error, OSError):
+        return _OS_ADVICE.get(error.errno or 0, "")
+    return ""
+
+
+def _describe_value(value: ir.Value) -> str:
+    dtype = value.dtype.name.lower() if value.dtype is not None else "?"
+    dtype = {"float": "float32", "double": "float64"}.get(dtype, dtype)
+    dims = (
+        None if value.shape is None else [d if isinstance(d, int) else str(d) for d in value.shape]
+    )
+    return f"{value.name}: {dtype}{shape_text(dims)}"
 
 
 def _output_classes(program: ExportedProgram | None) -> tuple[type, ...]:

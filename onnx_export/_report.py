@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import linecache
 import os
 import pathlib
+import sys
 import sysconfig
 import tempfile
 from collections.abc import Sequence
+from types import FrameType
 
 import onnxscript
 import torch
@@ -19,6 +22,7 @@ from onnx_export._source import NodeOrigin
 from onnx_export.diagnostics import (
     DiagnosticContext,
     DiagnosticOptions,
+    ExceptionInfo,
     Level,
     Location,
     Stack,
@@ -45,6 +49,8 @@ _LIBRARY_DIRS = tuple(
     for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__, __file__)
     if path
 )
+
+_EXPORTER_DIR = os.path.dirname(__file__) + os.sep
 
 #: Where third-party code lives: warnings raised there are notes, not the user's warnings.
 LIBRARY_PATHS = (
@@ -78,7 +84,35 @@ def _exception_locations(error: BaseException) -> tuple[Location, ...]:
     frames = diagnostics.locations_from_traceback(error.__traceback__, frame_filter=user_frame)
     if not frames:  # dynamo puts the user's frames in the message ("from user code: ...")
         frames = diagnostics.locations_from_stack_trace(str(error), frame_filter=user_frame)
-    return frames[-1:] if frames else ()
+    return frames[-1:] if frames else call_site()
+
+
+def call_site() -> tuple[Location, ...]:
+    """Where the user's code called the exporter: the innermost user frame on the stack.
+
+    A failure outside the model's code (dynamic shapes that do not fit the inputs, an
+    unsupported input type) has no frame in the model; the call is where to fix it.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if user_frame(path):
+            line = frame.f_lineno
+            snippet = linecache.getline(path, line).strip() or None
+            message = "the call that started the export"
+            return (Location(path, line, snippet=snippet, message=message),)
+        frame = frame.f_back
+    return ()
+
+
+def failure_info(error: BaseException) -> ExceptionInfo:
+    """The exception that ended an export, without the exporter's own frames."""
+    return ExceptionInfo.from_exception(error, frame_filter=_not_exporter)
+
+
+def _not_exporter(path: str) -> bool:
+    """Whether a traceback frame is outside onnx_export's own modules."""
+    return not path.startswith(_EXPORTER_DIR)
 
 
 def record_capture(
@@ -103,7 +137,7 @@ def record_capture(
                 "exception_message": (str(error).strip().splitlines() or [""])[0],
             },
             locations=_exception_locations(error),
-            exception=error,
+            exception=failure_info(error),
             properties={"seconds": round(attempt.seconds, 3)},
         )
 
@@ -163,12 +197,16 @@ def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | Non
     if options.write_report == "never":
         return None, None
     path = options.report_path
+    chosen = path is not None
     try:
         if path is None:
             handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
             os.close(handle)
             path = name
-        return context.write_sarif(path), None
+        written = context.write_sarif(path)
+        if not chosen:  # a report in the shared temp folder stays readable by its owner only
+            written.chmod(0o600)
+        return written, None
     except OSError as e:
         where = f" to {path}" if path is not None else ""
         return None, f"The SARIF report could not be written{where}: {e.strerror or e}."

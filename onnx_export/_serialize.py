@@ -13,6 +13,7 @@ a relative path inside the model's folder (:func:`check_external_location`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import shutil
@@ -71,8 +72,9 @@ def check_external_location(
     parts = text.replace("\\", "/").split("/")
     if not text or os.path.isabs(text) or text.startswith(("/", "\\")) or ":" in parts[0]:
         raise ValueError(
-            f"External data location {text!r} must be a relative file name inside the "
-            "model's folder, not an absolute path."
+            f"External data location {text!r} is an absolute path; locations must be relative "
+            "to the model's folder (e.g. external_data='model.onnx.data'), so that the model "
+            "and its data can move together."
         )
     if ".." in parts:
         raise ValueError(
@@ -338,9 +340,13 @@ def save_model(
         The model's path and the external-data file's (or ``None``).
 
     The files are written in a temporary folder beside the destination and moved into
-    place only when complete, so a failure leaves any earlier file intact.
+    place only when complete, so a failure leaves any earlier file intact. Once the new
+    model is in place, the external-data files that the earlier model at ``path``
+    referenced and the new one does not are deleted; no other file is touched.
     """
     target = pathlib.Path(path).absolute()
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     check_external_data(model)
     size = initializer_bytes(model)
@@ -362,7 +368,10 @@ def save_model(
                     external_data=location,
                     callback=_progress_callback(bar),
                 )
+        previous = _previous_data_files(target)
         data_path = None
+        if location is not None and (staging / location).stat().st_size == 0:
+            location = None  # every weight is small enough to stay inline: no empty file
         if location is not None:
             _fsync(staging / location)
             data_path = target.parent / location
@@ -373,4 +382,37 @@ def save_model(
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
+    _remove_stale(previous, keep=(target, data_path))
     return target, data_path
+
+
+#: Above this size an earlier model file is not parsed for its external-data files (a
+#: model with external data keeps its graph small; a large one holds its weights inline).
+_SCAN_LIMIT = 256 * 2**20
+
+
+def _previous_data_files(target: pathlib.Path) -> list[pathlib.Path]:
+    """The external-data files that the model now at ``target`` references.
+
+    Only files inside the model's folder count (:func:`check_external_location`); a file
+    that is not an ONNX model, or references a location outside, gives none.
+    """
+    try:
+        if not target.is_file() or target.stat().st_size > _SCAN_LIMIT:
+            return []
+        files = [target.parent / location for location in check_external_references(target)]
+    except Exception:  # not ONNX, unreadable, or a location we refuse: leave it all alone
+        return []
+    default = target.with_name(f"{target.name}.data")
+    if default not in files and default.is_file() and default.stat().st_size == 0:
+        files.append(default)  # the empty file earlier versions wrote for small weights
+    return files
+
+
+def _remove_stale(files: Sequence[pathlib.Path], keep: Sequence[pathlib.Path | None]) -> None:
+    """Delete the previous version's data files that the new version does not use."""
+    kept = {os.path.normcase(os.path.abspath(path)) for path in keep if path is not None}
+    for path in files:
+        if os.path.normcase(os.path.abspath(path)) not in kept:
+            with contextlib.suppress(OSError):
+                path.unlink()

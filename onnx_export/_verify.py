@@ -23,18 +23,35 @@ from onnx_export._dispatch import Dispatch
 from onnx_export._source import NodeOrigin, node_origin
 from onnx_export._translate import decision_key, translate
 
-__all__ = ["OutputComparison", "NodeMismatch", "VerificationResult", "compare", "find_culprit"]
+__all__ = [
+    "OutputComparison",
+    "NodeMismatch",
+    "VerificationResult",
+    "compare",
+    "compare_one",
+    "comparable",
+    "dtype_tolerances",
+    "find_culprit",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputComparison:
     """How one output of the ONNX model compares with PyTorch.
 
+    Floating outputs narrower than float32 (float16, bfloat16, float8) are compared in
+    float32 with tolerances of at least ``2 * eps`` (relative) and ``eps`` (absolute) of
+    their dtype; complex outputs as their real view; integer and bool outputs exactly.
+
     Attributes:
         name: The ONNX output's name.
         max_abs_error: Largest absolute difference.
         max_rel_error: Largest difference relative to PyTorch's magnitude.
-        ok: Whether it is within ``atol + rtol * |expected|`` everywhere.
+        ok: Whether it is within ``atol + rtol * |expected|`` everywhere (equal, for
+            integer and bool outputs).
+        dtype: PyTorch's dtype of the output (``"bfloat16"``, ``"int64"``...).
+        rtol: The relative tolerance used (0 for an exact comparison).
+        atol: The absolute tolerance used (0 for an exact comparison).
 
     Example:
         >>> from onnx_export import OutputComparison
@@ -46,6 +63,9 @@ class OutputComparison:
     max_abs_error: float
     max_rel_error: float
     ok: bool
+    dtype: str = ""
+    rtol: float = 0.0
+    atol: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +103,9 @@ class VerificationResult:
     Attributes:
         outputs: One comparison per output.
         culprit: When outputs disagree, the first FX node that diverges (if found).
+        note: How ONNX Runtime ran the model when it did not run it as is (e.g.
+            computing in float32 because its CPU provider lacks bfloat16 kernels);
+            empty otherwise.
 
     Example:
         >>> import torch, onnx_export
@@ -94,6 +117,7 @@ class VerificationResult:
 
     outputs: tuple[OutputComparison, ...]
     culprit: NodeMismatch | None = None
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -101,39 +125,110 @@ class VerificationResult:
         return all(o.ok for o in self.outputs)
 
 
+_NARROW_FLOATS = (
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+)
+
+
+def dtype_tolerances(dtype: str, rtol: float, atol: float) -> tuple[float, float]:
+    """The tolerances to compare an output of ``dtype`` with: exact for integers and bool.
+
+    Floats narrower than float32 get at least ``2 * eps`` relative and ``eps`` absolute
+    tolerance of their dtype (one or two units in the last place).
+    """
+    real = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
+    dtype = real.get(dtype, dtype)
+    if dtype in _NARROW_FLOATS:
+        eps = float(torch.finfo(getattr(torch, dtype)).eps)
+        return max(rtol, 2 * eps), max(atol, eps)
+    if dtype.startswith(("float", "double", "half")):
+        return rtol, atol
+    return 0.0, 0.0
+
+
+def comparable(value: Any) -> tuple[np.ndarray, str]:
+    """A numpy array to compare, and the value's dtype name.
+
+    Narrow floats become float32 and complex values their real view.
+    """
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        tensor = value.detach().cpu().resolve_conj().resolve_neg()
+        if tensor.is_complex():
+            tensor = torch.view_as_real(
+                tensor.to(torch.complex64) if dtype == "complex32" else tensor
+            )
+        if tensor.is_floating_point() and tensor.element_size() < 4:
+            tensor = tensor.float()
+        return tensor.numpy(), dtype
+    array = np.asarray(value)
+    dtype = array.dtype.name
+    if np.iscomplexobj(array):
+        array = np.stack([array.real, array.imag], axis=-1)
+    elif dtype in _NARROW_FLOATS:
+        array = array.astype(np.float32)
+    return array, dtype
+
+
 def _errors(
     expected: np.ndarray, got: np.ndarray, rtol: float, atol: float
 ) -> tuple[float, float, bool]:
     if expected.shape != got.shape:
         return float("inf"), float("inf"), False
-    if np.bool_ in (expected.dtype, got.dtype):
-        expected, got = expected.astype(np.int64), got.astype(np.int64)
+    if expected.size == 0:
+        return 0.0, 0.0, True
+    exact = not (np.issubdtype(expected.dtype, np.inexact) or np.issubdtype(got.dtype, np.inexact))
+    if exact:
+        e, g = expected.astype(np.int64), got.astype(np.int64)
+        if np.uint64 in (expected.dtype, got.dtype):
+            e, g = expected.astype(np.float64), got.astype(np.float64)
+        diff = np.abs(e - g).astype(np.float64)
+        nonzero = e != 0
+        rel = diff[nonzero] / np.abs(e[nonzero]) if nonzero.any() else np.zeros(1)
+        return float(diff.max()), float(rel.max()), bool(np.array_equal(e, g))
     e = expected.astype(np.float64)
     g = got.astype(np.float64)
-    if e.size == 0:
-        return 0.0, 0.0, True
-    both_nan = np.isnan(e) & np.isnan(g)
-    diff = np.where(both_nan, 0.0, np.abs(e - g))
+    same = (np.isnan(e) & np.isnan(g)) | (np.isinf(e) & (e == g))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
+        diff = np.where(same, 0.0, np.abs(e - g))
     diff = np.nan_to_num(diff, nan=np.inf)
     significant = np.abs(e) > atol  # relative error means little next to zero
     rel = diff[significant] / np.abs(e[significant]) if significant.any() else np.zeros(1)
-    ok = bool(np.all(diff <= atol + rtol * np.abs(np.nan_to_num(e))))
-    return float(diff.max()), float(rel.max()), ok
+    with np.errstate(invalid="ignore"):
+        bound = atol + rtol * np.abs(np.nan_to_num(e, posinf=0.0, neginf=0.0))
+    ok = bool(np.all(diff <= bound))
+    return float(diff.max()), float(np.nan_to_num(rel, nan=np.inf).max()), ok
+
+
+def compare_one(name: str, expected: Any, got: Any, rtol: float, atol: float) -> OutputComparison:
+    """Compare one PyTorch value with ONNX Runtime's (tensors or arrays, any dtype)."""
+    want, dtype = comparable(expected)
+    have, _ = comparable(got)
+    rtol, atol = dtype_tolerances(dtype, rtol, atol)
+    return OutputComparison(name, *_errors(want, have, rtol, atol), dtype, rtol, atol)
 
 
 def compare(
     names: Sequence[str],
-    expected: Sequence[np.ndarray],
-    got: Sequence[np.ndarray],
+    expected: Sequence[Any],
+    got: Sequence[Any],
     rtol: float,
     atol: float,
 ) -> tuple[OutputComparison, ...]:
-    """Per-output comparison of ONNX Runtime's results with PyTorch's."""
+    """Per-output comparison of ONNX Runtime's results with PyTorch's.
+
+    Values are torch tensors or numpy arrays of any dtype; pass torch tensors of narrow
+    dtypes (not arrays already cast to float32) to get tolerances of that dtype.
+    """
     if len(expected) != len(got):
         raise ValueError(f"PyTorch gave {len(expected)} tensors, ONNX Runtime {len(got)}.")
     return tuple(
-        OutputComparison(name, *_errors(e, g, rtol, atol))
-        for name, e, g in zip(names, expected, got, strict=True)
+        compare_one(name, e, g, rtol, atol) for name, e, g in zip(names, expected, got, strict=True)
     )
 
 
@@ -180,8 +275,8 @@ def find_culprit(
     program: ExportedProgram,
     decisions: dict[str, Dispatch],
     canonical: tuple[tuple[Any, ...], dict[str, Any]],
-    feed: dict[str, np.ndarray],
-    run_onnx: Callable[[ir.Model, dict[str, np.ndarray]], list[np.ndarray]],
+    feed: dict[str, Any],
+    run_onnx: Callable[[ir.Model, dict[str, Any]], list[Any]],
     rtol: float,
     atol: float,
 ) -> NodeMismatch | None:
@@ -195,14 +290,19 @@ def find_culprit(
     nodes = {n.name: n for n in program.graph.nodes}
     for name in probes:
         expected = interpreter.values.get(name)
-        if expected is None or expected.is_complex():
+        if expected is None:
             continue
-        abs_error, rel_error, ok = _errors(expected.numpy(), np.asarray(results[name]), rtol, atol)
-        if not ok:
+        comparison = compare_one(name, expected, results[name], rtol, atol)
+        if not comparison.ok:
             node = nodes[name]
             decision = decisions.get(decision_key(node))
             function = decision.entry.name if decision and decision.entry else "-"
             return NodeMismatch(
-                name, str(node.target), function, abs_error, rel_error, node_origin(node)
+                name,
+                str(node.target),
+                function,
+                comparison.max_abs_error,
+                comparison.max_rel_error,
+                node_origin(node),
             )
     return None

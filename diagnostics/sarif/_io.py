@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
-import tempfile
+import secrets
 from collections.abc import Mapping
 
 from .._errors import SarifFormatError, SarifWriteError
@@ -28,9 +28,7 @@ def write_json_atomic(data: Mapping[str, object], path: str | os.PathLike[str]) 
     temporary: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-        )
+        descriptor, temporary = _create_temporary(target)
         with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
@@ -48,6 +46,22 @@ def write_json_atomic(data: Mapping[str, object], path: str | os.PathLike[str]) 
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
     return target
+
+
+def _create_temporary(target: pathlib.Path) -> tuple[int, str]:
+    """A new file beside ``target`` with the permissions ``open`` would give it (the umask's).
+
+    ``tempfile.mkstemp`` creates files readable by their owner only; a report the user
+    asked for gets the same permissions as the other files they write.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        name = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"No free temporary name beside {target}.")
 
 
 def load_sarif(path: str | os.PathLike[str]) -> dict[str, object]:

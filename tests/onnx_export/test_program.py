@@ -127,6 +127,90 @@ def test_failed_save_keeps_the_earlier_model(
     np.testing.assert_allclose(_ort_run(target, x), _expected(model, x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def wide() -> tuple[nn.Module, torch.Tensor, onnx_export.ONNXProgram]:
+    torch.manual_seed(0)
+    model = nn.Linear(32, 16).eval()  # a weight of 2 KB: external data when asked
+    x = torch.randn(2, 32)
+    return model, x, onnx_export.dynamo_export(model, x)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "left"),
+    [
+        (True, False, ["m.onnx"]),
+        ("weights.bin", True, ["m.onnx", "m.onnx.data"]),
+        (True, "weights.bin", ["m.onnx", "weights.bin"]),
+        (True, True, ["m.onnx", "m.onnx.data"]),
+    ],
+    ids=["external-then-single", "named-then-default", "default-then-named", "same-twice"],
+)
+def test_saving_again_replaces_the_earlier_data_files(
+    wide: Any, tmp_path: Path, first: bool | str, second: bool | str, left: list[str]
+) -> None:
+    model, x, program = wide
+    (tmp_path / "other.data").write_bytes(b"not ours")
+    (tmp_path / "other.onnx.data").write_bytes(b"not ours either")
+    program.save(tmp_path / "m.onnx", external_data=first)
+    written = program.save(tmp_path / "m.onnx", external_data=second)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([*left, "other.data", "other.onnx.data"])
+    assert (tmp_path / "other.data").read_bytes() == b"not ours"
+    loaded = onnx_export.load(written)
+    np.testing.assert_allclose(loaded(x.numpy()), _expected(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_small_weights_leave_no_empty_data_file(block: Any, tmp_path: Path) -> None:
+    model, x, program = block  # every weight under onnx_ir's 256-byte external threshold
+    written = program.save(tmp_path / "m.onnx", external_data=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    np.testing.assert_allclose(_ort_run(written, x), _expected(model, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("location", "words"),
+    [
+        ("ABSOLUTE", "is an absolute path; locations must be relative to the model's folder"),
+        ("../w.data", "must not leave the model's folder"),
+    ],
+)
+def test_external_data_location_errors_name_the_cause(
+    wide: Any, tmp_path: Path, location: str, words: str
+) -> None:
+    _, _, program = wide
+    if location == "ABSOLUTE":
+        location = str(tmp_path / "w.data")
+    with pytest.raises(onnx_export.SerializationError, match=words) as caught:
+        program.save(tmp_path / "m.onnx", external_data=location)
+    assert "writable" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_saving_to_a_folder_says_so(block: Any, tmp_path: Path) -> None:
+    _, _, program = block
+    with pytest.raises(onnx_export.SerializationError, match="is a folder") as caught:
+        program.save(tmp_path)
+    assert f"Is a directory ({tmp_path})" in str(caught.value)  # not a staging path
+
+
+def test_reports_get_the_permissions_of_the_model_file(block: Any, tmp_path: Path) -> None:
+    _, _, program = block
+    old = os.umask(0o022)
+    try:
+        model_file = program.save(tmp_path / "m.onnx")
+        report = program.save_diagnostics(tmp_path / "m.sarif")
+    finally:
+        os.umask(old)
+    assert report.stat().st_mode & 0o777 == model_file.stat().st_mode & 0o777 == 0o644
+
+
+def test_loading_a_missing_file_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(FileNotFoundError, match=r"nope\.onnx") as caught:
+        onnx_export.load(missing)
+    assert caught.value.filename == str(missing)
+
+
 # -- names -----------------------------------------------------------------------------
 
 
@@ -287,5 +371,7 @@ def test_calling_with_a_different_structure_is_a_type_error(block: Any) -> None:
 def test_repr_names_inputs_outputs_and_opset(block: Any) -> None:
     _, _, program = block
     text = repr(program)
-    assert "inputs=['x']" in text and "opset=18" in text
+    assert "inputs=[x: float32(3, 4)]" in text and "outputs=[output: float32(3, 2)]" in text
+    assert len(text) < 200
+    assert "opset=" in text and "providers=['CPUExecutionProvider']" in text
     assert os.path.basename(__file__) not in text
