@@ -81,7 +81,7 @@ def _register_sorted(cls: type, exporter: Any) -> None:
     order gives every object of the class the same leaf order; rebuilding goes by the
     tensor indices in the context, so it does not depend on the order.
     """
-    import torch.utils._pytree as pytree
+    pytree = sys.modules["torch.utils._pytree"]  # imported: pytree_registry() said so
 
     def flatten(obj: Any) -> tuple[list[Any], Any]:
         tensors, context = exporter._pytree_flatten(obj)
