@@ -3,7 +3,10 @@ reproducible with a seed, top-k of 1 is greedy; the folder is self-contained."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
+import pathlib
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +14,7 @@ import pytest
 import torch
 
 from onnx_export import hf
+from tests.hf.checkpoints import CASES
 from tests.hf.conftest import Exported
 
 
@@ -98,3 +102,25 @@ def test_public_names_are_documented(name: str) -> None:
         function = getattr(member, "__func__", member)
         hints = inspect.get_annotations(function)
         assert "return" in hints, f"{name}.{function.__name__} lacks a return annotation"
+
+
+def test_target_onnxruntime_generates_the_same_tokens(
+    tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    """``target="onnxruntime"`` (fused com.microsoft ops) keeps greedy parity (slow)."""
+    from onnx_export._options import ExportOptions
+
+    if "target" not in {f.name for f in dataclasses.fields(ExportOptions)}:
+        pytest.skip("this exporter has no ExportOptions.target")
+    if not request.config.getoption("--runslow", default=False) and (
+        os.environ.get("ONNX_EXPORT_RUNSLOW") != "1"
+    ):
+        pytest.skip("slow: run with --runslow (or ONNX_EXPORT_RUNSLOW=1)")
+    model = CASES["llama"].save(tmp_path / "ckpt")
+    hf.export_pretrained(tmp_path / "ckpt", tmp_path / "out", target="onnxruntime")
+    ort_model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids, mask = _prompts()
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
+    got = ort_model.generate(ids.numpy(), mask.numpy(), max_new_tokens=20)
+    np.testing.assert_array_equal(got, expected.numpy())
