@@ -17,7 +17,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from onnx_export._capture import CaptureAttempt
+from onnx_export._capture import CaptureAttempt, captured_call
 from onnx_export._dispatch import Dispatch
 from onnx_export._fake import (
     ModelState,
@@ -283,7 +283,10 @@ class ONNXProgram:
         if self.exported_program is None:
             raise ValueError("verify() needs the exported program; this ONNXProgram has none.")
         flat = self._input_adapter()(*args, **kwargs)  # typed errors before anything runs
-        canonical = self._canonical(args, kwargs)
+        # The program takes the call it was captured with (positional stays positional).
+        canonical = captured_call(
+            self.exported_program, self._signature, *self._canonical(args, kwargs)
+        )
         eager = _run_eager(self.exported_program, canonical)
         expected = [t for t in pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
         module, note = self._verification_module()

@@ -15,7 +15,7 @@ import onnxscript
 import torch
 
 from onnx_export import diagnostics
-from onnx_export._capture import CaptureAttempt
+from onnx_export._capture import CaptureAttempt, explanation
 from onnx_export._decomp import DecompositionReport
 from onnx_export._dispatch import Dispatch
 from onnx_export._source import NodeOrigin
@@ -121,6 +121,13 @@ def record_capture(
     """One result per capture attempt; failures are warnings if a later strategy worked."""
     for attempt in attempts:
         if attempt.succeeded:
+            for fix in attempt.shape_fixes:
+                dim, _, rest = fix.partition(": ")
+                change, _, reason = rest.partition(" (")
+                context.emit(
+                    rules.DYNAMIC_SHAPE_FIXED,
+                    message_args={"dim": dim, "change": change, "reason": reason[:-1]},
+                )
             context.emit(
                 rules.CAPTURE_SUCCEEDED,
                 message_args={"strategy": attempt.strategy, "seconds": f"{attempt.seconds:.2f}"},
@@ -134,7 +141,7 @@ def record_capture(
             message_args={
                 "strategy": attempt.strategy,
                 "exception_type": type(error).__name__,
-                "exception_message": (str(error).strip().splitlines() or [""])[0],
+                "exception_message": explanation(error),
             },
             locations=_exception_locations(error),
             exception=failure_info(error),
