@@ -157,6 +157,21 @@ CASES = {
             ),
         ),
         Case(
+            "distilbert",
+            "text-classification",
+            lambda: tf.DistilBertForSequenceClassification(
+                tf.DistilBertConfig(
+                    vocab_size=VOCAB,
+                    dim=32,
+                    hidden_dim=64,
+                    n_layers=2,
+                    n_heads=4,
+                    max_position_embeddings=64,
+                    num_labels=3,
+                )
+            ),
+        ),
+        Case(
             "vit",
             "image-classification",
             _vision(
