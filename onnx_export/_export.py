@@ -52,6 +52,10 @@ from onnx_export.errors import (
 )
 from onnx_export.passes import (
     convert_opset,
+    fold_batch_norm_into_conv,
+    fold_weight_transforms,
+    fuse_erf_gelu,
+    fuse_for_onnxruntime,
     legalize_bool_data,
     optimize_model,
     remove_identity_reshapes,
@@ -225,6 +229,18 @@ def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) ->
                     "nodes_after": after - removed,
                 },
             )
+        for name, apply in _FOLDS:
+            nodes = model.graph.num_nodes()
+            changed = apply(model)
+            if changed:
+                context.emit(
+                    rules.OPTIMIZER_PASS,
+                    message_args={
+                        "pass_name": name,
+                        "nodes_before": nodes,
+                        "nodes_after": model.graph.num_nodes(),
+                    },
+                )
     legalized = legalize_bool_data(model)
     if legalized:
         nodes = model.graph.num_nodes()
@@ -237,6 +253,49 @@ def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) ->
             },
         )
     convert_opset(model, options.opset_version)
+    if options.optimize:
+        nodes = model.graph.num_nodes()
+        if fuse_erf_gelu(model):
+            context.emit(
+                rules.OPTIMIZER_PASS,
+                message_args={
+                    "pass_name": "fuse_erf_gelu",
+                    "nodes_before": nodes,
+                    "nodes_after": model.graph.num_nodes(),
+                },
+            )
+    if options.target == "onnxruntime":
+        _fuse_for_onnxruntime(model, context)
+
+
+def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
+    nodes = model.graph.num_nodes()
+    try:
+        applied = fuse_for_onnxruntime(model)
+    except Exception as e:
+        context.emit(
+            rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
+        )
+        raise OptimizationError(
+            f"ONNX Runtime's fusions (target='onnxruntime') failed: {type(e).__name__}: {e}. "
+            "Export with the default target to get a standard ONNX model."
+        ) from e
+    fusions = ", ".join(f"{name} x{count}" for name, count in applied.items()) or "none"
+    context.emit(
+        rules.OPTIMIZER_PASS,
+        message_args={
+            "pass_name": f"onnxruntime fusions ({fusions})",
+            "nodes_before": nodes,
+            "nodes_after": model.graph.num_nodes(),
+        },
+    )
+
+
+#: Passes after the optimizer that fold weights into new (lazily computed) initializers.
+_FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
+    ("fold_batch_norm_into_conv", fold_batch_norm_into_conv),
+    ("fold_weight_transforms", fold_weight_transforms),
+)
 
 
 def _pipeline(

@@ -29,6 +29,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from onnx_export._dtypes import to_ir_dtype
 
 __all__ = [
+    "FOLDED_FROM_KEY",
     "WEIGHT_KEY",
     "ModelState",
     "WeightPlaceholder",
@@ -40,6 +41,7 @@ __all__ = [
     "resolve_weights",
     "attached",
     "state_names",
+    "weight_values",
     "missing_message",
     "placeholder_or_tensor",
     "real_tensors",
@@ -49,6 +51,12 @@ __all__ = [
 #: persistent buffers, by their ``state_dict`` names): the optimizer never folds them, and
 #: ``save(model_state=...)`` may replace them.
 WEIGHT_KEY = "pkg.onnx_export.weight"
+
+#: ``ir.Value.meta`` key of an initializer computed from weights (``fc.weight.T``, a
+#: BatchNorm folded into a Conv): the tuple of the weight values it is computed from, at
+#: serialization time. Those values may have left the graph; they stay replaceable by
+#: name through :func:`weight_values`.
+FOLDED_FROM_KEY = "pkg.onnx_export.folded_from"
 
 _Source: TypeAlias = Mapping[str, torch.Tensor] | str | os.PathLike[str]
 #: What ``ONNXProgram.save(model_state=...)`` takes: a state_dict, a ``.safetensors``
@@ -151,6 +159,18 @@ class WeightPlaceholder(ir.LazyTensor):
 def is_weight(value: ir.Value) -> bool:
     """Whether ``value`` is a model weight: kept by name, never folded, replaceable."""
     return bool(value.meta.get(WEIGHT_KEY)) or isinstance(value.const_value, WeightPlaceholder)
+
+
+def weight_values(model: ir.Model) -> dict[str, ir.Value]:
+    """Every weight of ``model`` by name: initializers, and the sources of folded ones."""
+    weights: dict[str, ir.Value] = {}
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if is_weight(value) and FOLDED_FROM_KEY not in value.meta:
+                weights[str(value.name)] = value
+            for source in value.meta.get(FOLDED_FROM_KEY, ()):
+                weights.setdefault(str(source.name), source)
+    return weights
 
 
 def state_names(program: ExportedProgram | None) -> tuple[set[str], set[str]]:
@@ -363,12 +383,7 @@ def resolve_weights(
     Raises:
         WeightsError: Names missing, unknown, or with another dtype or shape.
     """
-    weights = {
-        str(v.name): v
-        for graph in model.graphs()
-        for v in graph.initializers.values()
-        if is_weight(v)
-    }
+    weights = weight_values(model)
     missing = [
         name
         for name, v in weights.items()

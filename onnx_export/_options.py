@@ -11,13 +11,16 @@ from onnx_export.diagnostics import DiagnosticOptions
 if TYPE_CHECKING:
     from onnx_export._registry import OnnxRegistry
 
-__all__ = ["ExportOptions", "CaptureStrategyName", "DEFAULT_OPSET", "SUPPORTED_OPSETS"]
+__all__ = ["ExportOptions", "CaptureStrategyName", "DEFAULT_OPSET", "SUPPORTED_OPSETS", "Target"]
 
 CaptureStrategyName = Literal["non_strict", "strict"]
+#: What the model is for: any ONNX runtime, or ONNX Runtime with its fused kernels.
+Target = Literal["onnx", "onnxruntime"]
 
-#: Torchlib's functions are written against ONNX opset 18, so 18 needs no version
-#: conversion (fastest, fewest surprises) and runs on every ONNX Runtime since 1.14.
-DEFAULT_OPSET = 18
+#: Opset 20, as torch.onnx: it has ``Gelu`` (one node instead of five), ONNX Runtime runs it
+#: since 1.17, and torchlib's opset-18 functions need only a version bump to reach it
+#: (docs/performance.md).
+DEFAULT_OPSET = 20
 SUPPORTED_OPSETS = range(18, 24)
 
 
@@ -31,9 +34,9 @@ class ExportOptions:
             or the simple form ``{"input_name": {axis: "dim_name"}}``. Every string in
             the structure names a dimension; equal strings are the same dimension.
             Named dimensions keep their names in the ONNX graph.
-        opset_version: ONNX opset of the model, 18 to 23. The default, 18, is the
-            opset torchlib's functions are written for, so no conversion runs; higher
-            opsets are reached with onnxscript's version converter.
+        opset_version: ONNX opset of the model, 18 to 23. The default, 20, is
+            torch.onnx's and has ``Gelu``; torchlib's functions are written for 18, and
+            higher opsets are reached with onnxscript's version converter.
         optimize: Run onnxscript's optimizer (constant folding, dead code removal,
             function inlining) on the translated model.
         onnx_registry: A registry with the user's own ONNX functions for custom ops
@@ -49,6 +52,11 @@ class ExportOptions:
             and errors kept, report written only when the export fails.
         verify: After exporting, run ONNX Runtime against eager PyTorch on the example
             inputs (see :meth:`ONNXProgram.verify`); a mismatch fails the export.
+        target: ``"onnx"`` (default): standard ONNX ops only, for any runtime.
+            ``"onnxruntime"``: after the optimizer, onnxscript's ONNX Runtime fusions
+            replace attention, rotary embeddings, skip/simplified layer norms and
+            bias-GELU with ``com.microsoft`` ops (CPU and CUDA providers); the model then
+            runs only in ONNX Runtime. See docs/performance.md.
 
     Example:
         >>> import onnx_export
@@ -67,6 +75,7 @@ class ExportOptions:
     decompose: Literal["auto", "always"] = "auto"
     diagnostic_options: DiagnosticOptions | None = None
     verify: bool = False
+    target: Target = "onnx"
 
     def __post_init__(self) -> None:
         if self.opset_version not in SUPPORTED_OPSETS:
@@ -84,3 +93,8 @@ class ExportOptions:
             )
         if self.decompose not in ("auto", "always"):
             raise ValueError(f"decompose must be 'auto' or 'always', got {self.decompose!r}.")
+        if self.target not in ("onnx", "onnxruntime"):
+            raise ValueError(
+                f"target must be 'onnx' (standard ONNX, any runtime) or 'onnxruntime' (ONNX "
+                f"Runtime's fused com.microsoft ops), got {self.target!r}."
+            )

@@ -29,6 +29,7 @@ from onnx_export._fake import (
     real_tensors,
     resolve_weights,
     state_names,
+    weight_values,
 )
 from onnx_export._report import origin_locations
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
@@ -190,9 +191,8 @@ class ONNXProgram:
         known, transient = state_names(self.exported_program)
         if model_state is None:
             missing = [
-                str(v.name)
-                for graph in self.model.graphs()
-                for v in graph.initializers.values()
+                name
+                for name, v in weight_values(self.model).items()
                 if isinstance(v.const_value, WeightPlaceholder)
             ]
             if missing:

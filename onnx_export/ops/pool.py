@@ -1,6 +1,7 @@
 """Pooling torchlib gets wrong or lacks.
 
-Average pooling with ``ceil_mode``/padding (exact divisors), adaptive pooling (exact
+Average pooling with ``ceil_mode`` or ``divisor_override`` (exact divisors; otherwise one
+``AveragePool`` with its own ``pads`` and ``count_include_pad``), adaptive pooling (exact
 windows), fractional max pooling (windows placed from the given samples, as ATen does).
 """
 
@@ -59,6 +60,15 @@ def _avg_pool(
     kernel = expand_param(kernel_size, spatial, [])
     strides = expand_param(stride, spatial, kernel)
     pads = expand_param(padding, spatial, [0] * spatial)
+    if not ceil_mode and not divisor_override:
+        # Every window fits: ONNX's own padding and divisor are ATen's (one node).
+        return op.AveragePool(
+            self,
+            kernel_shape=kernel,
+            strides=strides,
+            pads=pads + pads,
+            count_include_pad=int(bool(count_include_pad)),
+        )
     dims = static_dims(self)
     assert dims is not None, "avg_pool needs static shapes"
     lead = len(dims) - spatial

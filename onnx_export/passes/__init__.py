@@ -5,6 +5,13 @@
 - :mod:`~onnx_export.passes.cleanup`: nodes that provably do nothing (identity reshapes).
 - :mod:`~onnx_export.passes.legalize`: bool data through ops ONNX Runtime has no bool kernel
   for.
+- :mod:`~onnx_export.passes.fold_weights`: layout ops on weights (``fc.weight.T``) as
+  lazily computed initializers.
+- :mod:`~onnx_export.passes.fold_batch_norm`: inference BatchNorm folded into the Conv
+  before it.
+- :mod:`~onnx_export.passes.gelu`: the exact GELU as one ``Gelu`` node (opset 20+).
+- :mod:`~onnx_export.passes.ort_fusions`: ONNX Runtime's fused ``com.microsoft`` ops
+  (``ExportOptions(target="onnxruntime")``).
 
 A new pass is a new module here that exposes one function taking an ``ir.Model`` (and
 returning what it changed), imported below and called from ``onnx_export._export``.
@@ -13,11 +20,19 @@ returning what it changed), imported below and called from ``onnx_export._export
 from __future__ import annotations
 
 from onnx_export.passes.cleanup import remove_identity_reshapes
+from onnx_export.passes.fold_batch_norm import fold_batch_norm_into_conv
+from onnx_export.passes.fold_weights import fold_weight_transforms
+from onnx_export.passes.gelu import fuse_erf_gelu
 from onnx_export.passes.legalize import legalize_bool_data
 from onnx_export.passes.optimize import convert_opset, optimize_model, weights_shielded
+from onnx_export.passes.ort_fusions import fuse_for_onnxruntime
 
 __all__ = [
     "convert_opset",
+    "fold_batch_norm_into_conv",
+    "fold_weight_transforms",
+    "fuse_erf_gelu",
+    "fuse_for_onnxruntime",
     "legalize_bool_data",
     "optimize_model",
     "remove_identity_reshapes",

@@ -74,10 +74,10 @@ def test_opset_sensitive_ops_convert(opset: int) -> None:
     assert _default_opset(program.model_proto) == opset
 
 
-def test_default_opset_is_18() -> None:
-    assert onnx_export.ExportOptions().opset_version == 18
+def test_default_opset_is_20() -> None:
+    assert onnx_export.ExportOptions().opset_version == 20
     program = onnx_export.dynamo_export(Small().eval(), torch.randn(1, 8))
-    assert _default_opset(program.model_proto) == 18
+    assert _default_opset(program.model_proto) == 20
 
 
 @pytest.mark.parametrize("opset", [17, 24], ids=["opset17", "opset24"])

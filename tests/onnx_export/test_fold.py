@@ -1,0 +1,127 @@
+"""Weights folded into new, lazily computed initializers; one-node GELU and AveragePool."""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+
+import onnx_ir as ir
+import pytest
+import torch
+from torch import nn
+
+import onnx_export
+from onnx_export._fake import WeightPlaceholder, weight_values
+from tests.helpers import assert_onnx_program_close
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+class _Linear3d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+class _ConvBN(nn.Module):
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=bias)
+        self.bn = nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def _ops(program: onnx_export.ONNXProgram) -> collections.Counter[str]:
+    return collections.Counter(node.op_type for node in program.model.graph)
+
+
+def _seeded(make: type[nn.Module], *args: bool) -> nn.Module:
+    torch.manual_seed(0)
+    return make(*args).eval()
+
+
+def test_a_weight_transpose_becomes_a_named_lazy_initializer() -> None:
+    model, x = _seeded(_Linear3d), torch.randn(2, 5, 8)
+    program = onnx_export.dynamo_export(model, x)
+    assert "Transpose" not in _ops(program)
+    folded = program.model.graph.initializers["fc.weight.T"]
+    assert isinstance(folded.const_value, ir.LazyTensor)
+    assert list(folded.const_value.shape) == [8, 16]
+    assert "fc.weight" in weight_values(program.model)  # still replaceable by name
+    assert_onnx_program_close(program, model, x)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["conv_bias", "no_conv_bias"])
+def test_batch_norm_folds_into_the_conv(bias: bool) -> None:
+    model, x = _seeded(_ConvBN, bias), torch.randn(2, 3, 8, 8)
+    program = onnx_export.dynamo_export(model, x)
+    assert _ops(program) == {"Conv": 1, "Relu": 1}
+    names = set(program.model.graph.initializers)
+    assert "conv.weight.fold(bn)" in names
+    assert ("conv.bias.fold(bn)" if bias else "bn.bias.fold(conv)") in names
+    assert_onnx_program_close(program, model, x)
+
+
+def test_lstm_gate_reordering_is_folded() -> None:
+    torch.manual_seed(0)
+    model, x = nn.LSTM(4, 8, batch_first=True).eval(), torch.randn(2, 3, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert not {"Slice", "Concat"} & set(_ops(program))
+    assert_onnx_program_close(program, model, x)
+
+
+def test_folded_weights_come_from_the_state_given_at_save(tmp_path: pathlib.Path) -> None:
+    x = torch.randn(2, 3, 8, 8)
+    program = onnx_export.dynamo_export(_seeded(_ConvBN, True), x)
+    torch.manual_seed(1)
+    other = _ConvBN(True).eval()
+    path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
+    assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
+
+
+def test_a_fake_export_stays_weight_free_and_saves_folded_weights(
+    tmp_path: pathlib.Path,
+) -> None:
+    with onnx_export.enable_fake_mode():
+        fake = _ConvBN(True).eval()
+        model = nn.Sequential(fake, nn.Flatten(), nn.Linear(4 * 64, 3)).eval()
+        x = torch.randn(2, 3, 8, 8)
+    program = onnx_export.dynamo_export(model, x)
+    sources = weight_values(program.model)
+    assert all(isinstance(v.const_value, WeightPlaceholder) for v in sources.values())
+    with pytest.raises(onnx_export.SerializationError, match="model_state"):
+        program.save(tmp_path / "no_weights.onnx")
+    real = nn.Sequential(_seeded(_ConvBN, True), nn.Flatten(), nn.Linear(4 * 64, 3)).eval()
+    path = program.save(tmp_path / "m.onnx", model_state=real.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    assert_onnx_program_close(onnx_export.load(path), real, x)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("opset", "gelus"), [(18, 0), (20, 1)], ids=["opset18", "opset20"])
+def test_exact_gelu_is_one_node_from_opset_20(opset: int, gelus: int) -> None:
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.GELU()).eval(), torch.randn(3, 4)
+    options = onnx_export.ExportOptions(opset_version=opset)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert _ops(program)["Gelu"] == gelus
+    assert _ops(program)["Erf"] == 1 - gelus
+    assert_onnx_program_close(program, model, x)
+
+
+@pytest.mark.parametrize("include_pad", [False, True], ids=["exclude_pad", "include_pad"])
+def test_padded_average_pool_is_one_node(include_pad: bool) -> None:
+    model = nn.AvgPool2d(3, 1, 1, count_include_pad=include_pad)
+    x = torch.randn(1, 2, 6, 6)
+    program = onnx_export.dynamo_export(model, x)
+    assert _ops(program) == {"AveragePool": 1}
+    assert_onnx_program_close(program, model, x)
