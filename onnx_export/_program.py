@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import inspect
 import os
 import pathlib
@@ -10,7 +9,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 import torch
@@ -32,13 +30,13 @@ from onnx_export._fake import (
     weight_values,
 )
 from onnx_export._report import origin_locations
+from onnx_export._save_errors import save_advice, save_cause
 from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
-from onnx_export._verify import VerificationResult, compare, find_culprit
+from onnx_export._verify import VerificationResult, compare, find_culprit, run_eager, run_model
 from onnx_export.adapters import (
     METADATA_KEY,
     AdapterSpec,
     InputAdapter,
-    InputShapeError,
     MissingKernelError,
     OnnxModule,
     canonicalize_inputs,
@@ -178,8 +176,8 @@ class ONNXProgram:
                 exception=e,
             )
             raise SerializationError(
-                f"Could not save the ONNX model to {os.fspath(path)!r}: {_cause(e)}. "
-                f"{_save_advice(e)}Any earlier file there is unchanged."
+                f"Could not save the ONNX model to {os.fspath(path)!r}: {save_cause(e)}. "
+                f"{save_advice(e)}Any earlier file there is unchanged."
             ) from e
         self.diagnostic_context.emit(
             rules.MODEL_SAVED, message_args={"path": str(written), "size": written.stat().st_size}
@@ -287,7 +285,7 @@ class ONNXProgram:
         canonical = captured_call(
             self.exported_program, self._signature, *self._canonical(args, kwargs)
         )
-        eager = _run_eager(self.exported_program, canonical)
+        eager = run_eager(self.exported_program, canonical)
         expected = [t for t in pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
         module, note = self._verification_module()
         got = module._run_flat(list(flat))
@@ -298,7 +296,7 @@ class ONNXProgram:
             upcast = list(module._upcast)
 
             def run(model: ir.Model, feed: dict[str, Any]) -> list[Any]:
-                return _run_model(model, feed, upcast)
+                return run_model(model, feed, upcast)
 
             culprit = find_culprit(
                 self.exported_program, self._decisions, canonical, feed, run, rtol, atol
@@ -377,57 +375,6 @@ class ONNXProgram:
                 **({"note": result.note} if result.note else {}),
             },
         )
-
-
-def _run_model(model: ir.Model, feed: dict[str, Any], upcast: Sequence[str]) -> list[Any]:
-    """Run a (debug) model on flat inputs by graph input name; flat outputs."""
-    data = ir.serde.serialize_model(model).SerializeToString()
-    module = OnnxModule(data, upcast=upcast)
-    return module._run_flat([feed[name] for name in module.input_names])
-
-
-def _run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
-    """Run the captured program on the canonical inputs (numpy leaves as torch tensors)."""
-    args, kwargs = pytree.tree_map(
-        lambda leaf: torch.from_numpy(leaf) if type(leaf) is np.ndarray else leaf, canonical
-    )
-    try:
-        with torch.no_grad():
-            return program.module()(*args, **kwargs)
-    except AssertionError as error:  # torch's guards on the captured program's inputs
-        if "Guard failed" not in str(error):
-            raise
-        raise InputShapeError(
-            f"inputs: the exported program's guards refuse these inputs ({error}), although "
-            "their shapes fit the ONNX model's. Pass inputs like the example inputs, or "
-            "re-export with dynamic shapes that cover these sizes."
-        ) from error
-
-
-def _cause(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        where = f" ({error.filename})" if error.filename else ""
-        return f"{error.strerror}{where}"
-    return str(error).rstrip(".")
-
-
-_OS_ADVICE = {
-    errno.EACCES: "Check that the folder is writable. ",
-    errno.EPERM: "Check that the folder is writable. ",
-    errno.EROFS: "The file system is read-only; choose another folder. ",
-    errno.ENOSPC: "Free some space or choose another disk. ",
-    errno.EDQUOT: "Free some space (the disk quota is reached) or choose another disk. ",
-    errno.ENOTDIR: "A part of the path is a file, not a folder; choose another path. ",
-    errno.EEXIST: "A part of the path is a file, not a folder; choose another path. ",
-    errno.EISDIR: "The path is a folder; give a file name such as model.onnx. ",
-}
-
-
-def _save_advice(error: BaseException) -> str:
-    """What to do about a failed save, when the cause itself does not say."""
-    if isinstance(error, OSError):
-        return _OS_ADVICE.get(error.errno or 0, "")
-    return ""
 
 
 def _describe_value(value: ir.Value) -> str:

@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 from onnx_export._dispatch import Dispatch
 from onnx_export._source import NodeOrigin, node_origin
 from onnx_export._translate import decision_key, translate
+from onnx_export.adapters import InputShapeError, OnnxModule
 
 __all__ = [
     "OutputComparison",
@@ -32,6 +33,8 @@ __all__ = [
     "comparable",
     "dtype_tolerances",
     "find_culprit",
+    "run_eager",
+    "run_model",
 ]
 
 
@@ -306,3 +309,28 @@ def find_culprit(
                 node_origin(node),
             )
     return None
+
+
+def run_model(model: ir.Model, feed: dict[str, Any], upcast: Sequence[str]) -> list[Any]:
+    """Run a (debug) model on flat inputs by graph input name; flat outputs."""
+    data = ir.serde.serialize_model(model).SerializeToString()
+    module = OnnxModule(data, upcast=upcast)
+    return module._run_flat([feed[name] for name in module.input_names])
+
+
+def run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+    """Run the captured program on the canonical inputs (numpy leaves as torch tensors)."""
+    args, kwargs = pytree.tree_map(
+        lambda leaf: torch.from_numpy(leaf) if type(leaf) is np.ndarray else leaf, canonical
+    )
+    try:
+        with torch.no_grad():
+            return program.module()(*args, **kwargs)
+    except AssertionError as error:  # torch's guards on the captured program's inputs
+        if "Guard failed" not in str(error):
+            raise
+        raise InputShapeError(
+            f"inputs: the exported program's guards refuse these inputs ({error}), although "
+            "their shapes fit the ONNX model's. Pass inputs like the example inputs, or "
+            "re-export with dynamic shapes that cover these sizes."
+        ) from error

@@ -122,7 +122,7 @@ def test_verify_checks_inputs_before_running(
     def must_not_run(*_: Any) -> None:
         raise AssertionError("the model ran before the inputs were checked")
 
-    monkeypatch.setattr(_program, "_run_eager", must_not_run)
+    monkeypatch.setattr(_program, "run_eager", must_not_run)
     with pytest.raises(error, match=words) as verify_error:
         scaled.verify(*args)
     with pytest.raises(error) as call_error:
