@@ -319,6 +319,35 @@ def print_histograms(rows: list[dict[str, Any]], ours: str, theirs: str) -> None
     print(f"{'all models':26s} {text}")
 
 
+def _decode_factory(past: int = 512) -> Factory:
+    """A Llama-style decoder (grouped-query attention) taking one token after ``past``."""
+
+    def factory() -> tuple[nn.Module, Inputs]:
+        import transformers
+
+        from tests.e2e.zoo_models import CachedDecoder
+
+        torch.manual_seed(0)
+        layers, kv_heads, head_dim = 4, 2, 32
+        config = transformers.LlamaConfig(
+            vocab_size=1000,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=layers,
+            num_attention_heads=8,
+            num_key_value_heads=kv_heads,
+            max_position_embeddings=2 * past,
+        )
+        model = CachedDecoder(transformers.LlamaForCausalLM(config)).eval()
+        ids = torch.randint(0, 1000, (1, 1))
+        mask = torch.ones(1, past + 1, dtype=torch.long)
+        keys = [torch.randn(1, kv_heads, past, head_dim) for _ in range(layers)]
+        values = [torch.randn(1, kv_heads, past, head_dim) for _ in range(layers)]
+        return model, ((ids, mask, keys, values), {})
+
+    return factory
+
+
 def fresh_process() -> None:
     """Wall time of ``import onnx_export`` + the demo model's export in a new interpreter."""
     code = (
@@ -343,6 +372,9 @@ def main() -> None:
     parser.add_argument("--histogram", action="store_true", help="op histogram differences")
     parser.add_argument("--timm", action="store_true", help="add timm models (if installed)")
     parser.add_argument("--fresh-process", action="store_true", help="time a first export")
+    parser.add_argument(
+        "--decode", action="store_true", help="add a Llama decode step (1 token, 512 past)"
+    )
     args = parser.parse_args()
     if args.fresh_process:
         fresh_process()
@@ -351,6 +383,8 @@ def main() -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     found = factories(args.timm)
+    if args.decode:
+        found["llama_decode_512"] = _decode_factory()
     names = args.models.split(",") if args.models else list(found)
     exporters: dict[str, Any] = {"torch.onnx": _export_theirs}
     for target in args.targets.split(","):
