@@ -9,6 +9,7 @@ earlier export or call has registered a cache class.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -153,20 +154,50 @@ def test_decoder_returns_its_cache_static_and_dynamic() -> None:
 
 
 def test_encoder_decoder_cache_with_mask_and_load(tmp_path: Path) -> None:
-    program = check("t5", dynamic=True, mask=True)
-    out = program(**inputs("t5", 2, 5, mask=True))
+    program = check("bart", dynamic=True, mask=True)
+    out = program(**inputs("bart", 2, 5, mask=True))
     assert isinstance(out.cache, transformers.EncoderDecoderCache)
-    program.save(tmp_path / "t5.onnx")
-    loaded = onnx_export.load(tmp_path / "t5.onnx")(**inputs("t5", 2, 5, mask=True))
+    program.save(tmp_path / "bart.onnx")
+    loaded = onnx_export.load(tmp_path / "bart.onnx")(**inputs("bart", 2, 5, mask=True))
     assert isinstance(loaded, dict) and "logits" in loaded and "cache" in loaded
     torch.testing.assert_close(loaded["logits"], out.logits)
+
+
+def test_cache_passed_through_kwargs_is_dynamic_by_path() -> None:
+    """``past_key_values=`` reaches ``forward`` through ``**kwargs``; its leaves go by path."""
+    torch.manual_seed(0)
+    model = MODELS["llama"]()
+
+    def cache(batch: int, past: int) -> Any:
+        made = transformers.DynamicCache()
+        for layer in range(2):
+            made.update(torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8), layer)
+        return made
+
+    dims: dict[str, Any] = {"input_ids": {0: "batch", 1: "seq"}}
+    dims["attention_mask"] = {0: "batch", 1: "total"}
+    for kind in ("key_cache", "value_cache"):
+        for layer in range(2):
+            dims[f"past_key_values.{kind}.{layer}"] = {0: "batch", 2: "past"}
+    program = onnx_export.dynamo_export(
+        model, torch.randint(0, 100, (2, 3)), attention_mask=torch.ones(2, 7, dtype=torch.long),
+        past_key_values=cache(2, 4), export_options=onnx_export.ExportOptions(dynamic_shapes=dims),
+    )  # fmt: skip
+    value = program.model.graph.inputs[2]
+    assert value.name == "past_key_values.key_cache.0"
+    assert [str(d) for d in value.shape or ()] == ["batch", "2", "past", "8"]
+    assert_onnx_program_close(
+        program, model, torch.randint(0, 100, (3, 2)),
+        attention_mask=torch.ones(3, 7, dtype=torch.long), past_key_values=cache(3, 5),
+        atol=1e-4, rtol=1e-3,
+    )  # fmt: skip
 
 
 _FRESH = """
 import sys, torch, transformers
 from tests.e2e import test_hf_caches as t
-for name, mask in [("gpt2", True), ("bart", False)]:
-    t.check(name, dynamic=True, mask=mask)
+for name, dynamic in [("gpt2", True), ("whisper", False)]:
+    t.check(name, dynamic=dynamic, mask=name == "gpt2")
     print(name, "ok")
 """
 
@@ -179,14 +210,18 @@ def test_fresh_process_first_export_has_cache_outputs() -> None:
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["gpt2", "ok", "bart", "ok"]
+    assert done.stdout.split() == ["gpt2", "ok", "whisper", "ok"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mask", [False, True], ids=["ids", "ids+mask"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_matrix(name: str, dynamic: bool, mask: bool) -> None:
+def test_matrix(name: str, dynamic: bool, mask: bool, request: pytest.FixtureRequest) -> None:
+    """Every model, static and dynamic, with and without a mask (about 3 minutes)."""
+    run_slow = request.config.getoption("--runslow", default=False)
+    if not run_slow and os.environ.get("ONNX_EXPORT_RUNSLOW") != "1":
+        pytest.skip("slow: run with --runslow (or ONNX_EXPORT_RUNSLOW=1)")
     if name == "whisper" and mask:
         pytest.skip("Whisper takes audio features, no attention mask")
     check(name, dynamic, mask)
