@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import pathlib
 import shutil
@@ -386,27 +387,34 @@ def save_model(
     return target, data_path
 
 
-#: Above this size an earlier model file is not parsed for its external-data files (a
-#: model with external data keeps its graph small; a large one holds its weights inline).
-_SCAN_LIMIT = 256 * 2**20
-
-
 def _previous_data_files(target: pathlib.Path) -> list[pathlib.Path]:
     """The external-data files that the model now at ``target`` references.
 
     Only files inside the model's folder count (:func:`check_external_location`); a file
-    that is not an ONNX model, or references a location outside, gives none.
+    that is not an ONNX model, or references a location outside, gives none. The file is
+    parsed only when its bytes hold a ``location`` key: a single-file model costs one scan.
     """
     try:
-        if not target.is_file() or target.stat().st_size > _SCAN_LIMIT:
+        if not target.is_file() or not 0 < target.stat().st_size < PROTOBUF_LIMIT:
             return []
-        files = [target.parent / location for location in check_external_references(target)]
+        with (
+            open(target, "rb") as file,
+            mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
+            if data.find(_LOCATION_KEY) < 0:
+                files: list[pathlib.Path] = []
+            else:
+                files = [target.parent / loc for loc in check_external_references(target)]
     except Exception:  # not ONNX, unreadable, or a location we refuse: leave it all alone
         return []
     default = target.with_name(f"{target.name}.data")
     if default not in files and default.is_file() and default.stat().st_size == 0:
         files.append(default)  # the empty file earlier versions wrote for small weights
     return files
+
+
+#: How ``TensorProto.external_data`` spells its ``location`` entry's key (field 1, 8 bytes).
+_LOCATION_KEY = b"\x0a\x08location"
 
 
 def _remove_stale(files: Sequence[pathlib.Path], keep: Sequence[pathlib.Path | None]) -> None:
