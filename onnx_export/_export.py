@@ -17,16 +17,19 @@ from torch.export.graph_signature import InputKind, TensorArgument
 
 from onnx_export import _report
 from onnx_export._adapter import build_spec
-from onnx_export._capture import EXPORT_LOCK, CaptureAttempt, capture
-from onnx_export._containers import register_input_containers
+from onnx_export._call import (
+    Call,
+    capture_call,
+    capture_error,
+    downgrade,
+    name_graph_io,
+    prepare_call,
+)
+from onnx_export._capture import EXPORT_LOCK
+from onnx_export._containers import register_library_containers
 from onnx_export._decomp import decompose
 from onnx_export._devices import explain_device_mismatch
-from onnx_export._naming import (
-    dim_names_from_program,
-    leaf_paths,
-    output_paths,
-    to_torch_dynamic_shapes,
-)
+from onnx_export._naming import dim_names_from_program, leaf_paths, output_paths
 from onnx_export._options import ExportOptions
 from onnx_export._program import ONNXProgram
 from onnx_export._registry import OnnxRegistry
@@ -39,12 +42,10 @@ from onnx_export._translate import (
     translate,
     walk_call_nodes,
 )
-from onnx_export.adapters import AdapterError, canonicalize_inputs
+from onnx_export.adapters import AdapterError
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import (
-    CaptureError,
     ConversionError,
-    ExportInputError,
     OnnxExportError,
     OptimizationError,
     UnsupportedOpsError,
@@ -87,24 +88,6 @@ def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
         return None
 
 
-def _capture_error(attempts: Sequence[CaptureAttempt], dynamic_shapes: Any) -> CaptureError:
-    lines = "\n".join(f"  - {a.summary()}" for a in attempts)
-    if dynamic_shapes is not None:
-        lines += (
-            f"\nDynamic dimensions requested: {dynamic_shapes!r}. If the errors above say a "
-            "dimension was specialised or constrained, the model ties it to a static size or "
-            "to another input: make those dynamic too, or leave it static."
-        )
-    error = CaptureError(
-        f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
-        "Next steps: look for data-dependent Python control flow (an `if` on a tensor "
-        "value: use torch.cond), unsupported Python constructs, or inputs torch.export "
-        "cannot flatten; the last strategy's error is chained below."
-    )
-    error.__cause__ = attempts[-1].exception
-    return error
-
-
 def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsError:
     ops = sorted({u.op for u in unsupported})
     lines = [
@@ -127,10 +110,15 @@ def _names(
     model: torch.nn.Module, program: ExportedProgram
 ) -> tuple[list[str], list[str], list[str]]:
     signature = inspect.signature(model.forward)
-    positional = [
+    positional = [  # the captured call: positional parameters keep their names
         p.name
         for p in signature.parameters.values()
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
+        if p.kind
+        in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        )
     ]
     paths = leaf_paths(program.call_spec.in_spec, positional)
     user_specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
@@ -150,6 +138,7 @@ def _translate(
     context: DiagnosticContext,
     module: torch.nn.Module,
     user_dynamic: Any,
+    opset_version: int = 18,
 ) -> Any:
     decisions, unsupported = find_unsupported(program.graph_module, registry)
     for node in walk_call_nodes(program.graph_module):
@@ -161,7 +150,8 @@ def _translate(
     if unsupported:
         raise _unsupported_error(unsupported)
     paths, input_names, output_names = _names(module, program)
-    dim_names = dim_names_from_program(program, user_dynamic, paths)
+    names = user_dynamic.names if user_dynamic is not None else None
+    dim_names = dim_names_from_program(program, names, paths)
     try:
         result = translate(
             program,
@@ -169,6 +159,7 @@ def _translate(
             input_names=input_names,
             output_names=output_names,
             dim_names=dim_names,
+            opset_version=opset_version,
         )
     except NodeTranslationError as e:
         locations, stacks = _report.origin_locations(e.origin)
@@ -252,7 +243,7 @@ def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) ->
                 "nodes_after": nodes,
             },
         )
-    convert_opset(model, options.opset_version)
+    convert_opset(model, max(options.opset_version, 18))  # below 18: see _downgrade
     if options.optimize:
         nodes = model.graph.num_nodes()
         if fuse_erf_gelu(model):
@@ -298,31 +289,50 @@ _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
 )
 
 
-def _pipeline(
+def _as_module(
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
+) -> tuple[torch.nn.Module, ExportedProgram | None]:
+    if isinstance(model, ExportedProgram):
+        return model.module(), model
+    return (model if isinstance(model, torch.nn.Module) else _function_module(model)), None
+
+
+def _capture(
     module: torch.nn.Module,
+    given: ExportedProgram | None,
+    call: Call,
+    options: ExportOptions,
+    context: DiagnosticContext,
+) -> Any:
+    if given is not None:
+        return given, []
+    program, attempts = capture_call(call, options)
+    _report.record_capture(context, attempts, program is not None)
+    if program is None:
+        raise capture_error(attempts, call)
+    return program, attempts
+
+
+def _pipeline(
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
     model_args: tuple[Any, ...],
     model_kwargs: dict[str, Any],
     options: ExportOptions,
     context: DiagnosticContext,
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
+    module, given = _as_module(model)
+    if given is not None and not model_args and not model_kwargs:
+        model_args, model_kwargs = given.example_inputs or ((), {})
     signature = _forward_signature(module)
-    register_input_containers(model_args, model_kwargs)  # transformers caches
-    try:
-        args, kwargs = canonicalize_inputs(signature, model_args, model_kwargs)
-        dynamic, user_dynamic = to_torch_dynamic_shapes(options.dynamic_shapes, kwargs, len(args))
-    except (TypeError, ValueError) as e:
-        raise ExportInputError(f"{e}") from e
-    program, attempts = capture(
-        module, args, kwargs, dynamic_shapes=dynamic, strategies=options.capture_strategies
-    )
-    _report.record_capture(context, attempts, program is not None)
-    if program is None:
-        with explain_device_mismatch(module, model_args, model_kwargs):  # meta + real
-            raise _capture_error(attempts, options.dynamic_shapes)
+    register_library_containers(model_args, model_kwargs)  # transformers caches
+    call = prepare_call(module, signature, model_args, model_kwargs, options)
+    with explain_device_mismatch(module, model_args, model_kwargs):  # meta + real
+        program, attempts = _capture(module, given, call, options, context)
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, user_dynamic)
+    result = _translate(program, registry, context, module, call.shapes, options.opset_version)
+    name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         spec = build_spec(
             signature, model_args, model_kwargs, program, result.model, result.user_outputs
@@ -333,7 +343,7 @@ def _pipeline(
         ) from e
     _optimize(result.model, options, context)
     onnx_program = ONNXProgram(
-        result.model,
+        downgrade(result.model, options.opset_version),
         program,
         capture_attempts=attempts,
         signature=signature,
@@ -400,7 +410,7 @@ def _first_error_location(context: DiagnosticContext) -> tuple[Location, ...]:
 
 
 def dynamo_export(
-    model: torch.nn.Module | Callable[..., Any],
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
     /,
     *model_args: Any,
     export_options: ExportOptions | None = None,
@@ -409,8 +419,12 @@ def dynamo_export(
     """Export a PyTorch model to ONNX through torch.export and onnxscript's torchlib.
 
     Args:
-        model: The ``nn.Module`` (or a plain function) to export.
-        *model_args: Example positional inputs, as you would call the model.
+        model: The ``nn.Module`` (or a plain function) to export, or an
+            ``ExportedProgram`` already captured (then no capture runs, and the example
+            inputs default to the program's own).
+        *model_args: Example positional inputs, as you would call the model; the
+            program is captured with this very call, so ``exported_program.module()``
+            takes it too.
         export_options: How to capture, translate and optimize; defaults apply if None.
         **model_kwargs: Example keyword inputs.
 
@@ -436,10 +450,9 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = _report.new_context(options.diagnostic_options)
-    module = model if isinstance(model, torch.nn.Module) else _function_module(model)
     try:
         with _recording(context):
-            program = _pipeline(module, model_args, dict(model_kwargs), options, context)
+            program = _pipeline(model, model_args, dict(model_kwargs), options, context)
         if context.has_errors():
             errors = "; ".join(d.message for d in context.errors()[:3])
             raise OnnxExportError(

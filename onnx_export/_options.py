@@ -21,7 +21,7 @@ Target = Literal["onnx", "onnxruntime"]
 #: since 1.17, and torchlib's opset-18 functions need only a version bump to reach it
 #: (docs/performance.md).
 DEFAULT_OPSET = 20
-SUPPORTED_OPSETS = range(18, 24)
+SUPPORTED_OPSETS = range(16, 24)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +34,10 @@ class ExportOptions:
             or the simple form ``{"input_name": {axis: "dim_name"}}``. Every string in
             the structure names a dimension; equal strings are the same dimension.
             Named dimensions keep their names in the ONNX graph.
-        opset_version: ONNX opset of the model, 18 to 23. The default, 20, is
-            torch.onnx's and has ``Gelu``; torchlib's functions are written for 18, and
-            higher opsets are reached with onnxscript's version converter.
+        opset_version: ONNX opset of the model, 16 to 23. At 18 torchlib's functions
+            need no conversion; higher opsets are reached with onnxscript's version
+            converter, 16 and 17 with ``onnx.version_converter`` (which refuses, with
+            the ops named, when an op has no older form).
         optimize: Run onnxscript's optimizer (constant folding, dead code removal,
             function inlining) on the translated model.
         onnx_registry: A registry with the user's own ONNX functions for custom ops
@@ -57,6 +58,15 @@ class ExportOptions:
             replace attention, rotary embeddings, skip/simplified layer norms and
             bias-GELU with ``com.microsoft`` ops (CPU and CUDA providers); the model then
             runs only in ONNX Runtime. See docs/performance.md.
+        input_names: Names for the graph's tensor inputs, in the order the model takes
+            them (as torch.onnx's ``input_names``); fewer names rename the first ones.
+            The adapter uses them too, so the model is still called as in PyTorch.
+        output_names: Names for the graph's tensor outputs, in order (torch.onnx's
+            ``output_names``).
+        dynamic_axes: torch.onnx's legacy form, ``{"input": {0: "batch"}}`` or
+            ``{"input": [0, 1]}``, keyed by input name (``input_names`` when given);
+            entries for outputs are accepted and ignored (output shapes follow from the
+            inputs). Translated to ``dynamic_shapes``; give one or the other.
 
     Example:
         >>> import onnx_export
@@ -75,6 +85,9 @@ class ExportOptions:
     decompose: Literal["auto", "always"] = "auto"
     diagnostic_options: DiagnosticOptions | None = None
     verify: bool = False
+    input_names: Sequence[str] | None = None
+    output_names: Sequence[str] | None = None
+    dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None
     target: Target = "onnx"
 
     def __post_init__(self) -> None:
@@ -82,7 +95,8 @@ class ExportOptions:
             raise ValueError(
                 f"opset_version must be between {SUPPORTED_OPSETS.start} and "
                 f"{SUPPORTED_OPSETS.stop - 1}, got {self.opset_version}. "
-                "Torchlib's functions need at least opset 18."
+                "Opsets 16 and 17 are reached by converting down from 18 with "
+                "onnx.version_converter."
             )
         known = {"non_strict", "strict"}
         bad = [s for s in self.capture_strategies if s not in known]
@@ -98,3 +112,12 @@ class ExportOptions:
                 f"target must be 'onnx' (standard ONNX, any runtime) or 'onnxruntime' (ONNX "
                 f"Runtime's fused com.microsoft ops), got {self.target!r}."
             )
+        if self.dynamic_axes is not None and self.dynamic_shapes is not None:
+            raise ValueError(
+                "Give dynamic_shapes or dynamic_axes, not both: dynamic_axes is torch.onnx's "
+                "legacy form of the same thing."
+            )
+        for field in ("input_names", "output_names"):
+            names = getattr(self, field)
+            if isinstance(names, str):
+                raise ValueError(f"{field} must be a list of names, got the string {names!r}.")
