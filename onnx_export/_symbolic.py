@@ -24,9 +24,11 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from onnx_export._dispatch import Dispatch
+from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
 from onnx_export.ops._common import fx_input, fx_output_dtypes, op
 
-__all__ = ["SYMBOLIC_FUNCTIONS", "symbolic_function"]
+__all__ = ["SYMBOLIC_FUNCTIONS", "symbolic_function", "symbolic_dispatch"]
 
 _INT = ir.DataType.INT64
 _FLOAT = ir.DataType.FLOAT
@@ -93,10 +95,6 @@ def sym_ne(a: Scalar, b: Scalar) -> Any:
     """``a != b``."""
     (x, y), _ = _promoted(a, b, numeric=False)
     return op.Not(op.Equal(x, y))
-
-
-def _float_floor(x: Any) -> Any:
-    return op.Floor(x)
 
 
 def sym_floordiv(a: Scalar, b: Scalar) -> Any:
@@ -261,6 +259,11 @@ def aten_sym_storage_offset(self: ir.Value) -> Any:
     return _value(0)
 
 
+def runtime_assertion(*args: Any, **kwargs: Any) -> None:
+    """``_assert_scalar`` and the like inside loop and branch bodies: nothing to compute."""
+    return None
+
+
 #: Our function for each symbolic target, keyed by the FX node's target.
 SYMBOLIC_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     operator.add: _binary("Add"),
@@ -299,6 +302,10 @@ SYMBOLIC_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.sym_numel.default: aten_sym_numel,
     torch.ops.aten.sym_stride.int: aten_sym_stride,
     torch.ops.aten.sym_storage_offset.default: aten_sym_storage_offset,
+    # (the main graph's assertions are removed before translation; bodies keep theirs)
+    torch.ops.aten._assert_scalar.default: runtime_assertion,
+    torch.ops.aten.sym_constrain_range_for_size.default: runtime_assertion,
+    torch.ops.aten._assert_tensor_metadata.default: runtime_assertion,
 }
 
 
@@ -323,3 +330,13 @@ def _with_output_dtype(function: Callable[..., Any]) -> Callable[..., Any]:
 
     symbolic.__name__ = function.__name__
     return symbolic
+
+
+def symbolic_dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch | None:
+    """Our function for SymInt/SymFloat/SymBool arithmetic, unless the user registered one."""
+    function = symbolic_function(node.target)
+    name = target_name(node.target)
+    if function is None or name in registry.custom_targets:
+        return None
+    entry = OnnxFunctionEntry(name, function)
+    return Dispatch(name, entry, "onnx-export symbolic scalar function", False, tuple(node.args))

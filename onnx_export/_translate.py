@@ -22,9 +22,9 @@ from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tens
 from onnx_export._operands import complex_scalar_dispatch, operand_values
 from onnx_export._progress import translation_progress
 from onnx_export._recorder import recording
-from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
+from onnx_export._registry import OnnxRegistry
 from onnx_export._source import NodeOrigin, node_origin
-from onnx_export._symbolic import symbolic_function
+from onnx_export._symbolic import symbolic_dispatch
 from onnx_export.ops._target_opset import targeting
 
 __all__ = [
@@ -132,7 +132,7 @@ def find_unsupported(
     unsupported: list[UnsupportedNode] = []
     for node in walk_call_nodes(gm):
         decision = (
-            _symbolic_dispatch(node, registry)
+            symbolic_dispatch(node, registry)
             or complex_scalar_dispatch(node, registry)
             or dispatch(node, registry)
         )
@@ -142,16 +142,6 @@ def find_unsupported(
                 UnsupportedNode(decision.target, node.name, node_origin(node), decision.reason)
             )
     return decisions, unsupported
-
-
-def _symbolic_dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch | None:
-    """Our function for SymInt/SymFloat/SymBool arithmetic, unless the user registered one."""
-    function = symbolic_function(node.target)
-    name = target_name(node.target)
-    if function is None or name in registry.custom_targets:
-        return None
-    entry = OnnxFunctionEntry(name, function)
-    return Dispatch(name, entry, "onnx-export symbolic scalar function", False, tuple(node.args))
 
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
