@@ -320,14 +320,19 @@ class ONNXProgram:
             if error.dtype not in UPCAST_DTYPES:
                 raise
             narrow = [error.dtype]
-        module = OnnxModule(
-            self.model_proto.SerializeToString(),
-            self.adapter_spec,
-            allowed_classes=self._allowed_classes,
-            upcast=narrow,
-        )
+        data = self.model_proto.SerializeToString()
+        while True:  # a model may lack kernels for both bfloat16 and float16
+            try:
+                module = OnnxModule(
+                    data, self.adapter_spec, allowed_classes=self._allowed_classes, upcast=narrow
+                )
+                break
+            except MissingKernelError as error:
+                if error.dtype not in UPCAST_DTYPES or error.dtype in narrow:
+                    raise
+                narrow.append(error.dtype)
         note = (
-            f"ONNX Runtime's CPU provider has no {narrow[0]} kernels for some ops of "
+            f"ONNX Runtime's CPU provider has no {' or '.join(narrow)} kernels for some ops of "
             f"this model, so it ran computing in float32 (upcast={narrow}); inputs and outputs "
             "kept their dtypes."
         )

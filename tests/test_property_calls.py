@@ -133,7 +133,18 @@ def containers(draw: st.DrawFn, like: Any) -> Any:
     return items
 
 
-MODES = ["valid", "valid", "valid", "leaf", "leaf", "leaf", "structure", "constant", "binding", "wild"]
+MODES = [
+    "valid",
+    "valid",
+    "valid",
+    "leaf",
+    "leaf",
+    "leaf",
+    "structure",
+    "constant",
+    "binding",
+    "wild",
+]
 
 
 def _replace_leaf(draw: st.DrawFn, inputs: list[Any]) -> list[Any]:
@@ -249,3 +260,42 @@ def test_verify_runs_or_raises_ours(
     assert (result is None) == (call_result is None), "verify and a call disagree"
     if result is not None:
         assert result.ok, result
+
+
+class Pair(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x + y).relu(), x.sum(-1)
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory: pytest.TempPathFactory) -> OnnxModule:
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}, "y": {0: "batch"}})
+    program = onnx_export.dynamo_export(
+        Pair(), torch.randn(3, 4), torch.randn(3, 4), export_options=options
+    )
+    return onnx_export.load(program.save(tmp_path_factory.mktemp("dynamic") / "pair.onnx"))
+
+
+SIZES = st.integers(0, 6)
+
+
+@settings(PROPERTY, max_examples=80)
+@given(
+    x_shape=st.one_of(st.tuples(SIZES, st.just(4)), st.lists(SIZES, max_size=3).map(tuple)),
+    y_shape=st.one_of(st.tuples(SIZES, st.just(4)), st.lists(SIZES, max_size=3).map(tuple)),
+    dtype=st.sampled_from([torch.float32, torch.float32, torch.float64, torch.int64]),
+)
+def test_dynamic_dims_run_or_raise_ours(
+    dynamic: OnnxModule,
+    x_shape: tuple[int, ...],
+    y_shape: tuple[int, ...],
+    dtype: torch.dtype,
+) -> None:
+    x, y = torch.randn(x_shape).to(dtype), torch.randn(y_shape)
+    result = _outcome(dynamic, (x, y), {})
+    if result is None:
+        return
+    with torch.no_grad():
+        expected = Pair()(x, y)
+    for got, want in zip(_tensor_leaves(result), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
