@@ -330,7 +330,8 @@ def run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[s
         if "Guard failed" not in str(error):
             raise
         raise InputShapeError(
-            f"inputs: the exported program's guards refuse these inputs ({error}), although "
-            "their shapes fit the ONNX model's. Pass inputs like the example inputs, or "
-            "re-export with dynamic shapes that cover these sizes."
+            f"inputs: expected shapes that meet the condition torch.export recorded from the "
+            f"model's code, got shapes that break it ({error}). The exported model (PyTorch's "
+            "and ONNX's) holds only where it is met: pass inputs that meet it, like the example "
+            "inputs."
         ) from error

@@ -168,3 +168,16 @@ def test_bfloat16_tolerance_allows_one_ulp_not_two_percent() -> None:
 )
 def test_tolerances_follow_the_dtype(dtype: str, expected: tuple[float, float]) -> None:
     assert dtype_tolerances(dtype, 1e-4, 1e-5) == expected
+
+
+class PairsRows(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, 2, x.shape[1]).sum(1)  # the batch must be even
+
+
+def test_broken_export_condition_is_an_input_shape_error() -> None:
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(PairsRows(), torch.randn(4, 3), export_options=options)
+    assert program.verify(torch.randn(6, 3)).ok
+    with pytest.raises(InputShapeError, match=r"got shapes that break it \(Guard failed"):
+        program.verify(torch.randn(5, 3))
