@@ -12,7 +12,8 @@ Two parts, both sides in this one process:
    ``torch.onnx.export(..., dynamo=True)`` on the same wrapper modules and example inputs
    (the tests' tiny checkpoints), each result run in ONNX Runtime against eager.
 
-    python bench/bench_generate.py [--skip-large] [--skip-export] [--repeat 2]
+    python bench/bench_generate.py [--skip-large] [--skip-export] [--skip-decode]
+        [--cases t5,bart] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -189,13 +190,15 @@ def _export_one(exporter: Any, specs: list[Any], folder: pathlib.Path) -> str:
     return f"{seconds:5.1f} s, {'; '.join(errors)}"
 
 
-def export_times(folder: pathlib.Path) -> None:
+def export_times(folder: pathlib.Path, only: list[str] | None) -> None:
     from onnx_export.hf._graphs import graphs_for_task
     from tests.hf.checkpoints import CASES
 
     print("\n== Export time per task (the same wrapper modules and example inputs) ==")
     print(f"{'case':<9} {'task':<29} {'onnx_export':<34} torch.onnx.export(dynamo=True)")
     for name, case in CASES.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         model = case.build().eval()
         with torch.no_grad():
@@ -213,6 +216,8 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true", help="only the 5M Llama")
     parser.add_argument("--skip-export", action="store_true", help="no export-time table")
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs")
+    parser.add_argument("--cases", default="", help="comma-separated export cases (all)")
+    parser.add_argument("--skip-decode", action="store_true", help="no decode-speed table")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     tf.logging.set_verbosity_error()
@@ -222,9 +227,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         names = ["llama-5M"] if args.skip_large else list(CONFIGS)
-        decode_speed(names, args.repeat, folder, copy_bandwidth())
+        if not args.skip_decode:
+            decode_speed(names, args.repeat, folder, copy_bandwidth())
         if not args.skip_export:
-            export_times(folder)
+            export_times(folder, [c for c in args.cases.split(",") if c] or None)
 
 
 if __name__ == "__main__":

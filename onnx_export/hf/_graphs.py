@@ -241,17 +241,25 @@ def _seq2seq(model: Any) -> list[GraphSpec]:
         )
     past = _flat(_output_cache(out).self_attention_cache.layers)
     ids = _ids(model.config, _BATCH, _SEQUENCE)
-    dynamic: dict[str, Any] = {
-        "input_ids": {0: "batch", 1: "sequence_length"},
-        "encoder_hidden_states": {0: "batch", 1: "encoder_sequence_length"},
-        "past_key_values": [{"key": _PAST_DIMS, "value": _PAST_DIMS}] * len(past),
-    }
+    # In forward's parameter order (torch.onnx.export reads dynamic_shapes by position).
+    past_dims = [{"key": _PAST_DIMS, "value": _PAST_DIMS}] * len(past)
+    decoder: nn.Module
     if name == "input_ids":
-        dynamic["encoder_attention_mask"] = {0: "batch", 1: "encoder_sequence_length"}
+        encoder_dims = {0: "batch", 1: "encoder_sequence_length"}
+        dynamic: dict[str, Any] = {
+            "input_ids": {0: "batch", 1: "sequence_length"},
+            "encoder_hidden_states": encoder_dims,
+            "encoder_attention_mask": encoder_dims,
+            "past_key_values": past_dims,
+        }
         decoder = Seq2SeqDecoderWithPast(model)
         args: tuple[Any, ...] = (ids, hidden, mask, past)
     else:
-        dynamic["encoder_hidden_states"] = {0: "batch"}
+        dynamic = {
+            "input_ids": {0: "batch", 1: "sequence_length"},
+            "encoder_hidden_states": {0: "batch"},
+            "past_key_values": past_dims,
+        }
         decoder = SpeechDecoderWithPast(model)
         args = (ids, hidden, past)
     return [encoder_spec, GraphSpec("decoder_model.onnx", decoder, args, dynamic)]
