@@ -26,7 +26,7 @@ from onnx_export.cli._common import UsageError
 __all__ = ["ModelCall", "call_factory", "parse_dynamic"]
 
 _EXAMPLE = "e.g. my_models:make_model or path/to/models.py:make_model"
-_DYNAMIC = re.compile(r"^([A-Za-z_]\w*):(\d+)=([A-Za-z_]\w*)$")
+_DYNAMIC = re.compile(r"^([A-Za-z_][\w.]*):(-?\d+)=([A-Za-z_]\w*)$")  # NAME may be a dotted path
 
 
 @dataclasses.dataclass(frozen=True)

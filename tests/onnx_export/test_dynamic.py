@@ -349,3 +349,46 @@ def test_exported_program_takes_the_models_call(args: Any, kwargs: Any) -> None:
     assert [v.name for v in program.model.graph.inputs] == ["x", "mask"]  # adapter's order
     assert_onnx_program_close(program, model, *args, **kwargs)
     assert program.verify(*_inputs(2, 5)).ok
+
+
+_FACTORY = """
+import torch
+
+
+class WithLists(torch.nn.Module):
+    def forward(self, x, extras):
+        return x + extras[0]
+
+
+def make():
+    return WithLists(), (torch.randn(2, 3), [torch.randn(2, 3)])
+"""
+
+
+@pytest.mark.parametrize(
+    ("dynamic", "code", "expected"),
+    [
+        pytest.param(["x:0=n", "extras.0:0=n"], 0, ["n", 3], id="nested_path"),
+        pytest.param(["x:-3=n"], 2, None, id="axis_out_of_range"),
+    ],
+)
+def test_cli_dynamic_names_nested_leaves_and_refuses_bad_axes(
+    dynamic: list[str],
+    code: int,
+    expected: list[Any] | None,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from onnx_export.cli import main
+
+    (tmp_path / "lists_factory.py").write_text(_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    flags = [item for value in dynamic for item in ("--dynamic", value)]
+    out = tmp_path / "m.onnx"
+    assert main(["export", "lists_factory:make", "-o", str(out), *flags]) == code
+    if expected is None:
+        assert "names axis -3, but the input has 2 axes" in capsys.readouterr().err
+        return
+    model = ir.load(out)
+    assert _dim_names(model.graph.inputs[1]) == expected
