@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, ints, op, static_dims
+from onnx_export.ops._common import const, ints, op, static_dims, static_shape, unsupported
 from onnx_export.ops._registration import onnx_op
 
 __all__ = ["expand_param"]
@@ -56,7 +56,7 @@ def _avg_pool(
     count_include_pad: bool,
     divisor_override: int | None,
     spatial: int,
-) -> Any:
+) -> ir.Value:
     kernel = expand_param(kernel_size, spatial, [])
     strides = expand_param(stride, spatial, kernel)
     pads = expand_param(padding, spatial, [0] * spatial)
@@ -69,8 +69,7 @@ def _avg_pool(
             pads=pads + pads,
             count_include_pad=int(bool(count_include_pad)),
         )
-    dims = static_dims(self)
-    assert dims is not None, "avg_pool needs static shapes"
+    dims = static_shape(self)
     lead = len(dims) - spatial
     extra = _pool_geometry(dims[lead:], kernel, strides, pads, ceil_mode)
     zeros = [0] * lead
@@ -101,7 +100,7 @@ def _avg_pool_function(spatial: int) -> Callable[..., Any]:
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor_override: int | None = None,
-    ) -> Any:
+    ) -> ir.Value:
         return _avg_pool(
             self,
             kernel_size,
@@ -124,11 +123,12 @@ def _windows(size: int, out: int) -> list[tuple[int, int]]:
     return [((i * size) // out, -(-((i + 1) * size) // out)) for i in range(out)]
 
 
-def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> Any:
+def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> ir.Value:
     dims = static_dims(self)
-    assert dims is not None, "adaptive pooling needs static spatial sizes"
+    if dims is None:
+        raise unsupported("static spatial sizes", f"shape {self.shape}")
     r = len(dims)
-    result: Any = self
+    result: ir.Value = self
     for offset in range(spatial):
         axis = r - spatial + offset
         size, out = dims[axis], int(output_size[offset])
@@ -145,7 +145,7 @@ def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> A
 
 
 def _adaptive_avg_function(spatial: int) -> Callable[..., Any]:
-    def function(self: ir.Value, output_size: Sequence[int]) -> Any:
+    def function(self: ir.Value, output_size: Sequence[int]) -> ir.Value:
         return _adaptive_avg(self, output_size, spatial)
 
     function.__name__ = f"aten_adaptive_avg_pool{spatial}d"
@@ -153,10 +153,13 @@ def _adaptive_avg_function(spatial: int) -> Callable[..., Any]:
     return function
 
 
-def _adaptive_max(self: ir.Value, output_size: Sequence[int], spatial: int) -> tuple[Any, Any]:
+def _adaptive_max(
+    self: ir.Value, output_size: Sequence[int], spatial: int
+) -> tuple[ir.Value, ir.Value]:
     """Gathers each window's elements (padded by repeating its first) and reduces them."""
     dims = static_dims(self)
-    assert dims is not None, "adaptive pooling needs static spatial sizes"
+    if dims is None:
+        raise unsupported("static spatial sizes", f"shape {self.shape}")
     r = len(dims)
     sizes = dims[r - spatial :]
     outs = [int(o) for o in output_size]
@@ -182,7 +185,7 @@ def _adaptive_max(self: ir.Value, output_size: Sequence[int], spatial: int) -> t
 
 
 def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
-    def function(self: ir.Value, output_size: Sequence[int]) -> tuple[Any, Any]:
+    def function(self: ir.Value, output_size: Sequence[int]) -> tuple[ir.Value, ir.Value]:
         return _adaptive_max(self, output_size, spatial)
 
     function.__name__ = f"aten_adaptive_max_pool{spatial}d"
@@ -190,7 +193,7 @@ def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
     return function
 
 
-def _fractional_starts(samples: Any, axis: int, size: int, kernel: int, out: int) -> Any:
+def _fractional_starts(samples: ir.Value, axis: int, size: int, kernel: int, out: int) -> ir.Value:
     """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``."""
     u = op.Gather(samples, op.Constant(value_int=axis), axis=-1)  # [N, C]
     last = op.CastLike(const(float(size - kernel), samples), samples)
@@ -204,7 +207,7 @@ def _fractional_starts(samples: Any, axis: int, size: int, kernel: int, out: int
     return op.Cast(starts, to=7)
 
 
-def _spread(positions: Any, d: int, spatial: int) -> Any:
+def _spread(positions: ir.Value, d: int, spatial: int) -> ir.Value:
     """[N, C, out_d, k_d] to [N, C, 1.., out_d, 1.., 1.., k_d, 1..] (2 + 2 * spatial axes)."""
     before_out = list(range(2, 2 + d))
     after_out = list(range(3 + d, 2 + spatial))
@@ -217,7 +220,7 @@ def _spread(positions: Any, d: int, spatial: int) -> Any:
     return op.Unsqueeze(expanded, ints(kernel_after)) if kernel_after else expanded
 
 
-def _mask_last(out: int) -> Any:
+def _mask_last(out: int) -> ir.Value:
     return op.Constant(value=ir.tensor(np.arange(out) == out - 1))
 
 
@@ -226,16 +229,15 @@ def _fractional_max_pool(
     kernel_size: Sequence[int],
     output_size: Sequence[int],
     random_samples: ir.Value,
-) -> tuple[Any, Any]:
-    dims = static_dims(self)
-    assert dims is not None, "fractional max pooling needs static shapes"
+) -> tuple[ir.Value, ir.Value]:
+    dims = static_shape(self)
     spatial = len(kernel_size)
     unbatched = len(dims) == spatial + 1
     x = op.Unsqueeze(self, ints([0])) if unbatched else self
     sizes = dims[-spatial:]
     samples = op.CastLike(random_samples, x)
     strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
-    index: Any = None
+    index: ir.Value | None = None
     for d in range(spatial):
         # ATen's 2-d op draws (W, H) from the samples, the 3-d op (T, H, W).
         sample = 1 - d if spatial == 2 else d
@@ -247,7 +249,8 @@ def _fractional_max_pool(
         positions = op.Mul(positions, op.Constant(value_int=strides[d]))
         positions = _spread(positions, d, spatial)
         index = positions if index is None else op.Add(index, positions)
-    assert index is not None
+    if index is None:
+        raise unsupported("at least one spatial dimension (kernel_size)", "none")
     outs = [int(o) for o in output_size]
     window = int(math.prod(int(k) for k in kernel_size))
     flat_index = op.Reshape(index, op.Concat(op.Shape(index, start=0, end=2), ints([-1]), axis=0))
@@ -270,7 +273,7 @@ def aten_fractional_max_pool(
     kernel_size: Sequence[int],
     output_size: Sequence[int],
     random_samples: ir.Value,
-) -> tuple[Any, Any]:
+) -> tuple[ir.Value, ir.Value]:
     """fractional_max_pool{2,3}d(Tensor self, int[] kernel_size, int[] output_size, ...).
 
     Windows placed as ATen places them from ``random_samples`` (so the results match).
