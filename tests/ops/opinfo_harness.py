@@ -32,6 +32,7 @@ __all__ = [
     "check_sample",
     "op_db_by_key",
     "op_key",
+    "own_op_keys",
     "samples",
 ]
 
@@ -69,12 +70,15 @@ class Outcome:
             ``"done"``.
         reason: One line on why it failed (empty when ``ok``).
         seconds: Export plus run time.
+        own_ops: The keys the export translated with onnx-export's own functions
+            (``"aten::foo"``; ``"aten::foo (complex)"`` for a complex variant).
     """
 
     ok: bool
     stage: str
     reason: str = ""
     seconds: float = 0.0
+    own_ops: frozenset[str] = frozenset()
 
 
 def op_key(opinfo: Any) -> str:
@@ -168,6 +172,25 @@ def _leaves(outputs: Any) -> list[torch.Tensor]:
 
 
 # -- the exporters ---------------------------------------------------------------------
+
+
+def own_op_keys(program: Any) -> frozenset[str]:
+    """The op keys an ``onnx_export`` program's export dispatched to our own functions.
+
+    An entry counts when it says it is ours (``is_own``) or when it carries the very
+    function ``@onnx_op`` registered for its key (the SymInt functions are dispatched
+    before the registry, by ``onnx_export._symbolic``).
+    """
+    from onnx_export.ops._registration import registered_ops
+
+    registered = {(r.target, r.is_complex): r.function for r in registered_ops()}
+    decisions = getattr(program, "_decisions", None) or {}
+    return frozenset(
+        d.target + (" (complex)" if d.entry.is_complex else "")
+        for d in decisions.values()
+        if d.entry is not None
+        and (d.entry.is_own or registered.get((d.target, d.entry.is_complex)) is d.entry.function)
+    )
 
 
 def _export_ours(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
@@ -298,18 +321,20 @@ def check_sample(
         return Outcome(False, "eager", _one_line(e))
     start = time.perf_counter()
     stage = "export"
+    own: frozenset[str] = frozenset()
     try:
         with _time_limit(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = EXPORTERS[exporter](module, _clone(tensors))
+            own = own_op_keys(run)
             stage = "run"
             actual = _leaves(run(*_clone(tensors)))
     except (Exception, SampleTimeout) as e:
         seconds = time.perf_counter() - start
-        return Outcome(False, stage, _reason(e), seconds)
+        return Outcome(False, stage, _reason(e), seconds, own)
     seconds = time.perf_counter() - start
     why = compare(expected, actual, rtol, atol, shape_only)
-    return Outcome(not why, "compare" if why else "done", why, seconds)
+    return Outcome(not why, "compare" if why else "done", why, seconds, own)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,12 +346,14 @@ class OpResult:
         reason: Why it failed or was skipped, prefixed with the sample index.
         seconds: Total export plus run time of its samples.
         samples: How many samples ran.
+        own_ops: The keys its samples' exports translated with our own functions.
     """
 
     status: str
     reason: str = ""
     seconds: float = 0.0
     samples: int = 0
+    own_ops: frozenset[str] = frozenset()
 
 
 def check_op(
@@ -354,6 +381,7 @@ def check_op(
         return OpResult("skip", f"no {dtype} samples on CPU")
     rtol, atol = tolerance.for_dtype(dtype)
     total = 0.0
+    own: frozenset[str] = frozenset()
     for index, sample in enumerate(found):
         outcome = check_sample(
             exporter,
@@ -365,7 +393,8 @@ def check_op(
             shape_only=shape_only,
         )
         total += outcome.seconds
+        own |= outcome.own_ops
         if not outcome.ok:
             reason = f"[sample {index}, {outcome.stage}] {outcome.reason}"
-            return OpResult("fail", reason, total, index + 1)
-    return OpResult("pass", "", total, len(found))
+            return OpResult("fail", reason, total, index + 1, own)
+    return OpResult("pass", "", total, len(found), own)

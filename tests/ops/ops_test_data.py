@@ -18,7 +18,7 @@ import torch
 
 from tests.ops.opinfo_harness import Tolerance
 
-__all__ = ["OpTest", "TESTED_OPS", "CI_OPS", "primary_dtype", "SWEEP_DTYPES"]
+__all__ = ["OpTest", "TESTED_OPS", "CI_OPS", "OWN_OPS", "primary_dtype", "SWEEP_DTYPES"]
 
 #: Dtypes of the full sweep, besides each op's primary dtype.
 SWEEP_DTYPES = (torch.float32, torch.float16, torch.int64, torch.bool)
@@ -1170,6 +1170,121 @@ CI_OPS: tuple[str, ...] = (
     # expected failures
     "equal", "linalg.eigh", "linalg.eig",
 )  # fmt: skip
+
+
+#: Our own op keys (``@onnx_op`` in ``onnx_export/ops``) that each CI entry exercises:
+#: ``test_op_ci`` checks that its export dispatches them to our functions, and
+#: ``test_op_coverage.py`` that every registered key is claimed here or has a case in
+#: ``test_own_ops.py``.
+OWN_OPS: dict[str, tuple[str, ...]] = {
+    "copysign": ("aten::copysign.Tensor",),
+    "fmax": ("aten::fmax",),
+    "frexp": ("aten::frexp.Tensor",),
+    "logit": ("aten::logit",),
+    "lgamma": ("aten::lgamma",),
+    "digamma": ("aten::digamma",),
+    "polygamma.polygamma_n_2": ("aten::polygamma",),
+    "special.zeta": ("aten::special_zeta",),
+    "erfinv": ("aten::erfinv",),
+    "special.ndtri": ("aten::special_ndtri",),
+    "special.log_ndtr": ("aten::special_log_ndtr",),
+    "special.i0e": ("aten::special_i0e",),
+    "special.bessel_j0": ("aten::special_bessel_j0",),
+    "special.modified_bessel_k1": ("aten::special_modified_bessel_k1",),
+    "special.airy_ai": ("aten::special_airy_ai",),
+    "special.chebyshev_polynomial_t": ("aten::special_chebyshev_polynomial_t",),
+    "special.hermite_polynomial_h": ("aten::special_hermite_polynomial_h",),
+    "gcd": ("aten::gcd",),
+    "nan_to_num": ("aten::isnan",),
+    "amax": ("aten::amax",),
+    "amin": ("aten::amin",),
+    "std": ("aten::std.correction",),
+    "var_mean": ("aten::var_mean.correction",),
+    "cumprod": ("aten::cumprod",),
+    "cummax": ("aten::cummax",),
+    "median": (
+        "aten::median",
+        "aten::median.dim",
+    ),
+    "nanmedian": (
+        "aten::nanmedian",
+        "aten::nanmedian.dim",
+    ),
+    "kthvalue": ("aten::kthvalue",),
+    "count_nonzero": ("aten::count_nonzero",),
+    "all": (
+        "aten::all",
+        "aten::all.dim",
+    ),
+    "any": (
+        "aten::any",
+        "aten::any.dim",
+    ),
+    "nanmean": ("aten::isnan",),
+    "quantile": (
+        "aten::_to_copy",
+        "aten::any.dim",
+        "aten::ceil",
+        "aten::isnan",
+    ),
+    "searchsorted": ("aten::searchsorted.Tensor",),
+    "bucketize": ("aten::bucketize.Tensor",),
+    "scatter": ("aten::scatter.reduce",),
+    "scatter_reduce.mean": ("aten::scatter_reduce.two",),
+    "index_reduce.amax": ("aten::index_reduce",),
+    "put": ("aten::put",),
+    "masked_select": ("aten::masked_select",),
+    "nonzero": ("aten::nonzero",),
+    "diagonal_scatter": ("aten::diagonal_scatter",),
+    "as_strided_scatter": ("aten::as_strided_scatter",),
+    "unbind_copy": ("aten::unbind_copy.int",),
+    "hstack": ("aten::atleast_1d.Sequence",),
+    "squeeze.multiple": ("aten::squeeze.dims",),
+    "triu_indices": ("aten::triu_indices",),
+    "to": ("aten::to.device",),
+    "cfloat": ("aten::to.dtype",),
+    "nn.functional.batch_norm": ("aten::batch_norm",),
+    "native_batch_norm": ("aten::native_batch_norm",),
+    "nn.functional.avg_pool2d": ("aten::avg_pool2d",),
+    "nn.functional.adaptive_avg_pool2d": ("aten::_adaptive_avg_pool2d",),
+    "nn.functional.adaptive_max_pool2d": ("aten::adaptive_max_pool2d",),
+    "nn.functional.interpolate.linear": ("aten::upsample_linear1d.vec",),
+    "nn.functional.pad.circular": ("aten::pad",),
+    "nn.functional.pad.replicate_negative": ("aten::pad",),
+    "nn.functional.scaled_dot_product_attention": ("aten::scaled_dot_product_attention",),
+    "nn.functional.cross_entropy": ("aten::cross_entropy_loss",),
+    "nn.functional.pdist": ("aten::_pdist_forward",),
+    "cdist": ("aten::_cdist_forward",),
+    "linalg.inv": ("aten::linalg_inv_ex",),
+    "linalg.solve": ("aten::_linalg_solve_ex",),
+    "linalg.cholesky": ("aten::linalg_cholesky_ex",),
+    "cholesky_solve": ("aten::cholesky_solve",),
+    "linalg.solve_triangular": ("aten::linalg_solve_triangular",),
+    "linalg.lu_factor": ("aten::linalg_lu_factor_ex",),
+    "lu_unpack": ("aten::lu_unpack",),
+    "linalg.slogdet": ("aten::_linalg_slogdet",),
+    "matrix_exp": ("aten::linalg_matrix_exp",),
+    "linalg.qr": ("aten::linalg_qr",),
+    "geqrf": ("aten::geqrf",),
+    "linalg.svdvals": ("aten::_linalg_svd",),
+    "linalg.eigvalsh": ("aten::_linalg_eigh",),
+    "linalg.pinv": ("aten::linalg_pinv.atol_rtol_tensor",),
+    "linalg.matrix_rank": ("aten::linalg_matrix_rank.atol_rtol_tensor",),
+    "fft.fft2": (
+        "aten::_to_copy",
+        "aten::constant_pad_nd (complex)",
+    ),
+    "fft.ihfft2": ("aten::_conj_physical (complex)",),
+    "uniform": ("aten::uniform",),
+    "nextafter": ("aten::nextafter",),
+    "mode": ("aten::mode",),
+    "unique_consecutive": ("aten::unique_consecutive",),
+    "igamma": ("aten::igamma",),
+    "histogram": (
+        "aten::histogram.bin_ct",
+        "aten::histogram.bins_tensor",
+    ),
+}
 
 
 def entry_for(key: str) -> OpTest:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.ops import ops_test_data as table
-from tests.ops.opinfo_harness import check_op, op_db_by_key
+from tests.ops.opinfo_harness import OpResult, check_op, op_db_by_key
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
 
@@ -24,7 +24,7 @@ _DTYPES: dict[str, torch.dtype | None] = {
 }
 
 
-def _check(key: str, dtype: torch.dtype | None) -> None:
+def _check(key: str, dtype: torch.dtype | None) -> OpResult:
     entry = table.entry_for(key)
     opinfo = op_db_by_key()[key]
     primary = table.primary_dtype(entry, opinfo)
@@ -54,6 +54,7 @@ def _check(key: str, dtype: torch.dtype | None) -> None:
             pytest.fail(f"{key} [{dtype}] passes now: remove its xfail ({expectation.reason})")
         pytest.xfail(f"{expectation.reason} ({result.reason[:200]})")
     assert result.status == "pass", result.reason
+    return result
 
 
 def test_table_lists_every_op_db_entry_once() -> None:
@@ -77,7 +78,12 @@ def test_ci_subset_is_in_the_table() -> None:
 
 @pytest.mark.parametrize("key", table.CI_OPS)
 def test_op_ci(key: str) -> None:
-    _check(key, None)
+    result = _check(key, None)
+    missing = set(table.OWN_OPS.get(key, ())) - result.own_ops
+    assert not missing, (
+        f"OWN_OPS claims {sorted(missing)} for {key}, but its export did not dispatch them to "
+        f"our functions (it did: {sorted(result.own_ops)}); correct the claim."
+    )
 
 
 @pytest.mark.slow
