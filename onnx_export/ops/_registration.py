@@ -9,8 +9,11 @@ Usage (adding an op; see "Adding an op" in ``docs/contributing.md``):
    as ``OpOverload.name()`` spells it); ``complex=True`` for complex inputs (real view).
    Factory-made functions register with a call: ``aten_bar = onnx_op("aten::bar")(_make())``.
 3. A new topic module is imported in ``ops/__init__.py`` (nothing else lists ops).
-4. Add a CI case in ``tests/ops/ops_test_data.py``; ``tests/ops/test_op_coverage.py``
-   fails while a registered key has none.
+4. Test it in CI: its OpInfo name in ``CI_OPS`` and the keys in ``OWN_OPS``
+   (``tests/ops/ops_test_data.py``), or a case in ``tests/ops/test_own_ops.py``;
+   ``tests/ops/test_op_coverage.py`` fails while a registered key has neither.
+5. Limits raise (``known_rank``, ``static_shape``, ``unsupported``... in ``_common``),
+   never ``assert``; ``op`` is typed (``_opset.py``): add a missing ONNX op there.
 """
 
 from __future__ import annotations
