@@ -164,7 +164,11 @@ def _replace_folder(staged: pathlib.Path, out: pathlib.Path) -> None:
         raise CheckpointError(f"Output {os.fspath(out)!r} exists and is not a folder.")
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     out.rename(old)
-    staged.rename(out)
+    try:
+        staged.rename(out)
+    except OSError:
+        old.rename(out)  # put the earlier folder back
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 
