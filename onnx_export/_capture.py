@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export._stack_traces import every_user_frame
+
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
 #: torch.export keeps its dispatch-mode stack in process-global state: parallel calls
@@ -109,7 +111,10 @@ def _export(
     dynamic_shapes: Any,
     strict: bool,
 ) -> ExportedProgram:
-    return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    with every_user_frame(not strict):  # nodes located at their own line, not forward's
+        return torch.export.export(
+            model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+        )
 
 
 @contextlib.contextmanager
