@@ -79,11 +79,12 @@ class ExportedCheckpoint:
 
 
 def _load_model(path: pathlib.Path, task: str) -> Any:
+    import torch
     import transformers
 
     auto = getattr(transformers, _AUTO_CLASSES[task])
-    try:
-        model = auto.from_pretrained(path, local_files_only=True)
+    try:  # float32 whatever the checkpoint's dtype: ONNX Runtime's CPU kernels need it
+        model = auto.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as e:
         raise CheckpointError(
             f"transformers could not load {os.fspath(path)!r} as {_AUTO_CLASSES[task]} for "
@@ -192,8 +193,8 @@ def export_pretrained(
 
     Args:
         model_or_dir: A local folder written by ``save_pretrained`` (config.json and
-            safetensors weights; nothing is downloaded), or a loaded
-            ``transformers.PreTrainedModel``.
+            safetensors weights; nothing is downloaded; the weights are loaded as
+            float32), or a loaded ``transformers.PreTrainedModel`` (exported in its dtype).
         out_dir: The folder to write: ``model.onnx`` (or ``encoder_model.onnx`` and
             ``decoder_model.onnx``), ``onnx_export.json``, and the config, generation
             config and tokenizer files found beside the weights.

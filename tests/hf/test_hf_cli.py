@@ -22,7 +22,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_cli_export_then_generate_without_torch(tmp_path: pathlib.Path) -> None:
-    model = CASES["gpt2"].save(tmp_path / "ckpt", seed=1)
+    """A bfloat16 checkpoint (as many are published) is exported in float32."""
+    torch.manual_seed(1)
+    CASES["gpt2"].build().to(torch.bfloat16).save_pretrained(tmp_path / "ckpt")
+    model = tf.GPT2LMHeadModel.from_pretrained(tmp_path / "ckpt", dtype=torch.float32).eval()
     done = subprocess.run(
         [sys.executable, "-m", "onnx_export", "hf", "ckpt", "-o", "out", "--opset", "18"],
         capture_output=True,
