@@ -14,7 +14,12 @@ from typing import Any
 
 from ._torch import pytree_registry
 
-__all__ = ["is_transformers_cache", "register_library_container", "register_transformers_caches"]
+__all__ = [
+    "is_transformers_cache",
+    "register_library_container",
+    "register_transformers_caches",
+    "context_as_dicts",
+]
 
 
 def is_transformers_cache(cls: type) -> bool:
@@ -134,3 +139,47 @@ def register_transformers_caches() -> list[type]:
     if not isinstance(base, type):
         return []
     return [cls for cls in _subclasses(base) if register_library_container(cls)]
+
+
+def _tagged(context: dict[str, Any], leaves: list[Any]) -> Any:
+    """A tagged node of the context: a tensor marker, an object, a sequence, a mapping."""
+    tag = context["_t"]
+    if tag in ("tensor", "sym"):
+        return leaves[context["i"]]
+    if tag in ("obj", "map"):
+        state = context.get("s", context.get("v")) or {}
+        return {k: _plain(v, leaves) for k, v in state.items()}
+    if tag == "seq":
+        return [_plain(v, leaves) for v in context.get("v", [])]
+    if tag == "items":
+        return {str(k): _plain(v, leaves) for k, v in context.get("v", [])}
+    return context.get("n", context.get("s", context.get("p")))  # dtype, device, type
+
+
+def _plain(context: Any, leaves: list[Any]) -> Any:
+    if isinstance(context, list):
+        return [_plain(item, leaves) for item in context]
+    if isinstance(context, dict):
+        if "_t" in context:
+            return _tagged(context, leaves)
+        return {k: _plain(v, leaves) for k, v in context.items()}
+    return context  # None, bool, int, float, str
+
+
+def context_as_dicts(context: object, leaves: list[Any]) -> dict[str, Any] | None:
+    """A ``transformers`` cache rebuilt from its saved context as plain nested dicts.
+
+    A loaded model that may not import the cache's class (it is not in
+    ``allowed_classes``) returns the cache by its attribute names instead:
+    ``{"self_attention_cache": {"layers": [{"keys": ..., "values": ...}, ...]}, ...}``.
+    Returns ``None`` for a context that is not ``transformers``' generic cache context.
+
+    Example:
+        >>> ctx = {"_t": "obj", "p": "C", "s": {"keys": {"_t": "tensor", "i": 0}}}
+        >>> context_as_dicts(ctx, ["k"])
+        {'keys': 'k'}
+    """
+    if not (isinstance(context, dict) and context.get("_t") == "obj"):
+        return None
+    plain = _plain(context, leaves)
+    return plain if isinstance(plain, dict) else None

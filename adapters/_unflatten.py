@@ -14,7 +14,7 @@ from typing import Any
 
 from ._errors import LeafCountError, UnsupportedValueError
 from ._flatten import qualified_name
-from ._library_containers import register_library_container
+from ._library_containers import context_as_dicts, register_library_container
 from ._paths import key_names
 from ._torch import pytree_registry
 from ._treespec import TreeSpec
@@ -157,6 +157,8 @@ def _custom_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | None)
     if cls is None:
         if names is not None:
             return _dict_builder(names, kids)
+        if context_as_dicts(context, [None] * len(kids)) is not None:  # a transformers cache
+            return lambda it: context_as_dicts(context, [k(it) for k in kids])
         return lambda it: tuple([k(it) for k in kids])
     registry = pytree_registry()
     if registry is not None and cls not in registry:

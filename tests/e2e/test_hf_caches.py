@@ -161,6 +161,11 @@ def test_encoder_decoder_cache_with_mask_and_load(tmp_path: Path) -> None:
     loaded = onnx_export.load(tmp_path / "bart.onnx")(**inputs("bart", 2, 5, mask=True))
     assert isinstance(loaded, dict) and "logits" in loaded and "cache" in loaded
     torch.testing.assert_close(loaded["logits"], out.logits)
+    # Without the class in allowed_classes, the cache comes back by its attribute names.
+    layer = loaded["cache"]["self_attention_cache"]["layers"][1]
+    torch.testing.assert_close(layer["values"], out.cache.self_attention_cache.layers[1].values)
+    cross = loaded["cache"]["cross_attention_cache"]["layers"][0]["keys"]
+    torch.testing.assert_close(cross, out.cache.cross_attention_cache.layers[0].keys)
 
 
 def test_cache_passed_through_kwargs_is_dynamic_by_path() -> None:
