@@ -23,8 +23,9 @@ class OrtModelForSeq2SeqLM:
     """An encoder-decoder model exported by :func:`onnx_export.hf.export_pretrained`.
 
     T5 and BART take ``input_ids`` (and ``attention_mask``); Whisper takes
-    ``input_features``. The encoder runs once; the decoder runs once per new token with
-    its self-attention cache kept in ONNX Runtime values.
+    ``input_features``. The encoder runs once and also returns every decoder layer's
+    cross-attention keys and values; the decoder runs once per new token with its
+    self-attention cache kept in ONNX Runtime values.
 
     Attributes:
         folder: The exported folder's manifest and configs.
@@ -87,20 +88,27 @@ class OrtModelForSeq2SeqLM:
                     f"input_features has shape {features.shape}; the encoder takes "
                     f"(batch, {expected[1]}, {expected[2]}) log-mel features."
                 )
-            hidden = self.encoder.run({"input_features": features})["last_hidden_state"]
-            return {"batch": features.shape[0], "encoder_hidden_states": hidden}
+            encoded = self.encoder.run({"input_features": features})
+            return {"batch": features.shape[0], **self._decoder_feed(encoded)}
         if input_ids is None:
             raise GenerationError("This is a text model: pass input_ids (and attention_mask).")
         ids = as_ids(input_ids)
         mask = as_mask(attention_mask, ids)
         limit = self.folder.max_positions("max_position_embeddings")
         check_length("The input length", ids.shape[1], limit, "Shorten the input.")
-        hidden = self.encoder.run({"input_ids": ids, "attention_mask": mask})["last_hidden_state"]
-        feed = {
-            "encoder_hidden_states": hidden,
-            "encoder_attention_mask": self.decoder.to_device(mask),
-        }
-        return {"batch": ids.shape[0], **feed}
+        encoded = self.encoder.run({"input_ids": ids, "attention_mask": mask})
+        encoded["encoder_attention_mask"] = self.decoder.to_device(mask)
+        return {"batch": ids.shape[0], **self._decoder_feed(encoded)}
+
+    def _decoder_feed(self, encoded: dict[str, Any]) -> dict[str, Any]:
+        """The encoder's outputs the decoder takes, by name, kept on the device.
+
+        ``last_hidden_state`` becomes ``encoder_hidden_states``; the cross-attention keys
+        and values (``encoder_key_values.*``) keep their names.
+        """
+        encoded["encoder_hidden_states"] = encoded.pop("last_hidden_state")
+        wanted = set(self.decoder.input_names)
+        return {name: value for name, value in encoded.items() if name in wanted}
 
     def logits(
         self,
