@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export._dynamo_caches import forget_compiled_code
 from onnx_export._stack_traces import every_user_frame
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
@@ -111,7 +112,8 @@ def _export(
     dynamic_shapes: Any,
     strict: bool,
 ) -> ExportedProgram:
-    with every_user_frame(not strict):  # nodes located at their own line, not forward's
+    # Nodes located at their own line, not forward's; no compiled loop body reused later.
+    with every_user_frame(not strict), forget_compiled_code():
         return torch.export.export(
             model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict
         )
@@ -156,28 +158,41 @@ def capture(
             returns ``(new shapes, size_oblivious, notes)`` to retry with, or ``None``.
     """
     attempts: list[CaptureAttempt] = []
+
+    def attempt(strategy: str, shapes: Any, oblivious: bool, fixes: tuple[str, ...]) -> Any:
+        start = time.perf_counter()
+        try:
+            with EXPORT_LOCK, _size_oblivious(oblivious):
+                program = _export(model, args, kwargs, shapes, strategy == "strict")
+        except Exception as e:
+            attempts.append(CaptureAttempt(strategy, False, time.perf_counter() - start, e, fixes))
+            return e
+        attempts.append(CaptureAttempt(strategy, True, time.perf_counter() - start, None, fixes))
+        return program
+
+    # Every strategy as the user asked first: a specialisation one strategy reports (a
+    # stale dynamo cache under torch.cond, say) may not happen with the next.
+    errors: dict[str, BaseException] = {}
     for strategy in strategies:
-        shapes, oblivious = dynamic_shapes, size_oblivious
+        result = attempt(strategy, dynamic_shapes, size_oblivious, ())
+        if isinstance(result, ExportedProgram):
+            return result, attempts
+        errors[strategy] = result
+    if repair is None or dynamic_shapes is None:
+        return None, attempts
+    for strategy in strategies:  # then with torch's suggested fixes, strategy by strategy
+        shapes, oblivious, error = dynamic_shapes, size_oblivious, errors[strategy]
         fixes: tuple[str, ...] = ()
-        for _ in range(MAX_REPAIRS + 1):
-            start = time.perf_counter()
-            try:
-                with EXPORT_LOCK, _size_oblivious(oblivious):
-                    program = _export(model, args, kwargs, shapes, strategy == "strict")
-            except Exception as e:
-                attempts.append(
-                    CaptureAttempt(strategy, False, time.perf_counter() - start, e, fixes)
-                )
-                fixed = repair(shapes, e, oblivious) if repair and shapes is not None else None
-                if fixed is None:
-                    break
-                shapes, oblivious, notes = fixed
-                fixes = (*fixes, *notes)
-                continue
-            attempts.append(
-                CaptureAttempt(strategy, True, time.perf_counter() - start, None, fixes)
-            )
-            return program, attempts
+        for _ in range(MAX_REPAIRS):
+            fixed = repair(shapes, error, oblivious)
+            if fixed is None:
+                break
+            shapes, oblivious, notes = fixed
+            fixes = (*fixes, *notes)
+            result = attempt(strategy, shapes, oblivious, fixes)
+            if isinstance(result, ExportedProgram):
+                return result, attempts
+            error = result
     return None, attempts
 
 
