@@ -252,3 +252,12 @@ def test_invoke_subgraph_is_inlined_at_each_call() -> None:
     assert not program.model.functions
     weights = [name for name in program.model.graph.initializers if name.startswith("blocks.")]
     assert len(weights) == 6  # each block's own weight and bias, used by its own call
+
+
+def test_dynamic_export_right_after_a_static_one_stays_dynamic() -> None:
+    """torch.compile's cache of a loop body from the static export is not reused."""
+    case = CASES["map"]
+    export_and_check(MapRows(), *case.inputs(3), options=_options(case, dynamic=False))
+    model = MapRows()
+    program = export_and_check(model, *case.inputs(3), options=_options(case, dynamic=True))
+    assert_onnx_program_close(program, model, *case.inputs(6))
