@@ -21,6 +21,7 @@ from onnx_export.ops._common import (
     static_size,
 )
 from onnx_export.ops._registration import onnx_op
+from onnx_export.ops.opset23 import attention_node
 
 
 def _repeat_heads(x: ir.Value, repeat: int, heads: int, r: int) -> ir.Value:
@@ -47,6 +48,9 @@ def aten_scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> ir.Value:
     """scaled_dot_product_attention(...): torchlib's for 4-D inputs, any rank >= 2 here."""
+    fused = attention_node(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if fused is not None:  # opset >= 23: ONNX's own Attention (see ops/opset23.py)
+        return fused
     if rank(query) == 4 and rank(key) == 4 and rank(value) == 4:
         from onnxscript.function_libs.torch_lib.ops.nn import (
             aten_scaled_dot_product_attention as torchlib_sdpa,
