@@ -167,12 +167,14 @@ def _ours_export(spec: Any, path: pathlib.Path) -> None:
 
 
 def _torch_export(spec: Any, path: pathlib.Path) -> None:
+    from onnx_export._options import DEFAULT_OPSET  # both exporters at the same opset
+
     program = torch.onnx.export(
         spec.module,
         spec.args,
         dynamo=True,
         dynamic_shapes=spec.dynamic_shapes,
-        opset_version=18,
+        opset_version=DEFAULT_OPSET,
         verbose=False,
     )
     program.save(str(path))

@@ -46,7 +46,11 @@ def register(commands: Subcommands) -> None:
         "architectures",
     )  # fmt: skip
     parser.add_argument(
-        "--opset", type=int, default=None, metavar="N", help="ONNX opset (default 18)"
+        "--opset",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ONNX opset (the exporter's default when absent)",
     )
     parser.add_argument(
         "--target", choices=("onnx", "onnxruntime"), default="onnx",
