@@ -200,7 +200,7 @@ def export_pretrained(
             config and tokenizer files found beside the weights.
         task: One of :data:`onnx_export.hf.TASKS`; by default inferred from
             ``config.json``'s ``architectures``.
-        opset: ONNX opset (18 to 23); the exporter's default when ``None``.
+        opset: ONNX opset; the exporter's default when ``None``.
         target: ``"onnx"``; ``"onnxruntime"`` only when this version's
             ``ExportOptions`` has a ``target``.
 
