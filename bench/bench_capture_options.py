@@ -10,6 +10,7 @@ Usage: ``python bench/bench_capture_options.py [case ...]``
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import warnings
@@ -241,6 +242,14 @@ CASES: dict[str, Case] = {
 }
 
 
+def _reason(error: BaseException) -> str:
+    """The line of an error that says what went wrong (torch.onnx's cause, ANSI-free)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    cause = [line for line in lines if line.startswith("<class '")]
+    text = cause[0] if cause else next((line for line in lines if line), "")
+    return f"{type(error).__name__}: {text[:70]}"
+
+
 def _leaves(value: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
@@ -279,7 +288,7 @@ def _run(name: str, side: str, case: Case) -> str:
             )
     except Exception as e:
         kind = "refused" if refusal else "FAIL"
-        return f"{kind} ({type(e).__name__}: {str(e).strip().splitlines()[0][:60]})"
+        return f"{kind} ({_reason(e)})"
     seconds = time.perf_counter() - start
     if refusal:
         return f"FAIL (exported a wrong call silently, {seconds:.1f} s)"
@@ -289,7 +298,7 @@ def _run(name: str, side: str, case: Case) -> str:
             want = _leaves(model(*args, **kwargs))
         diff = _diff(run(*args, **kwargs), want)
     except Exception as e:
-        return f"FAIL at run ({type(e).__name__}: {str(e).strip().splitlines()[0][:60]})"
+        return f"FAIL at run ({_reason(e)})"
     verdict = "ok" if diff < 1e-3 else "MISMATCH"
     return f"{verdict} ({diff:.1e}, {seconds:.1f} s)"
 
@@ -305,7 +314,7 @@ def _program_call(side: str) -> str:
         assert exported is not None
         diff = _diff(_leaves(exported.module()(x)), _leaves(model(x)))
     except Exception as e:
-        return f"FAIL ({type(e).__name__}: {str(e).strip().splitlines()[0][:60]})"
+        return f"FAIL ({_reason(e)})"
     return f"ok ({diff:.1e})"
 
 
@@ -322,7 +331,7 @@ def _program_as_model(side: str) -> str:
             outputs = [torch.as_tensor(o) for o in program(x, x)]
         diff = _diff(outputs, [x * x])
     except Exception as e:
-        return f"FAIL ({type(e).__name__}: {str(e).strip().splitlines()[0][:60]})"
+        return f"FAIL ({_reason(e)})"
     return f"ok ({diff:.1e})"
 
 
