@@ -14,6 +14,14 @@ import onnx_ir as ir
 from onnx_export.ops._common import ints, op, output_dtype
 from onnx_export.ops._registration import onnx_op
 
+__all__ = [
+    "aten_copy_complex",
+    "aten_eq_complex",
+    "aten_full_complex",
+    "aten_full_like_complex",
+    "aten_ne_complex",
+]
+
 
 @onnx_op(
     "aten::lift_fresh_copy",
