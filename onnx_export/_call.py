@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -28,7 +28,16 @@ from onnx_export.adapters import canonicalize_inputs
 from onnx_export.errors import ConversionError, ExportInputError
 from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
 
-__all__ = ["Call", "prepare_call", "capture_call", "capture_error", "name_graph_io", "downgrade"]
+__all__ = [
+    "as_module",
+    "forward_signature",
+    "Call",
+    "prepare_call",
+    "capture_call",
+    "capture_error",
+    "name_graph_io",
+    "downgrade",
+]
 
 
 def explicit_keywords(
@@ -68,6 +77,39 @@ def explicit_keywords(
     wrapper = copy.copy(module)
     wrapper.__class__ = type(base.__name__, (base,), {"forward": forward})
     return wrapper, new_signature
+
+
+def _function_module(fn: Callable[..., Any]) -> torch.nn.Module:
+    """Wrap a plain function in a module whose ``forward`` has the function's signature."""
+
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    signature = inspect.signature(fn)
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_parameter, *signature.parameters.values()]
+    )
+    name = getattr(fn, "__name__", "function")
+    cls = type(f"FunctionModule_{name}", (torch.nn.Module,), {"forward": forward})
+    return cls()  # type: ignore[no-any-return]
+
+
+def forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
+    """``module.forward``'s signature, or ``None`` when Python cannot tell."""
+    try:
+        return inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return None
+
+
+def as_module(
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
+) -> tuple[torch.nn.Module, ExportedProgram | None]:
+    """The module to capture (a function wrapped in one), and the program if one was given."""
+    if isinstance(model, ExportedProgram):
+        return model.module(), model
+    return (model if isinstance(model, torch.nn.Module) else _function_module(model)), None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,21 +7,21 @@ export writes it as a SARIF report whose path the exception carries.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, TensorArgument
 
 from onnx_export import _report
 from onnx_export._adapter import build_spec
 from onnx_export._call import (
     Call,
+    as_module,
     capture_call,
     capture_error,
     downgrade,
+    forward_signature,
     name_graph_io,
     prepare_call,
 )
@@ -29,7 +29,7 @@ from onnx_export._capture import EXPORT_LOCK
 from onnx_export._containers import register_library_containers
 from onnx_export._decomp import decompose
 from onnx_export._devices import explain_device_mismatch
-from onnx_export._naming import dim_names_from_program, leaf_paths, output_paths
+from onnx_export._naming import dim_names_from_program, graph_names
 from onnx_export._options import ExportOptions
 from onnx_export._program import ONNXProgram
 from onnx_export._registry import OnnxRegistry
@@ -65,29 +65,6 @@ from onnx_export.passes import (
 __all__ = ["dynamo_export"]
 
 
-def _function_module(fn: Callable[..., Any]) -> torch.nn.Module:
-    """Wrap a plain function in a module whose ``forward`` has the function's signature."""
-
-    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    signature = inspect.signature(fn)
-    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[self_parameter, *signature.parameters.values()]
-    )
-    name = getattr(fn, "__name__", "function")
-    cls = type(f"FunctionModule_{name}", (torch.nn.Module,), {"forward": forward})
-    return cls()  # type: ignore[no-any-return]
-
-
-def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
-    try:
-        return inspect.signature(module.forward)
-    except (TypeError, ValueError):
-        return None
-
-
 def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsError:
     ops = sorted({u.op for u in unsupported})
     lines = [
@@ -104,32 +81,6 @@ def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOps
             (u.op, u.node, u.origin.module_path, u.origin.where) for u in unsupported
         ),
     )
-
-
-def _names(
-    model: torch.nn.Module, program: ExportedProgram
-) -> tuple[list[str], list[str], list[str]]:
-    signature = inspect.signature(model.forward)
-    positional = [  # the captured call: positional parameters keep their names
-        p.name
-        for p in signature.parameters.values()
-        if p.kind
-        in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            inspect.Parameter.VAR_POSITIONAL,
-        )
-    ]
-    paths = leaf_paths(program.call_spec.in_spec, positional)
-    user_specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    tensor_inputs = [
-        path
-        for path, spec in zip(paths, user_specs, strict=True)
-        if isinstance(spec.arg, TensorArgument)
-    ]
-    taken = set(tensor_inputs)
-    outputs = [f"{o}_out" if o in taken else o for o in output_paths(program.call_spec.out_spec)]
-    return paths, tensor_inputs, outputs
 
 
 def _translate(
@@ -149,7 +100,7 @@ def _translate(
         _report.record_unsupported(context, u.op, u.node, u.origin, u.reason)
     if unsupported:
         raise _unsupported_error(unsupported)
-    paths, input_names, output_names = _names(module, program)
+    paths, input_names, output_names = graph_names(module, program)
     names = user_dynamic.names if user_dynamic is not None else None
     dim_names = dim_names_from_program(program, names, paths)
     try:
@@ -289,14 +240,6 @@ _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
 )
 
 
-def _as_module(
-    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
-) -> tuple[torch.nn.Module, ExportedProgram | None]:
-    if isinstance(model, ExportedProgram):
-        return model.module(), model
-    return (model if isinstance(model, torch.nn.Module) else _function_module(model)), None
-
-
 def _capture(
     module: torch.nn.Module,
     given: ExportedProgram | None,
@@ -321,10 +264,10 @@ def _pipeline(
     context: DiagnosticContext,
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
-    module, given = _as_module(model)
+    module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
         model_args, model_kwargs = given.example_inputs or ((), {})
-    signature = _forward_signature(module)
+    signature = forward_signature(module)
     register_library_containers(model_args, model_kwargs)  # transformers caches
     call = prepare_call(module, signature, model_args, model_kwargs, options)
     with explain_device_mismatch(module, model_args, model_kwargs):  # meta + real

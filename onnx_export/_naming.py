@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
 __all__ = [
     "leaf_paths",
     "to_torch_dynamic_shapes",
     "dim_names_from_program",
+    "graph_names",
 ]
 
 
@@ -251,3 +253,30 @@ def dim_names_from_program(
             if isinstance(dim, torch.SymInt):
                 result.setdefault(str(dim.node.expr), name)
     return result
+
+
+def graph_names(
+    model: torch.nn.Module, program: ExportedProgram
+) -> tuple[list[str], list[str], list[str]]:
+    """Leaf paths of the inputs, names of the tensor inputs and of the outputs, for ONNX."""
+    signature = inspect.signature(model.forward)
+    positional = [  # the captured call: positional parameters keep their names
+        p.name
+        for p in signature.parameters.values()
+        if p.kind
+        in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        )
+    ]
+    paths = leaf_paths(program.call_spec.in_spec, positional)
+    user_specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    tensor_inputs = [
+        path
+        for path, spec in zip(paths, user_specs, strict=True)
+        if isinstance(spec.arg, TensorArgument)
+    ]
+    taken = set(tensor_inputs)
+    outputs = [f"{o}_out" if o in taken else o for o in output_paths(program.call_spec.out_spec)]
+    return paths, tensor_inputs, outputs
