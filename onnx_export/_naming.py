@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from torch.export import Dim, ExportedProgram
+from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
 __all__ = [
     "leaf_paths",
-    "to_torch_dynamic_shapes",
     "dim_names_from_program",
     "graph_names",
 ]
@@ -141,52 +140,6 @@ def output_paths(spec: pytree.TreeSpec) -> list[str]:
     return paths
 
 
-def to_torch_dynamic_shapes(
-    dynamic_shapes: Any, named_inputs: Mapping[str, Any], positional_count: int
-) -> tuple[Any, Any]:
-    """Translate the user's ``dynamic_shapes`` into torch.export's format.
-
-    Strings name a dimension: torch.export gets ``Dim.DYNAMIC`` for them (it infers the
-    range and fails loudly if the code makes the dimension static), and the name is kept
-    for the ONNX graph. A sequence given for a model called with keywords is keyed by
-    ``forward``'s parameters, and a dict gets ``None`` for the inputs it leaves out, as
-    torch.export wants every input named.
-
-    Returns:
-        torch.export's ``dynamic_shapes`` and the user's, keyed the same way (to find the
-        dimension names again after capture).
-    """
-    if dynamic_shapes is None:
-        return None, None
-    user = dynamic_shapes
-    if isinstance(user, (list, tuple)) and positional_count == 0:
-        if len(user) > len(named_inputs):
-            raise ValueError(
-                f"dynamic_shapes has {len(user)} entries but forward() takes "
-                f"{len(named_inputs)} inputs ({list(named_inputs)})."
-            )
-        user = dict(zip(named_inputs, user, strict=False))
-    if isinstance(user, dict) and positional_count == 0:
-        unknown = sorted(set(user) - set(named_inputs))
-        if unknown:
-            raise ValueError(
-                f"dynamic_shapes names inputs {unknown} that forward() does not take; "
-                f"its inputs are {list(named_inputs)}."
-            )
-        user = {k: user.get(k) for k in named_inputs}
-
-    def convert(node: Any) -> Any:
-        if isinstance(node, str):
-            return Dim.DYNAMIC
-        if isinstance(node, dict):
-            return {k: convert(v) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return type(node)(convert(v) for v in node)
-        return node
-
-    return convert(user), user
-
-
 def _dim_name(dim: Any) -> str | None:
     if isinstance(dim, str):
         return dim
@@ -226,7 +179,7 @@ def dim_names_from_program(
 ) -> dict[str, str]:
     """Map each input dim's symbol (``"s17"``) to the name the user gave it.
 
-    ``dynamic_shapes`` is the user's spec as returned by :func:`to_torch_dynamic_shapes`.
+    ``dynamic_shapes`` is the user's spec keyed by input name (``DynamicShapes.names``).
     """
     if not isinstance(dynamic_shapes, dict):
         return {}
