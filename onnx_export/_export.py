@@ -46,6 +46,7 @@ from onnx_export.adapters import AdapterError
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import (
     ConversionError,
+    ExportInputError,
     OnnxExportError,
     OptimizationError,
     UnsupportedOpsError,
@@ -248,6 +249,13 @@ def _capture(
     context: DiagnosticContext,
 ) -> Any:
     if given is not None:
+        if call.shapes is not None:
+            raise ExportInputError(
+                "dynamic_shapes (or dynamic_axes) apply when the model is captured, and an "
+                "ExportedProgram is already captured: its dynamic dimensions are the ones it "
+                "was exported with. Drop the option, or pass dynamic_shapes to "
+                "torch.export.export, or pass the nn.Module instead."
+            )
         return given, []
     program, attempts = capture_call(call, options)
     _report.record_capture(context, attempts, program is not None)

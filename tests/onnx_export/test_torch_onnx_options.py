@@ -131,6 +131,9 @@ def test_exported_program_in_place_of_the_model() -> None:
     assert_onnx_program_close(program, model, x, mask)
     again = onnx_export.dynamo_export(exported, x, mask)
     assert [v.name for v in again.model.graph.inputs] == ["x", "mask"]
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    with pytest.raises(onnx_export.ExportInputError, match="already captured"):
+        onnx_export.dynamo_export(exported, x, mask, export_options=options)
 
 
 class Branchy(nn.Module):
