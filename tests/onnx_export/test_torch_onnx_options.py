@@ -105,10 +105,23 @@ def test_dynamic_axes_and_dynamic_shapes_together_are_refused() -> None:
         onnx_export.ExportOptions(dynamic_shapes={"x": {0: "b"}}, dynamic_axes={"x": [0]})
 
 
+class Blocks(nn.Module):
+    """Ops whose form changed in opset 18 (Reduce* axes, Split) and LayerNorm (opset 17)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.norm(x).chunk(2, dim=-1)
+        c = x[..., :5].chunk(2, dim=-1)  # uneven: sizes 3 and 2
+        return a.mean(-1) + b.amax(-1) + c[1].sum(-1)
+
+
 @pytest.mark.parametrize("opset", [16, 17])
 def test_older_opsets_by_version_conversion(opset: int) -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2), nn.Softmax(-1))
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), Blocks())
     options = onnx_export.ExportOptions(opset_version=opset)
     program = onnx_export.dynamo_export(model, torch.randn(3, 4), export_options=options)
     assert program.model.opset_imports[""] == opset
@@ -116,9 +129,15 @@ def test_older_opsets_by_version_conversion(opset: int) -> None:
 
 
 def test_op_without_an_older_form_names_it() -> None:
-    options = onnx_export.ExportOptions(opset_version=16)
-    with pytest.raises(onnx_export.ConversionError, match="LayerNormalization"):
-        onnx_export.dynamo_export(nn.LayerNorm(4), torch.randn(2, 4), export_options=options)
+    class BitwiseAnd(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x & y
+
+    options = onnx_export.ExportOptions(opset_version=17)
+    with pytest.raises(onnx_export.ConversionError, match=r"BitwiseAnd \(1 node"):
+        onnx_export.dynamo_export(
+            BitwiseAnd(), torch.tensor([3, 5]), torch.tensor([1, 4]), export_options=options
+        )
 
 
 def test_exported_program_in_place_of_the_model() -> None:
