@@ -133,6 +133,27 @@ class NestedCond(nn.Module):
         return torch.cond(x.sum() > 0, yes, no, (x,))  # type: ignore[no-any-return]
 
 
+class CondInLoopAndScan(nn.Module):
+    """``cond`` inside a ``while_loop`` body (with a weight) and inside a ``scan`` body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def body(i: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a = torch.cond(a.sum() > 0, self.linear, lambda t: t * -0.5, (a,))
+            return i + 1, a
+
+        _, y = while_loop(lambda i, a: i < 3, body, (torch.tensor(0), x))
+
+        def step(c: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            c = torch.cond(row.sum() > 0, lambda u, v: u + v, lambda u, v: u - v, (c, row))
+            return c, c * 2
+
+        return scan(step, torch.zeros_like(y[0]), y)  # type: ignore[no-any-return]
+
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -183,6 +204,9 @@ CASES = {
     ),
     "cond_three_outputs": Case(ThreeOutputs, lambda n: (torch.randn(n, 4),), {"x": {0: "n"}}, "If"),
     "cond_nested_weights": Case(NestedCond, lambda n: (torch.randn(n, 4),), {"x": {0: "n"}}, "If"),
+    "cond_in_loop_and_scan": Case(
+        CondInLoopAndScan, lambda n: (torch.randn(n, 4),), {"x": {0: "n"}}, "Loop"
+    ),
     "invoke_subgraph": Case(
         RepeatedBlocks, lambda n: (torch.randn(n, 4),), {"x": {0: "batch"}}, "Gemm", strict=True
     ),
