@@ -124,14 +124,19 @@ def _windows(size: int, out: int) -> list[tuple[int, int]]:
 
 
 def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> ir.Value:
-    dims = static_dims(self)
-    if dims is None:
+    """Averages each window with one MatMul per spatial axis; leading dims may be dynamic."""
+    if self.shape is None:
+        raise unsupported("a known rank", "an input of unknown rank")
+    r = len(self.shape)
+    sizes = [d for d in self.shape[r - spatial :] if isinstance(d, int)]
+    if len(sizes) != spatial:
         raise unsupported("static spatial sizes", f"shape {self.shape}")
-    r = len(dims)
+    if r == spatial + 2 and all(int(o) == 1 for o in output_size):
+        return op.GlobalAveragePool(self)
     result: ir.Value = self
     for offset in range(spatial):
         axis = r - spatial + offset
-        size, out = dims[axis], int(output_size[offset])
+        size, out = sizes[offset], int(output_size[offset])
         matrix = np.zeros([size, out], dtype=np.float32)
         for i, (start, end) in enumerate(_windows(size, out)):
             matrix[start:end, i] = 1.0 / (end - start)
