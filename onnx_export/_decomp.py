@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from onnx_export._capture import EXPORT_LOCK
+from onnx_export._inplace import rewrite_fresh_inplace
 from onnx_export._registry import OnnxRegistry
 
 __all__ = ["DecompositionReport", "decompose"]
@@ -158,6 +159,7 @@ def decompose(
 ) -> tuple[ExportedProgram, DecompositionReport]:
     """Decompose ``program`` when ONNX needs it, keeping ops that have ONNX functions."""
     drop_metadata_only_inplace(program)
+    rewrite_fresh_inplace(program)  # `hidden += residual` needs no re-trace
     why = "requested (decompose='always')" if always else _needs(program, registry)
     if not why:
         remove_assertions(program)

@@ -17,7 +17,14 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export.ops._common import cast_to, const, fx_output_dtypes, is_float, op
+from onnx_export.ops._common import (
+    cast_to,
+    const,
+    fx_output_dtypes,
+    is_float,
+    op,
+    output_dtype,
+)
 from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
@@ -28,6 +35,30 @@ __all__ = [
     "to_result",
     "float_unary",
     "is_negative",
+    "aten_copysign",
+    "aten_hypot",
+    "aten_ldexp",
+    "aten_frexp",
+    "aten_logit",
+    "aten_special_entr",
+    "aten_erfinv",
+    "aten_special_ndtri",
+    "aten_special_erfcx",
+    "aten_special_log_ndtr",
+    "aten_trunc",
+    "aten_isnan",
+    "aten_isinf",
+    "aten_isfinite",
+    "aten_floor",
+    "aten_ceil",
+    "aten_round",
+    "aten_fmax",
+    "aten_fmin",
+    "aten_min_other",
+    "aten_max_other",
+    "aten_gcd",
+    "aten_lcm",
+    "aten_nextafter",
 ]
 
 _INF = float("inf")
@@ -376,6 +407,29 @@ aten_ceil = onnx_op("aten::ceil")(_rounding("Ceil"))
 aten_round = onnx_op("aten::round")(_rounding("Round"))
 aten_fmax = onnx_op("aten::fmax")(_nan_aware("Max"))
 aten_fmin = onnx_op("aten::fmin")(_nan_aware("Min"))
+
+
+def _nan_propagating(extremum: str) -> Callable[..., Any]:
+    def function(self: ir.Value, other: ir.Value) -> ir.Value:
+        dtype = output_dtype(0)
+        self, other = cast_to(self, dtype), cast_to(other, dtype)
+        if self.dtype == ir.DataType.BOOL:
+            return op.And(self, other) if extremum == "Min" else op.Or(self, other)
+        both: ir.Value = getattr(op, extremum)(self, other)
+        if not is_float(self):
+            return both
+        return op.Where(op.IsNaN(self), self, op.Where(op.IsNaN(other), other, both))
+
+    function.__name__ = f"aten_{extremum.lower()}_other"
+    function.__doc__ = (
+        f"{extremum.lower()}.other(Tensor self, Tensor other): elementwise, NaN propagates "
+        "(as minimum/maximum; registered so that a graph with it needs no decomposition)."
+    )
+    return function
+
+
+aten_min_other = onnx_op("aten::min.other")(_nan_propagating("Min"))
+aten_max_other = onnx_op("aten::max.other")(_nan_propagating("Max"))
 
 
 # -- integer number theory ---------------------------------------------------------------

@@ -17,7 +17,16 @@ import onnx_ir as ir
 from onnx_export.ops._common import const, ints, op, static_dims, static_shape, unsupported
 from onnx_export.ops._registration import onnx_op
 
-__all__ = ["expand_param"]
+__all__ = [
+    "expand_param",
+    "aten_fractional_max_pool",
+    "aten_avg_pool2d",
+    "aten_avg_pool3d",
+    "aten__adaptive_avg_pool2d",
+    "aten__adaptive_avg_pool3d",
+    "aten_adaptive_max_pool2d",
+    "aten_adaptive_max_pool3d",
+]
 
 
 def _pool_geometry(
@@ -288,7 +297,12 @@ def aten_fractional_max_pool(
 
 aten_avg_pool2d = onnx_op("aten::avg_pool2d")(_avg_pool_function(2))
 aten_avg_pool3d = onnx_op("aten::avg_pool3d")(_avg_pool_function(3))
-aten__adaptive_avg_pool2d = onnx_op("aten::_adaptive_avg_pool2d")(_adaptive_avg_function(2))
-aten__adaptive_avg_pool3d = onnx_op("aten::_adaptive_avg_pool3d")(_adaptive_avg_function(3))
+# The public ops too: a graph that holds them then needs no decomposition (every ResNet).
+aten__adaptive_avg_pool2d = onnx_op("aten::_adaptive_avg_pool2d", "aten::adaptive_avg_pool2d")(
+    _adaptive_avg_function(2)
+)
+aten__adaptive_avg_pool3d = onnx_op("aten::_adaptive_avg_pool3d", "aten::adaptive_avg_pool3d")(
+    _adaptive_avg_function(3)
+)
 aten_adaptive_max_pool2d = onnx_op("aten::adaptive_max_pool2d")(_adaptive_max_function(2))
 aten_adaptive_max_pool3d = onnx_op("aten::adaptive_max_pool3d")(_adaptive_max_function(3))

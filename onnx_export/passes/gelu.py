@@ -84,6 +84,11 @@ def fuse_erf_gelu(model: ir.Model) -> int:
         if final.outputs[0].is_graph_output():  # the model's output keeps its name
             out.name, final.outputs[0].name = final.outputs[0].name, None
         ir.convenience.replace_all_uses_with(final.outputs[0], out, replace_graph_outputs=True)
+        constants = [v for n in (*chain, final) for v in n.inputs if v is not None]
         graph.remove([final, *reversed(chain)], safe=True)
+        for value in constants:  # the chain's 1/sqrt(2), 1 and 0.5
+            unused = not value.uses() and not value.is_graph_output()
+            if unused and graph.initializers.get(str(value.name)) is value:
+                graph.initializers.pop(str(value.name))
         fused += 1
     return fused

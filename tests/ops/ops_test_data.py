@@ -1246,7 +1246,7 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "nn.functional.batch_norm": ("aten::batch_norm",),
     "native_batch_norm": ("aten::native_batch_norm",),
     "nn.functional.avg_pool2d": ("aten::avg_pool2d",),
-    "nn.functional.adaptive_avg_pool2d": ("aten::_adaptive_avg_pool2d",),
+    "nn.functional.adaptive_avg_pool2d": ("aten::adaptive_avg_pool2d",),
     "nn.functional.adaptive_max_pool2d": ("aten::adaptive_max_pool2d",),
     "nn.functional.interpolate.linear": ("aten::upsample_linear1d.vec",),
     "nn.functional.pad.circular": ("aten::pad",),

@@ -100,6 +100,8 @@ _CORE = [
 ]
 
 _MATH = [
+    _case("aten::min.other", aten.min.other, lambda: (_specials()[0], _rand(2, 3))),
+    _case("aten::max.other", aten.max.other, lambda: (_specials()[0], _rand(2, 3))),
     _case("aten::copysign.Scalar", lambda x: aten.copysign.Scalar(x, -1.0), _x),
     _case("aten::floor", aten.floor, _x),
     _case("aten::round", aten.round, _x),
@@ -315,6 +317,21 @@ _NN = [
 ]
 
 _POOL = [
+    _case(
+        "aten::_adaptive_avg_pool2d",
+        lambda x: aten._adaptive_avg_pool2d(x, [2, 3]),
+        lambda: (_rand(1, 2, 5, 7),),
+    ),
+    _case(
+        "aten::adaptive_avg_pool2d",
+        lambda x: aten.adaptive_avg_pool2d(x, [2, 3]),
+        lambda: (_rand(1, 2, 5, 7),),
+    ),
+    _case(
+        "aten::adaptive_avg_pool3d",
+        lambda x: aten.adaptive_avg_pool3d(x, [2, 3, 2]),
+        lambda: (_rand(1, 2, 5, 4, 5),),
+    ),
     _case(
         "aten::avg_pool3d",
         lambda x: aten.avg_pool3d(x, [2, 2, 2], [2, 2, 2], [1, 0, 0], True),

@@ -1,0 +1,77 @@
+"""In-place ops on fresh intermediates are rewritten out of place without re-tracing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import onnx_export
+from tests.helpers import assert_onnx_program_close
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+class _Residual(nn.Module):
+    """``out += identity`` as torchvision's ResNet blocks write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv(x)
+        out += x
+        out.mul_(0.5)
+        return torch.relu(out)
+
+
+class _ViewMutated(nn.Module):
+    """A view of the tensor is mutated: only functionalisation gets this right."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        row = y[0]
+        row.add_(1.0)
+        return y
+
+
+class _ReadBeforeAndAfter(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x + 1
+        before = y * 3
+        y.add_(x)
+        return before, y * 2
+
+
+@pytest.fixture
+def no_retrace(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = torch.export.ExportedProgram.run_decompositions
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    return calls
+
+
+@pytest.mark.parametrize("make", [_Residual, _ReadBeforeAndAfter], ids=["residual", "reads"])
+def test_inplace_on_a_fresh_tensor_needs_no_decomposition(
+    make: type[nn.Module], no_retrace: list[int]
+) -> None:
+    torch.manual_seed(0)
+    model, x = make().eval(), torch.randn(1, 3, 4, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert not no_retrace
+    assert_onnx_program_close(program, model, x)
+
+
+def test_a_mutated_view_is_still_functionalised(no_retrace: list[int]) -> None:
+    model, x = _ViewMutated(), torch.randn(3, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert no_retrace
+    assert_onnx_program_close(program, model, x)
