@@ -23,6 +23,8 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.opset23 import attention_node
 
+__all__ = ["aten_scaled_dot_product_attention", "aten_cross_entropy_loss"]
+
 
 def _repeat_heads(x: ir.Value, repeat: int, heads: int, r: int) -> ir.Value:
     """Grouped-query attention: repeat each of ``x``'s heads (axis ``r - 3``) ``repeat`` times."""

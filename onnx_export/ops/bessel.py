@@ -18,6 +18,23 @@ from onnx_export.ops._common import const, op
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import float_unary, horner, to_compute, to_result
 
+__all__ = [
+    "aten_i0",
+    "aten_special_i0e",
+    "aten_special_i1",
+    "aten_special_i1e",
+    "aten_special_bessel_j0",
+    "aten_special_bessel_j1",
+    "aten_special_bessel_y0",
+    "aten_special_bessel_y1",
+    "aten_special_spherical_bessel_j0",
+    "aten_special_airy_ai",
+    "aten_special_modified_bessel_k0",
+    "aten_special_modified_bessel_k1",
+    "aten_special_scaled_modified_bessel_k0",
+    "aten_special_scaled_modified_bessel_k1",
+]
+
 _INF = float("inf")
 _NAN = float("nan")
 _SQRT_2_OVER_PI = 0.797884560802865355879892119868763737

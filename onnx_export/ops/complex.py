@@ -18,6 +18,13 @@ from onnx_export.ops._common import (
 )
 from onnx_export.ops._registration import onnx_op
 
+__all__ = [
+    "aten_constant_pad_nd_complex",
+    "aten_conj_physical_complex",
+    "aten_unsqueeze_complex",
+    "aten_silu_complex",
+]
+
 
 @onnx_op("aten::constant_pad_nd", complex=True)
 def aten_constant_pad_nd_complex(self: ir.Value, pad: Sequence[int], value: float = 0) -> ir.Value:

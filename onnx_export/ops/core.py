@@ -14,6 +14,20 @@ from onnx_export.ops._common import INT64_MAX, op
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.tensor import aten_to_copy
 
+__all__ = [
+    "aten_to_dtype",
+    "aten_to_device",
+    "aten_to_dtype_layout",
+    "aten_diff",
+    "aten_var_correction",
+    "aten_std_correction",
+    "aten_var_mean_correction",
+    "aten_std_mean_correction",
+    "aten_and_dunder",
+    "aten_or_dunder",
+    "aten_xor_dunder",
+]
+
 
 def _cast_or_identity(self: ir.Value, dtype: int | None) -> ir.Value:
     if dtype is None or dtype == -1:

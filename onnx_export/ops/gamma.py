@@ -30,7 +30,15 @@ from onnx_export.ops.math import (
     to_result,
 )
 
-__all__ = ["lgamma"]
+__all__ = [
+    "lgamma",
+    "aten_lgamma",
+    "aten_digamma",
+    "aten_special_zeta",
+    "aten_polygamma",
+    "aten_igamma",
+    "aten_igammac",
+]
 
 _INF = float("inf")
 _NAN = float("nan")

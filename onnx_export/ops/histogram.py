@@ -21,6 +21,14 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.reduce import count_before
 
+__all__ = [
+    "aten_histogram_bin_ct",
+    "aten_histogram_bins_tensor",
+    "aten_histogramdd_bin_edges",
+    "aten_histogramdd_from_bin_cts",
+    "aten_histogramdd_from_bin_tensors",
+]
+
 
 def _histogram_counts(
     x: ir.Value,

@@ -31,7 +31,28 @@ from onnx_export.ops._common import (
 from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
-__all__ = ["matrix_size", "forward_substitution", "back_substitution", "eye_like"]
+__all__ = [
+    "matrix_size",
+    "forward_substitution",
+    "back_substitution",
+    "eye_like",
+    "aten_linalg_solve_triangular",
+    "aten_triangular_solve",
+    "lu_factor",
+    "aten_linalg_lu_factor_ex",
+    "aten_linalg_lu",
+    "aten_lu_unpack",
+    "aten_linalg_lu_solve",
+    "aten_linalg_solve_ex",
+    "aten_linalg_inv_ex",
+    "aten_linalg_slogdet",
+    "cholesky_lower",
+    "aten_linalg_cholesky_ex",
+    "aten_cholesky",
+    "aten_cholesky_inverse",
+    "aten_cholesky_solve",
+    "aten_linalg_matrix_exp",
+]
 
 _INT32 = ir.DataType.INT32
 _INT64 = ir.DataType.INT64

@@ -27,6 +27,17 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.pool import expand_param
 
+__all__ = [
+    "aten_batch_norm",
+    "aten_native_batch_norm",
+    "aten_native_batch_norm_legit_functional",
+    "aten_native_batch_norm_legit_no_stats",
+    "aten_batch_norm_with_update_functional",
+    "aten_pad",
+    "aten_upsample_linear1d_vec",
+    "aten_im2col",
+]
+
 _FLOAT = ir.DataType.FLOAT
 
 

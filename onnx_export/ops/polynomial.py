@@ -19,6 +19,8 @@ from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.math import compute_dtype, to_result
 
+__all__ = ["Step"]
+
 _MAX_DEGREE = 8192
 _INT64 = ir.DataType.INT64
 

@@ -29,7 +29,26 @@ from onnx_export.ops._common import (
 from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
-__all__ = ["count_before"]
+__all__ = [
+    "count_before",
+    "aten_count_nonzero",
+    "aten_cumprod",
+    "aten_median",
+    "aten_nanmedian",
+    "aten_median_dim",
+    "aten_nanmedian_dim",
+    "aten_kthvalue",
+    "aten_searchsorted",
+    "aten_bucketize",
+    "aten_amax",
+    "aten_amin",
+    "aten_all",
+    "aten_any",
+    "aten_cummax",
+    "aten_cummin",
+    "aten_mode",
+    "aten_unique_consecutive",
+]
 
 _INT64 = ir.DataType.INT64
 

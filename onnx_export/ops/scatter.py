@@ -22,6 +22,16 @@ from onnx_export.ops._common import (
 )
 from onnx_export.ops._registration import onnx_op
 
+__all__ = [
+    "aten_scatter_reduce_two",
+    "aten_scatter_reduce",
+    "aten_scatter_value_reduce",
+    "aten_index_reduce",
+    "aten_put",
+    "transformers_grouped_mm_fallback",
+    "aten_segment_reduce",
+]
+
 _INT64 = ir.DataType.INT64
 
 _ONNX_REDUCTION = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul",

@@ -27,6 +27,17 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops.linalg import _slice, _transpose, eye_like, matrix_size
 
+__all__ = [
+    "aten_linalg_qr",
+    "aten_geqrf",
+    "aten_linalg_householder_product",
+    "aten_ormqr",
+    "aten_linalg_svd",
+    "aten_linalg_eigh",
+    "aten_linalg_pinv",
+    "aten_linalg_matrix_rank",
+]
+
 _DOUBLE = ir.DataType.DOUBLE
 _SWEEPS = 8
 

@@ -27,6 +27,35 @@ from onnx_export.ops._common import (
 )
 from onnx_export.ops._registration import onnx_op
 
+__all__ = [
+    "aten_to_copy",
+    "aten_narrow_copy",
+    "aten_permute_copy",
+    "aten_unbind_copy",
+    "aten_squeeze_dims",
+    "aten_as_strided_copy",
+    "aten_as_strided_scatter",
+    "aten_diagonal_scatter",
+    "aten_masked_select",
+    "aten_nonzero",
+    "aten_nonzero_static",
+    "aten_dist",
+    "aten_cdist_forward",
+    "aten_pdist_forward",
+    "aten_empty_permuted",
+    "aten_uniform",
+    "aten_cauchy",
+    "aten_exponential",
+    "aten_geometric",
+    "aten_log_normal",
+    "aten_rrelu_with_noise_functional",
+    "aten_atleast_1d",
+    "aten_atleast_2d",
+    "aten_atleast_3d",
+    "aten_triu_indices",
+    "aten_tril_indices",
+]
+
 _INT64 = ir.DataType.INT64
 _COMPLEX_TO_REAL = {
     ir.DataType.COMPLEX64: ir.DataType.FLOAT,
