@@ -19,9 +19,10 @@ class SarifFormatError(DiagnosticsError, ValueError):
 
     Example:
         >>> raise SarifFormatError("'r.sarif' has version '2.0.0'; expected '2.1.0'.")
+        ... # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         ...
-        onnx_export.diagnostics._errors.SarifFormatError: 'r.sarif' has version '2.0.0'; expected '2.1.0'.
+        SarifFormatError: 'r.sarif' has version '2.0.0'; expected '2.1.0'.
     """
 
 
