@@ -3,13 +3,16 @@
 The optimizer keeps the model's weights out of constant folding (a folded copy would
 double the memory of a large model), so ``MatMul(x, Transpose(fc.weight))`` and the
 ``Slice``/``Concat`` that reorder an LSTM's gates stay in the graph and run at every call.
-This pass replaces each such node by an initializer named after where it comes from
-(``fc.weight.T``) whose data is an ``ir.LazyTensor``: it is computed, one tensor at a time,
-only when the model is serialized (saved, or handed to ONNX Runtime), from the *current*
-data of its source weights. So a fake or meta export stays weight-free, a save holds at
-most one derived tensor at a time, and ``save(model_state=...)`` recomputes each derived
-tensor from the state it is given: the source weights stay reachable by name through
-:data:`~onnx_export._fake.FOLDED_FROM_KEY` even when no node uses them directly.
+The same holds for a ``Gather`` of a weight at constant indices (BERT's position
+embeddings at a static sequence length) and an ``Expand`` to a constant shape (ViT's class
+token at a static batch size). This pass replaces each such node by an initializer named
+after where it comes from (``fc.weight.T``) whose data is an ``ir.LazyTensor``: it is
+computed, one tensor at a time, only when the model is serialized (saved, or handed to ONNX
+Runtime), from the *current* data of its source weights. So a fake or meta export stays
+weight-free, a save holds at most one derived tensor at a time, and
+``save(model_state=...)`` recomputes each derived tensor from the state it is given: the
+source weights stay reachable by name through :data:`~onnx_export._fake.FOLDED_FROM_KEY`
+even when no node uses them directly.
 """
 
 from __future__ import annotations
@@ -69,7 +72,21 @@ def _slice(node: ir.Node, inputs: list[np.ndarray | None], shape: tuple[int, ...
     return data[tuple(index)]
 
 
+def _gather(node: ir.Node, inputs: list[np.ndarray | None], shape: tuple[int, ...]) -> np.ndarray:
+    data, indices = inputs[0], inputs[1]
+    assert data is not None and indices is not None
+    axis = node.attributes.get_int("axis", 0)
+    return np.take(data, indices.astype(np.int64), axis=axis)
+
+
+def _expand(node: ir.Node, inputs: list[np.ndarray | None], shape: tuple[int, ...]) -> np.ndarray:
+    assert inputs[0] is not None
+    return np.broadcast_to(inputs[0], shape)
+
+
 _KERNELS: dict[str, tuple[Kernel, str]] = {
+    "Expand": (_expand, "expand"),
+    "Gather": (_gather, "gather"),
     "Transpose": (_transpose, "transpose"),
     "Reshape": (_reshape, "reshape"),
     "Flatten": (_reshape, "flatten"),

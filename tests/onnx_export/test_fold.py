@@ -125,3 +125,28 @@ def test_padded_average_pool_is_one_node(include_pad: bool) -> None:
     program = onnx_export.dynamo_export(model, x)
     assert _ops(program) == {"AveragePool": 1}
     assert_onnx_program_close(program, model, x)
+
+
+class _Positions(nn.Module):
+    """Position embeddings at a static length and a class token expanded to the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positions = nn.Embedding(16, 4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = x + self.positions(torch.arange(x.shape[1]))
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), hidden], dim=1)
+
+
+def test_constant_gathers_and_expands_of_weights_are_folded(tmp_path: pathlib.Path) -> None:
+    model, x = _seeded(_Positions), torch.randn(2, 5, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert not {"Gather", "Expand"} & set(_ops(program))
+    assert_onnx_program_close(program, model, x)
+    other = _seeded(_Positions)
+    with torch.no_grad():
+        other.positions.weight.mul_(2.0)
+    path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
+    assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
