@@ -15,6 +15,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +24,9 @@ from torch.export import Dim
 from torch.utils import _pytree as pytree
 
 import onnx_export
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.zoo_models import small_config
 
 warnings.filterwarnings("ignore")
 
@@ -59,31 +63,13 @@ class Past(nn.Module):
 def _llama() -> nn.Module:
     import transformers
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return transformers.LlamaForCausalLM(small_config("llama")).eval()
 
 
 def _t5() -> nn.Module:
     import transformers
 
-    cfg = transformers.T5Config(
-        vocab_size=100,
-        d_model=32,
-        d_kv=8,
-        d_ff=37,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-    )
-    return transformers.T5ForConditionalGeneration(cfg).eval()
+    return transformers.T5ForConditionalGeneration(small_config("t5")).eval()
 
 
 def _ids(b: int, s: int) -> dict[str, Any]:

@@ -20,30 +20,14 @@ import pytest
 import torch
 
 import onnx_export
+from tests.e2e.zoo_models import small_config, small_decoder_config
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
 
 transformers = pytest.importorskip("transformers")
 
-_SMALL = {
-    "vocab_size": 100,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 37,
-    "max_position_embeddings": 64,
-}
-_SEQ2SEQ = {
-    "vocab_size": 100,
-    "d_model": 32,
-    "encoder_layers": 2,
-    "decoder_layers": 2,
-    "encoder_attention_heads": 4,
-    "decoder_attention_heads": 4,
-    "encoder_ffn_dim": 37,
-    "decoder_ffn_dim": 37,
+_SEQ2SEQ_IDS = {
     "pad_token_id": 1,
     "bos_token_id": 0,
     "eos_token_id": 2,
@@ -53,36 +37,30 @@ _SEQ2SEQ = {
 
 def _decoder(config: str, model: str, **extra: Any) -> Callable[[], torch.nn.Module]:
     def make() -> torch.nn.Module:
-        cfg = getattr(transformers, config)(**{**_SMALL, **extra})
+        cfg = small_decoder_config(config, **{"num_key_value_heads": 2, **extra})
         return getattr(transformers, model)(cfg).eval()  # type: ignore[no-any-return]
 
     return make
 
 
 def _gpt2() -> torch.nn.Module:
-    cfg = transformers.GPT2Config(
-        vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
-        eos_token_id=0,
-    )  # fmt: skip
+    cfg = small_config("gpt2", bos_token_id=0, eos_token_id=0)
     return transformers.GPT2LMHeadModel(cfg).eval()
 
 
 def _t5() -> torch.nn.Module:
-    cfg = transformers.T5Config(
-        vocab_size=100, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-        decoder_start_token_id=0,
-    )  # fmt: skip
+    cfg = small_config("t5")
     return transformers.T5ForConditionalGeneration(cfg).eval()
 
 
 def _bart() -> torch.nn.Module:
-    cfg = transformers.BartConfig(**_SEQ2SEQ, max_position_embeddings=64)
+    cfg = small_config("bart", **_SEQ2SEQ_IDS)
     return transformers.BartForConditionalGeneration(cfg).eval()
 
 
 def _whisper() -> torch.nn.Module:
-    cfg = transformers.WhisperConfig(
-        **_SEQ2SEQ, num_mel_bins=8, max_source_positions=16, max_target_positions=32,
+    cfg = small_config(
+        "whisper", **_SEQ2SEQ_IDS, num_mel_bins=8, max_target_positions=32,
         suppress_tokens=[], begin_suppress_tokens=[],
     )  # fmt: skip
     return transformers.WhisperForConditionalGeneration(cfg).eval()

@@ -18,6 +18,7 @@ import torch
 from torch.export import Dim
 
 import onnx_export
+from tests.e2e.zoo_models import small_config
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
@@ -30,45 +31,18 @@ ATOL = 1e-4
 
 
 def _bert() -> torch.nn.Module:
-    config = transformers.BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
-    return transformers.BertModel(config).eval()
+    return transformers.BertModel(small_config("bert", attn_implementation="eager")).eval()
 
 
 def _gpt2() -> torch.nn.Module:
-    config = transformers.GPT2Config(
-        vocab_size=100,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        use_cache=False,
-        attn_implementation="sdpa",
+    config = small_config(
+        "gpt2", bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="sdpa"
     )
     return transformers.GPT2Model(config).eval()
 
 
 def _llama() -> torch.nn.Module:
-    config = transformers.LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        use_cache=False,
-        attn_implementation="sdpa",
-    )
+    config = small_config("llama", use_cache=False, attn_implementation="sdpa")
     return transformers.LlamaModel(config).eval()
 
 
@@ -185,11 +159,7 @@ def test_decoding_loop_with_dynamic_cache_in_and_out(tmp_path: Any) -> None:
     """
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=37, max_position_embeddings=64,
-    )  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(small_config("llama")).eval()
 
     def prompt(batch: int, past: int) -> Any:
         cache = transformers.DynamicCache()

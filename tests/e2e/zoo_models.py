@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ZooModel", "ZOO", "Inputs", "small_config"]
+__all__ = ["ZooModel", "ZOO", "Inputs", "small_config", "small_decoder_config"]
 
 #: (args, kwargs) of one call.
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -150,30 +150,47 @@ _SMALL = {
 
 #: The small configurations every test and benchmark builds its transformers models from:
 #: ``family -> (config class, keyword arguments)``; see :func:`small_config`.
+_SEQ2SEQ: dict[str, Any] = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 37,
+    "decoder_ffn_dim": 37,
+}
+_T5 = {"d_model": 32, "d_kv": 8, "d_ff": 37, "num_layers": 2, "num_heads": 4}
 _FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "bert": ("BertConfig", {"max_position_embeddings": 64, **_SMALL}),
     "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}),
     "llama": ("LlamaConfig", {"max_position_embeddings": 64, "num_key_value_heads": 2, **_SMALL}),
+    "t5": ("T5Config", {"decoder_start_token_id": 0, **_T5}),
+    "bart": ("BartConfig", {"max_position_embeddings": 64, **_SEQ2SEQ}),
+    "whisper": ("WhisperConfig", {"num_mel_bins": 16, "max_source_positions": 16, **_SEQ2SEQ}),
 }
 
 
 def small_config(family: str, **overrides: Any) -> Any:
     """A small transformers configuration of ``family`` (random weights, vocabulary 100).
 
-    The one place the tests and benchmarks take their small BERT, GPT-2 and Llama configs
-    from; ``overrides`` change or add fields (``use_cache=False``, ``attn_implementation``).
+    The one place the tests and benchmarks take their small BERT, GPT-2, Llama, T5, BART and
+    Whisper configs from (other decoders: :func:`small_decoder_config`); ``overrides``
+    change or add fields (``use_cache=False``, ``attn_implementation``, token ids).
     """
     config_class, fields = _FAMILIES[family]
     return getattr(_tf(), config_class)(**({"vocab_size": VOCAB} | fields | overrides))
 
 
+def small_decoder_config(config_class: str, **overrides: Any) -> Any:
+    """A small config of any Llama-shaped decoder (``"Qwen2Config"``, ``"MistralConfig"``...)."""
+    fields = {"vocab_size": VOCAB, "max_position_embeddings": 64, **_SMALL}
+    return getattr(_tf(), config_class)(**(fields | overrides))
+
+
 def _decoder(config_class: str, model_class: str, **extra: Any) -> Callable[[], nn.Module]:
     def make() -> nn.Module:
-        tf = _tf()
-        config = getattr(tf, config_class)(
-            vocab_size=VOCAB, max_position_embeddings=64, use_cache=False, **(_SMALL | extra)
-        )
-        return _Logits(getattr(tf, model_class)(config))
+        config = small_decoder_config(config_class, use_cache=False, **extra)
+        return _Logits(getattr(_tf(), model_class)(config))
 
     return make
 
@@ -220,18 +237,12 @@ class _EncoderDecoder(nn.Module):
 
 def _t5() -> nn.Module:
     tf = _tf()
-    config = tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2,
-                         num_heads=4, decoder_start_token_id=0, use_cache=False)  # fmt: skip
-    return _EncoderDecoder(tf.T5Model(config))
+    return _EncoderDecoder(tf.T5Model(small_config("t5", use_cache=False)))
 
 
 def _bart() -> nn.Module:
     tf = _tf()
-    config = tf.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
-                           encoder_attention_heads=4, decoder_attention_heads=4,
-                           encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
-                           use_cache=False)  # fmt: skip
-    return _EncoderDecoder(tf.BartModel(config))
+    return _EncoderDecoder(tf.BartModel(small_config("bart", use_cache=False)))
 
 
 def _vit() -> nn.Module:
@@ -269,23 +280,8 @@ def _clip_vision() -> nn.Module:
 
 def _whisper_encoder() -> nn.Module:
     tf = _tf()
-    config = tf.WhisperConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=37,
-        num_mel_bins=16,
-        max_source_positions=16,
-        pad_token_id=0,
-        bos_token_id=0,
-        eos_token_id=0,
-        decoder_start_token_id=0,
-    )
-    return _Mel(tf.WhisperModel(config).get_encoder())
+    ids = {"pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0, "decoder_start_token_id": 0}
+    return _Mel(tf.WhisperModel(small_config("whisper", **ids)).get_encoder())
 
 
 def _wav2vec2() -> nn.Module:
