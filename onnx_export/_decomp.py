@@ -159,7 +159,7 @@ def decompose(
 ) -> tuple[ExportedProgram, DecompositionReport]:
     """Decompose ``program`` when ONNX needs it, keeping ops that have ONNX functions."""
     drop_metadata_only_inplace(program)
-    rewrite_fresh_inplace(program)  # `hidden += residual` needs no re-trace
+    rewrite_fresh_inplace(program, registry.is_registered)  # `hidden += residual`: no re-trace
     why = "requested (decompose='always')" if always else _needs(program, registry)
     if not why:
         remove_assertions(program)

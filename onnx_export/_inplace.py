@@ -11,6 +11,7 @@ later reader: that rewrite is exact, and cheap. Anything else is left to functio
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import torch
 import torch.fx
@@ -61,8 +62,17 @@ def _same_dtype(node: torch.fx.Node) -> bool:
     return want is not None and dtypes == {want}
 
 
-def _rewritable(node: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
-    if node.op != "call_function" or _functional(node.target) is None or not node.args:
+def _rewritable(
+    node: torch.fx.Node,
+    order: dict[torch.fx.Node, int],
+    has_function: Callable[[torch._ops.OpOverload], bool],
+) -> bool:
+    if node.op != "call_function" or not node.args:
+        return False
+    functional = _functional(node.target)
+    # Without an ONNX function (``resize_`` -> ``resize``) the out-of-place op would need a
+    # decomposition it may not have; functionalisation handles those.
+    if functional is None or not has_function(functional):
         return False
     mutated = node.args[0]
     if not _fresh(mutated) or not _same_dtype(node):
@@ -83,13 +93,18 @@ def _is_mutating(target: object) -> bool:
     return bool(schema is not None and schema.is_mutable)
 
 
-def rewrite_fresh_inplace(program: ExportedProgram) -> int:
-    """Rewrite in-place ops on fresh intermediates out of place; return how many."""
+def rewrite_fresh_inplace(
+    program: ExportedProgram, has_function: Callable[[torch._ops.OpOverload], bool]
+) -> int:
+    """Rewrite in-place ops on fresh intermediates out of place; return how many.
+
+    Only ops whose out-of-place form ``has_function`` (an ONNX function) are rewritten.
+    """
     graph = program.graph_module.graph
     rewritten = 0
     order = {node: i for i, node in enumerate(graph.nodes)}
     for node in list(graph.nodes):
-        if not _rewritable(node, order):
+        if not _rewritable(node, order, has_function):
             continue
         mutated = node.args[0]
         assert isinstance(mutated, torch.fx.Node)

@@ -75,3 +75,18 @@ def test_a_mutated_view_is_still_functionalised(no_retrace: list[int]) -> None:
     program = onnx_export.dynamo_export(model, x)
     assert no_retrace
     assert_onnx_program_close(program, model, x)
+
+
+class _ResizedFresh(nn.Module):
+    """``resize_`` of a fresh tensor: its out-of-place form has no ONNX function."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y.resize_(x.numel())
+        return y + 1
+
+
+def test_an_inplace_op_whose_functional_form_has_no_function_is_functionalised() -> None:
+    model, x = _ResizedFresh(), torch.randn(3, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert_onnx_program_close(program, model, x)
