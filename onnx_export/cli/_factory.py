@@ -89,6 +89,12 @@ def _import(module_part: str) -> types.ModuleType:
         return _import_path(pathlib.Path(module_part))
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does, for the console script
+    local = pathlib.Path(os.getcwd(), *module_part.split(".")).with_suffix(".py")
+    loaded = getattr(sys.modules.get(module_part), "__file__", None)
+    if loaded and local.is_file() and pathlib.Path(loaded).resolve() != local.resolve():
+        # An earlier call in this process imported another folder's module of that name:
+        # this folder's file is meant (``main()`` called from several folders).
+        return _import_path(local)
     try:
         return importlib.import_module(module_part)
     except ModuleNotFoundError as e:

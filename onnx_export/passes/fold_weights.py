@@ -30,7 +30,7 @@ __all__ = ["fold_weight_transforms", "derived_initializer", "weight_sources"]
 #: (a copy that small costs nothing); larger ones only when the source goes away.
 _SMALL_COPY = 1 << 16
 
-Kernel = Callable[[ir.Node, list[np.ndarray | None], tuple[int, ...]], np.ndarray]
+_Kernel = Callable[[ir.Node, list[np.ndarray | None], tuple[int, ...]], np.ndarray]
 
 
 def _reshape(node: ir.Node, inputs: list[np.ndarray | None], shape: tuple[int, ...]) -> np.ndarray:
@@ -84,7 +84,7 @@ def _expand(node: ir.Node, inputs: list[np.ndarray | None], shape: tuple[int, ..
     return np.broadcast_to(inputs[0], shape)
 
 
-_KERNELS: dict[str, tuple[Kernel, str]] = {
+_KERNELS: dict[str, tuple[_Kernel, str]] = {
     "Expand": (_expand, "expand"),
     "Gather": (_gather, "gather"),
     "Transpose": (_transpose, "transpose"),
