@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import pathlib
 from collections.abc import Callable
 
@@ -60,6 +61,10 @@ def register(commands: Subcommands) -> None:
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     require_export_extra("hf")
+    if importlib.util.find_spec("transformers") is None:
+        raise UsageError(
+            "`onnx-export hf` needs transformers; install it with pip install 'onnx-export[hf]'."
+        )
     from onnx_export._options import SUPPORTED_OPSETS
     from onnx_export.errors import ExportInputError, OnnxExportError
     from onnx_export.hf import export_pretrained

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from onnx_export.hf._generate import Stopping, as_ids, as_mask, decode
+from onnx_export.hf._generate import Stopping, as_ids, as_mask, check_max_new_tokens, decode
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf._session import StepSession
 
@@ -140,6 +140,7 @@ class OrtModelForCausalLM:
             >>> model.generate([[1, 2, 3]], max_new_tokens=2).shape  # doctest: +SKIP
             (1, 5)
         """
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
         ids = as_ids(input_ids)
         mask = as_mask(attention_mask, ids)
         limit = self.folder.max_positions(*_POSITION_LIMITS)

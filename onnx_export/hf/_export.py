@@ -80,7 +80,14 @@ class ExportedCheckpoint:
 
 def _load_model(path: pathlib.Path, task: str) -> Any:
     import torch
-    import transformers
+
+    try:
+        import transformers
+    except ImportError as e:
+        raise CheckpointError(
+            f"Exporting a checkpoint needs transformers ({e}); install it "
+            "with pip install 'onnx-export[hf]'."
+        ) from e
 
     auto = getattr(transformers, _AUTO_CLASSES[task])
     try:  # float32 whatever the checkpoint's dtype: ONNX Runtime's CPU kernels need it
@@ -156,6 +163,32 @@ def _copy_side_files(source: pathlib.Path | None, model: Any, folder: pathlib.Pa
     return copied
 
 
+def _check_output(out: pathlib.Path, source: pathlib.Path | None) -> None:
+    """Refuses, before any work, an ``out_dir`` whose replacement would lose the user's files.
+
+    ``out_dir`` may be new, empty, or a folder this exporter wrote (it holds the manifest):
+    only those are replaced. The checkpoint folder itself, a folder above it, a file, or a
+    folder with other files in it are refused.
+    """
+    where = os.fspath(out)
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"Output {where!r} exists and is not a folder; name a folder.")
+    if source is not None:
+        checkpoint = source.resolve()
+        if out.resolve() == checkpoint or out.resolve() in checkpoint.parents:
+            raise CheckpointError(
+                f"Output {where!r} would replace the checkpoint {os.fspath(source)!r} (the "
+                "output folder is replaced as a whole); write to another folder, e.g. "
+                f"{os.fspath(checkpoint.with_name(checkpoint.name + '-onnx'))!r}."
+            )
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+        raise CheckpointError(
+            f"Output {where!r} already holds files that this exporter did not write (it has "
+            f"no {MANIFEST_NAME}); the output folder is replaced as a whole, so name a new or "
+            "empty folder."
+        )
+
+
 def _replace_folder(staged: pathlib.Path, out: pathlib.Path) -> None:
     """Move ``staged`` to ``out``; an earlier ``out`` is replaced only once all is written."""
     if not out.exists():
@@ -227,9 +260,11 @@ def export_pretrained(
     started = time.perf_counter()
     _check_target(target)
     source: pathlib.Path | None = None
+    out = pathlib.Path(out_dir).absolute()
     if isinstance(model_or_dir, (str, os.PathLike)):
         checkpoint = read_checkpoint(model_or_dir)
         source = checkpoint.path
+        _check_output(out, source)
         model_type, architectures = checkpoint.model_type, checkpoint.architectures
         task = resolve_task(model_type, architectures, task)
         model = _load_model(source, task)
@@ -238,8 +273,8 @@ def export_pretrained(
         config = getattr(model, "config", None)
         model_type = str(getattr(config, "model_type", type(model).__name__))
         task = resolve_task(model_type, (type(model).__name__,), task)
+    _check_output(out, source)
     model.eval()
-    out = pathlib.Path(out_dir).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename

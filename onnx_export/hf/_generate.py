@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,12 +34,18 @@ class Stopping:
     @classmethod
     def resolve(cls, max_new_tokens: int, eos: Any, pad: int | None) -> Stopping:
         """Like transformers: ``pad`` defaults to the first EOS token."""
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise GenerationError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
         eos_ids = token_ids(eos)
         if pad is None and eos_ids:
             pad = eos_ids[0]
         return cls(max_new_tokens, eos_ids, pad)
+
+
+def check_max_new_tokens(value: object) -> int:
+    """``value`` as an int when it is a whole number >= 1; a :class:`GenerationError` if not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise GenerationError(f"max_new_tokens must be an int >= 1, got {value!r}.")
+    return int(value)
 
 
 def as_ids(input_ids: Any, name: str = "input_ids") -> npt.NDArray[np.int64]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 import pathlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
@@ -137,9 +138,14 @@ def token_ids(value: Any) -> tuple[int, ...]:
     """An id or a list of ids (as configs write them) as a tuple; ``None`` -> ``()``."""
     if value is None:
         return ()
-    if isinstance(value, int):
-        return (value,)
-    return tuple(int(v) for v in value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value),)
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise GenerationError(f"expected a token id or a list of token ids, got {value!r}.")
+    ids = list(value)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in ids):
+        raise GenerationError(f"expected a token id or a list of token ids, got {value!r}.")
+    return tuple(int(v) for v in ids)
 
 
 def check_length(what: str, length: int, limit: int | None, advice: str) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._generate import Stopping, as_ids, as_mask, decode
+from onnx_export.hf._generate import Stopping, as_ids, as_mask, check_max_new_tokens, decode
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf._session import StepSession
 
@@ -179,6 +179,7 @@ class OrtModelForSeq2SeqLM:
             >>> model.generate(input_features=features, max_new_tokens=3)  # doctest: +SKIP
             array([[50258, 50259, 50359, 50363]])
         """
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
         encoded = self._encode(input_ids, attention_mask, input_features)
         batch = int(encoded.pop("batch"))
         start = self._start(decoder_input_ids, batch)

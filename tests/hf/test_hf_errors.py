@@ -73,10 +73,39 @@ def test_failed_export_leaves_output_as_it_was(
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.onnx").write_text("earlier")
+    (out / "onnx_export.json").write_text("{}")  # an earlier export: the one kind replaced
     with pytest.raises(OSError, match="disk full"):
         hf.export_pretrained(folder, out)
     assert (out / "model.onnx").read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "out"]  # no temp folder left
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["checkpoint", "parent", "other-files", "a-file"],
+)
+def test_an_output_whose_replacement_would_lose_files_is_refused_first(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    folder = _config_only(tmp_path / "bert", tf.BertConfig(architectures=["BertModel"]))
+    (folder / "model.safetensors").write_bytes(b"weights")
+    loads: list[str] = []
+    monkeypatch.setattr(_export, "_load_model", lambda path, task: loads.append(task))
+    out = {"checkpoint": folder, "parent": tmp_path, "other-files": tmp_path / "mine"}.get(
+        where, tmp_path / "notes.txt"
+    )
+    if where == "other-files":
+        out.mkdir()
+        (out / "notes.txt").write_text("keep me")
+    elif where == "a-file":
+        out.write_text("keep me")
+    with pytest.raises(hf.CheckpointError, match=str(out.name)):
+        hf.export_pretrained(folder, out)
+    assert not loads  # refused before any work
+    assert (folder / "model.safetensors").read_bytes() == b"weights"
+    if where in ("other-files", "a-file"):
+        kept = out / "notes.txt" if where == "other-files" else out
+        assert kept.read_text() == "keep me"
 
 
 def test_prompt_longer_than_max_positions(exported: Callable[[str], Exported]) -> None:
@@ -94,9 +123,21 @@ def test_prompt_longer_than_max_positions(exported: Callable[[str], Exported]) -
         ({"input_ids": np.ones((1, 3), np.float32)}, "integer token ids"),
         ({"input_ids": [[1, 2]], "attention_mask": [[1, 1, 1]]}, "attention_mask has shape"),
         ({"input_ids": [[1, 2]], "max_new_tokens": 0}, "max_new_tokens must be an int >= 1"),
+        ({"input_ids": [[1, 2]], "max_new_tokens": None}, "max_new_tokens must be an int >= 1"),
+        ({"input_ids": [[1, 2]], "max_new_tokens": True}, "max_new_tokens must be an int >= 1"),
+        ({"input_ids": [[1, 2]], "eos_token_id": "2"}, "a token id or a list of token ids"),
         ({"input_ids": [[1, 2]], "do_sample": True, "top_p": 1.5}, "top_p must be in (0, 1]"),
     ],
-    ids=["3d-ids", "float-ids", "mask-shape", "zero-new", "top-p"],
+    ids=[
+        "3d-ids",
+        "float-ids",
+        "mask-shape",
+        "zero-new",
+        "none-new",
+        "bool-new",
+        "str-eos",
+        "top-p",
+    ],
 )
 def test_bad_generate_arguments(
     exported: Callable[[str], Exported], kwargs: dict[str, Any], words: str
