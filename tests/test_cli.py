@@ -292,6 +292,9 @@ def test_run_rebuilds_nested_inputs_from_graph_names(work: pathlib.Path) -> None
         "run", "nested.onnx", "--inputs", "by_graph_name.npz", "--output", "out.npz", cwd=work
     )
     assert result.returncode == 0, result.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (work / "out.npz").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
     with np.load(work / "out.npz") as saved:
         assert saved.files == ["y", "z.0"]
         np.testing.assert_allclose(saved["y"], np.full((2, 3), 4.0))  # 1 * 3.0 + 1

@@ -113,13 +113,20 @@ def _save_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
     import tempfile
 
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    written = False
     try:
         with os.fdopen(handle, "wb") as file:
             np.savez(file, **arrays)
+        umask = os.umask(0)  # the command's process reads its umask (no other thread here)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
         os.replace(temporary, path)
+        written = True
     except OSError as e:
-        pathlib.Path(temporary).unlink(missing_ok=True)
         raise CommandError(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        if not written:
+            pathlib.Path(temporary).unlink(missing_ok=True)
 
 
 def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray[Any, Any]]:
