@@ -93,6 +93,14 @@ def _is_mutating(target: object) -> bool:
     return bool(schema is not None and schema.is_mutable)
 
 
+def _rename_in_signature(program: ExportedProgram, old: str, new: str) -> None:
+    """The program's input/output specs name ``new`` where they named ``old``."""
+    signature = program.graph_signature
+    for spec in (*signature.input_specs, *signature.output_specs):
+        if getattr(spec.arg, "name", None) == old:
+            spec.arg = type(spec.arg)(name=new)
+
+
 def rewrite_fresh_inplace(
     program: ExportedProgram, has_function: Callable[[torch._ops.OpOverload], bool]
 ) -> int:
@@ -115,6 +123,7 @@ def rewrite_fresh_inplace(
         for user in later:
             user.replace_input_with(mutated, result)
         node.replace_all_uses_with(result)
+        _rename_in_signature(program, node.name, result.name)
         graph.erase_node(node)
         order[result] = order.pop(node)
         rewritten += 1

@@ -90,3 +90,13 @@ def test_an_inplace_op_whose_functional_form_has_no_function_is_functionalised()
     model, x = _ResizedFresh(), torch.randn(3, 4)
     program = onnx_export.dynamo_export(model, x)
     assert_onnx_program_close(program, model, x)
+
+
+def test_the_rewritten_program_keeps_a_valid_signature(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    model, x = _Residual().eval(), torch.randn(1, 3, 4, 4)
+    program = onnx_export.dynamo_export(model, x)
+    exported = program.exported_program
+    exported.validate()  # every output spec names a node of the graph
+    torch.export.save(exported, tmp_path / "program.pt2")
+    torch.testing.assert_close(exported.module()(x), model(x))
