@@ -122,6 +122,7 @@ def _layer_norm_nodes(node: onnx.NodeProto, rank: int | None) -> list[onnx.NodeP
         helper.make_node("Sub", [x, f"{p}_mean"], [f"{p}_centred"]),
         helper.make_node("Mul", [f"{p}_centred", f"{p}_centred"], [f"{p}_square"]),
         helper.make_node("ReduceMean", [f"{p}_square"], [f"{p}_var"], axes=axes, keepdims=1),
+        helper.make_node("CastLike", [f"{p}_eps_float", x], [f"{p}_eps"]),  # x's dtype
         helper.make_node("Add", [f"{p}_var", f"{p}_eps"], [f"{p}_var_eps"]),
         helper.make_node("Sqrt", [f"{p}_var_eps"], [f"{p}_std"]),
         helper.make_node("Div", [f"{p}_centred", f"{p}_std"], [f"{p}_normed"]),
@@ -130,7 +131,7 @@ def _layer_norm_nodes(node: onnx.NodeProto, rank: int | None) -> list[onnx.NodeP
     made.append(helper.make_node("Mul", [f"{p}_normed", node.input[1]], [scaled]))
     if scaled != out:
         made.append(helper.make_node("Add", [scaled, node.input[2]], [out]))
-    return [*made, helper.make_node("Constant", [], [f"{p}_eps"], value_float=eps)]
+    return [*made, helper.make_node("Constant", [], [f"{p}_eps_float"], value_float=eps)]
 
 
 def _expand_layer_norms(
@@ -171,6 +172,26 @@ def _shapes(model: ir.Model) -> dict[str, tuple[object, ...]]:
     return shapes
 
 
+def _check_convertible(model: ir.Model, source: int, target: int) -> None:
+    """Refuses what the conversion below cannot do, before it reads any weight."""
+    from onnx_export._fake import WeightPlaceholder
+
+    if any(isinstance(v.const_value, WeightPlaceholder) for v in model.graph.initializers.values()):
+        raise OpsetDowngradeError(
+            f"Converting to opset {target} needs the weights' data, and this export has "
+            "placeholders (a fake or meta-device model). Export at opset 18 or higher, or "
+            "export the model with real weights."
+        )
+    for node in model.graph.all_nodes():
+        if node.graph is not model.graph and (
+            node.op_type in _REDUCE or node.op_type in ("Split", "LayerNormalization")
+        ):
+            raise OpsetDowngradeError(
+                f"{node.op_type} inside a control-flow body (If/Loop/Scan) cannot be "
+                f"converted from opset {source} to {target} here. Export at opset 18 or higher."
+            )
+
+
 def downgrade_opset(model: ir.Model, target: int) -> ir.Model:
     """Return ``model`` converted to opset ``target`` (< 18), checked by ``onnx.checker``.
 
@@ -181,6 +202,7 @@ def downgrade_opset(model: ir.Model, target: int) -> ir.Model:
     source = model.opset_imports.get("", target)
     if source <= target:
         return model
+    _check_convertible(model, source, target)
     proto = ir.serde.serialize_model(model)
     shapes = _shapes(model)
     _expand_layer_norms(proto, target, shapes)

@@ -1,0 +1,52 @@
+"""Opsets 16 and 17: what the conversion does, and what it refuses before reading weights."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+import onnx_export
+from tests.helpers import assert_onnx_program_close
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.linear(x))
+
+
+def test_layer_norm_in_float64_at_opset_16_keeps_its_dtype() -> None:
+    torch.manual_seed(0)
+    model, x = _Norm().double().eval(), torch.randn(2, 8, dtype=torch.float64)
+    options = onnx_export.ExportOptions(opset_version=16)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    assert_onnx_program_close(program, model, x)
+
+
+class _BranchMean(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(
+            x.sum() > 0, lambda t: t - t.mean(-1, keepdim=True), lambda t: t * 2, (x,)
+        )
+
+
+def test_reductions_in_control_flow_bodies_are_refused_by_name() -> None:
+    options = onnx_export.ExportOptions(opset_version=17)
+    with pytest.raises(onnx_export.ConversionError, match="inside a control-flow body"):
+        onnx_export.dynamo_export(_BranchMean(), torch.randn(2, 4), export_options=options)
+
+
+def test_a_fake_export_at_opset_17_is_refused_before_reading_weights() -> None:
+    with onnx_export.enable_fake_mode():
+        model, x = _Norm(), torch.randn(2, 8)
+    options = onnx_export.ExportOptions(opset_version=17)
+    with pytest.raises(onnx_export.ConversionError, match="placeholders"):
+        onnx_export.dynamo_export(model, x, export_options=options)
