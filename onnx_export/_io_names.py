@@ -87,6 +87,14 @@ def rename_values(
         )
     if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
         raise ValueError(f"{what} must be distinct non-empty strings, got {list(names)}.")
+    renamed = {id(v) for v in values[: len(names)]}
+    others = {v.name for v in (*graph.inputs, *graph.outputs) if id(v) not in renamed}
+    clash = [n for n in names if n in others]
+    if clash:
+        raise ValueError(
+            f"{what}: {clash} already name other graph inputs or outputs "
+            f"({sorted(n for n in others if n)}); choose names that no other input or output has."
+        )
     for value, name in zip(values, names, strict=False):
         if value.name == name:
             continue

@@ -50,3 +50,29 @@ def test_a_fake_export_at_opset_17_is_refused_before_reading_weights() -> None:
     options = onnx_export.ExportOptions(opset_version=17)
     with pytest.raises(onnx_export.ConversionError, match="placeholders"):
         onnx_export.dynamo_export(model, x, export_options=options)
+
+
+class _TwoInTwoOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x + y, x * y
+
+
+@pytest.mark.parametrize(
+    "names",
+    [{"input_names": ["y"]}, {"output_names": ["x"]}],
+    ids=["input-named-like-another-input", "output-named-like-an-input"],
+)
+def test_names_that_another_input_or_output_has_are_refused(names: dict[str, list[str]]) -> None:
+    options = onnx_export.ExportOptions(**names)
+    with pytest.raises(onnx_export.ExportInputError, match="already name other graph inputs"):
+        onnx_export.dynamo_export(
+            _TwoInTwoOut(), torch.randn(2), torch.randn(2), export_options=options
+        )
+
+
+def test_swapped_input_names_are_fine() -> None:
+    model, x, y = _TwoInTwoOut(), torch.randn(2), torch.randn(2)
+    options = onnx_export.ExportOptions(input_names=["y", "x"])
+    program = onnx_export.dynamo_export(model, x, y, export_options=options)
+    assert [v.name for v in program.model.graph.inputs] == ["y", "x"]
+    assert_onnx_program_close(program, model, x, y)
