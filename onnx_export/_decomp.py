@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from onnx_export._capture import EXPORT_LOCK
-from onnx_export._inplace import rewrite_fresh_inplace
+from onnx_export._inplace import is_mutating, rewrite_fresh_inplace
 from onnx_export._registry import OnnxRegistry
 
 __all__ = ["DecompositionReport", "decompose"]
@@ -86,14 +86,9 @@ def drop_metadata_only_inplace(program: ExportedProgram) -> int:
     return dropped
 
 
-def _is_mutating(target: object) -> bool:
-    schema = getattr(target, "_schema", None)
-    return bool(schema is not None and schema.is_mutable)
-
-
 def _needs(program: ExportedProgram, registry: OnnxRegistry) -> str:
     targets = set(_call_targets(program.graph_module))
-    mutating = sorted(str(t) for t in targets if _is_mutating(t))
+    mutating = sorted(str(t) for t in targets if is_mutating(t))
     if mutating:
         return f"in-place ops to functionalise: {', '.join(mutating[:5])}"
     missing = sorted(

@@ -18,6 +18,8 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from onnx_export._naming import key_text
+
 __all__ = ["DynamicShapes", "named_inputs", "resolve_dynamic_shapes", "leaf_items"]
 
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
@@ -55,17 +57,10 @@ def named_inputs(
     return named
 
 
-def _key_text(key: object) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
 def leaf_items(name: str, value: Any) -> list[tuple[str, Any]]:
     """``(dotted path, leaf)`` for every leaf of one input (the input itself for a tensor)."""
     flat, _ = pytree.tree_flatten_with_path(value)
-    return [(".".join([name, *(_key_text(k) for k in path)]), leaf) for path, leaf in flat]
+    return [(".".join([name, *(key_text(k) for k in path)]), leaf) for path, leaf in flat]
 
 
 def _skeleton(spec: pytree.TreeSpec, leaves: list[Any]) -> Any:

@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-__all__ = ["rewrite_fresh_inplace"]
+__all__ = ["is_mutating", "rewrite_fresh_inplace"]
 
 
 def _functional(target: object) -> torch._ops.OpOverload | None:
@@ -83,12 +83,13 @@ def _rewritable(
             continue
         if user.op != "call_function" or _returns_alias(user.target):
             return False  # a view (or an unknown op) may see the mutation
-        if order[user] < order[node] and _is_mutating(user.target):
+        if order[user] < order[node] and is_mutating(user.target):
             return False
     return True
 
 
-def _is_mutating(target: object) -> bool:
+def is_mutating(target: object) -> bool:
+    """Whether ``target``'s schema mutates an argument (an in-place or out= op)."""
     schema = getattr(target, "_schema", None)
     return bool(schema is not None and schema.is_mutable)
 

@@ -12,13 +12,15 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
 __all__ = [
+    "key_text",
     "leaf_paths",
     "dim_names_from_program",
     "graph_names",
 ]
 
 
-def _key_text(key: object) -> str:
+def key_text(key: object) -> str:
+    """A pytree key's text: a dict key, a sequence index or an attribute name."""
     for attr in ("key", "idx", "name"):
         if hasattr(key, attr):
             return str(getattr(key, attr))
@@ -103,7 +105,7 @@ def _key_paths(spec: pytree.TreeSpec) -> list[list[str]]:
     try:
         skeleton = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
         paths = [
-            [_key_text(k) for k in keys] for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]
+            [key_text(k) for k in keys] for keys, _ in pytree.tree_flatten_with_path(skeleton)[0]
         ]
         if len(paths) != spec.num_leaves:  # a class that keeps ints in its context
             raise ValueError("leaf count changed")
