@@ -8,7 +8,7 @@ imported or executed.
 from __future__ import annotations
 
 import json
-from typing import cast
+from typing import Any, Protocol, cast
 
 from ._errors import AdapterSpecError
 from ._json import (
@@ -19,11 +19,10 @@ from ._json import (
     read_str,
     spec_error,
 )
-from ._spec import (
+from ._spec_parts import (
     FORMAT_VERSION,
     LEAF_KINDS,
     PARAMETER_KINDS,
-    AdapterSpec,
     Dim,
     LeafKind,
     LeafSpec,
@@ -33,12 +32,30 @@ from ._spec import (
 )
 from ._treespec import TreeSpec
 
-__all__ = ["spec_to_json_obj", "spec_from_json_text"]
+__all__ = ["spec_to_json_obj", "spec_fields_from_json_text"]
+
+
+class SpecFields(Protocol):
+    """What the JSON form reads of an :class:`~adapters.AdapterSpec` (its fields)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def parameters(self) -> tuple[ParameterSpec, ...]: ...
+    @property
+    def input_tree(self) -> TreeSpec: ...
+    @property
+    def inputs(self) -> tuple[LeafSpec, ...]: ...
+    @property
+    def output_tree(self) -> TreeSpec: ...
+    @property
+    def outputs(self) -> tuple[LeafSpec, ...]: ...
+
 
 _TOP_FIELDS = ("version", "parameters", "input_tree", "inputs", "output_tree", "outputs")
 
 
-def spec_to_json_obj(spec: AdapterSpec) -> dict[str, object]:
+def spec_to_json_obj(spec: SpecFields) -> dict[str, object]:
     """Convert a spec to JSON data.
 
     Example:
@@ -75,20 +92,20 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
     return obj
 
 
-def spec_from_json_text(text: str) -> AdapterSpec:
-    """Parse JSON text into a validated spec.
+def spec_fields_from_json_text(text: str) -> dict[str, Any]:
+    """Parse JSON text into an adapter spec's fields (``AdapterSpec(**fields)`` validates).
 
     Args:
         text: The JSON text.
 
     Returns:
-        The spec.
+        The fields, by name.
 
     Raises:
         AdapterSpecError: Naming the first bad field.
 
     Example:
-        >>> spec_from_json_text("[]")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        >>> spec_fields_from_json_text("[]")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         ...
         AdapterSpecError: adapter spec field 'version': expected an integer ...
@@ -110,14 +127,14 @@ def spec_from_json_text(text: str) -> AdapterSpec:
         _read_parameter(p, f"parameters[{i}]")
         for i, p in enumerate(read_list(data["parameters"], "parameters"))
     )
-    return AdapterSpec(
-        version=version,
-        parameters=parameters,
-        input_tree=TreeSpec.from_json_obj(data["input_tree"], "input_tree"),
-        inputs=_read_leaves(data["inputs"], "inputs"),
-        output_tree=TreeSpec.from_json_obj(data["output_tree"], "output_tree"),
-        outputs=_read_leaves(data["outputs"], "outputs"),
-    )
+    return {
+        "version": version,
+        "parameters": parameters,
+        "input_tree": TreeSpec.from_json_obj(data["input_tree"], "input_tree"),
+        "inputs": _read_leaves(data["inputs"], "inputs"),
+        "output_tree": TreeSpec.from_json_obj(data["output_tree"], "output_tree"),
+        "outputs": _read_leaves(data["outputs"], "outputs"),
+    }
 
 
 def _read_parameter(obj: object, where: str) -> ParameterSpec:

@@ -24,14 +24,14 @@ from onnx_export.errors import (
 )
 
 if TYPE_CHECKING:
-    from onnx_export._capture import CaptureAttempt
     from onnx_export._export import dynamo_export
     from onnx_export._fake import enable_fake_mode
     from onnx_export._options import ExportOptions
-    from onnx_export._program import ONNXProgram
     from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
-    from onnx_export._verify import NodeMismatch, OutputComparison, VerificationResult
     from onnx_export.adapters import load
+    from onnx_export.capture._strategies import CaptureAttempt
+    from onnx_export.program._program import ONNXProgram
+    from onnx_export.program._verify import NodeMismatch, OutputComparison, VerificationResult
 
 __version__ = "0.1.0"
 
@@ -42,17 +42,17 @@ _EXPORT_EXTRA_MODULES = ("torch", "onnxscript", "onnx_ir")
 # ``onnx_export.load(...)`` a saved model in a process without torch.
 _LAZY = {
     "load": "onnx_export.adapters",
-    "CaptureAttempt": "onnx_export._capture",
+    "CaptureAttempt": "onnx_export.capture._strategies",
     "dynamo_export": "onnx_export._export",
     "enable_fake_mode": "onnx_export._fake",
     "ExportOptions": "onnx_export._options",
-    "ONNXProgram": "onnx_export._program",
+    "ONNXProgram": "onnx_export.program._program",
     "OnnxFunctionEntry": "onnx_export._registry",
     "OnnxRegistry": "onnx_export._registry",
     "target_name": "onnx_export._registry",
-    "NodeMismatch": "onnx_export._verify",
-    "OutputComparison": "onnx_export._verify",
-    "VerificationResult": "onnx_export._verify",
+    "NodeMismatch": "onnx_export.program._verify",
+    "OutputComparison": "onnx_export.program._verify",
+    "VerificationResult": "onnx_export.program._verify",
     "EnvironmentReport": "onnx_export._environment",
     "check_environment": "onnx_export._environment",
 }

@@ -7,81 +7,38 @@ export writes it as a SARIF report whose path the exception carries.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-from onnx_export import _report
-from onnx_export._adapter import build_spec
-from onnx_export._call import (
+from onnx_export._options import ExportOptions
+from onnx_export._registry import OnnxRegistry
+from onnx_export.adapters import AdapterError
+from onnx_export.capture._call import (
     Call,
     as_module,
     capture_call,
     capture_error,
-    downgrade,
     forward_signature,
-    name_graph_io,
     prepare_call,
 )
-from onnx_export._capture import EXPORT_LOCK
-from onnx_export._containers import register_library_containers
-from onnx_export._decomp import decompose
-from onnx_export._devices import explain_device_mismatch
-from onnx_export._naming import dim_names_from_program, graph_names
-from onnx_export._options import ExportOptions
-from onnx_export._program import ONNXProgram
-from onnx_export._registry import OnnxRegistry
-from onnx_export._source import node_origin
-from onnx_export._translate import (
-    NodeTranslationError,
-    UnsupportedNode,
-    decision_key,
-    find_unsupported,
-    translate,
-    walk_call_nodes,
-)
-from onnx_export.adapters import AdapterError
+from onnx_export.capture._containers import register_library_containers
+from onnx_export.capture._decomp import decompose
+from onnx_export.capture._devices import explain_device_mismatch
+from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
-from onnx_export.errors import (
-    ConversionError,
-    ExportInputError,
-    OnnxExportError,
-    OptimizationError,
-    UnsupportedOpsError,
-    VerificationError,
-)
-from onnx_export.passes import (
-    convert_opset,
-    fold_batch_norm_into_conv,
-    fold_weight_transforms,
-    fuse_erf_gelu,
-    fuse_for_onnxruntime,
-    legalize_bool_data,
-    optimize_model,
-    remove_identity_reshapes,
-)
+from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
+from onnx_export.optimization._stage import downgrade, optimize
+from onnx_export.program._adapter import build_spec
+from onnx_export.program._program import ONNXProgram
+from onnx_export.reporting import _records as _report
+from onnx_export.translation._graph_io import name_graph_io
+from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
+from onnx_export.translation._translate import NodeTranslationError, find_unsupported
 
 __all__ = ["dynamo_export"]
-
-
-def _unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsError:
-    ops = sorted({u.op for u in unsupported})
-    lines = [
-        f"  - {u.op} (FX node {u.node!r}, module {u.origin.module_path or '<root>'!r}) "
-        f"at {u.origin.where}" + (f": {u.origin.code}" if u.origin.code else "")
-        for u in unsupported
-    ]
-    return UnsupportedOpsError(
-        f"{len(ops)} operator(s) have no ONNX function: {', '.join(ops)}.\n"
-        + "\n".join(lines)
-        + "\nNext steps: register an onnxscript function for each with "
-        "OnnxRegistry.register_op(...) and pass it as ExportOptions(onnx_registry=...).",
-        unsupported=tuple(
-            (u.op, u.node, u.origin.module_path, u.origin.where) for u in unsupported
-        ),
-    )
 
 
 def _translate(
@@ -89,156 +46,20 @@ def _translate(
     registry: OnnxRegistry,
     context: DiagnosticContext,
     module: torch.nn.Module,
-    user_dynamic: Any,
-    opset_version: int = 18,
+    call: Call,
+    opset_version: int,
 ) -> Any:
     decisions, unsupported = find_unsupported(program.graph_module, registry)
-    for node in walk_call_nodes(program.graph_module):
-        _report.record_dispatch(
-            context, decisions[decision_key(node)], node.name, node_origin(node)
-        )
-    for u in unsupported:
-        _report.record_unsupported(context, u.op, u.node, u.origin, u.reason)
+    _report.record_translation_plan(context, program, decisions, unsupported)
     if unsupported:
-        raise _unsupported_error(unsupported)
-    paths, input_names, output_names = graph_names(module, program)
-    names = user_dynamic.names if user_dynamic is not None else None
-    dim_names = dim_names_from_program(program, names, paths)
+        raise unsupported_error(unsupported)
     try:
-        result = translate(
-            program,
-            decisions,
-            input_names=input_names,
-            output_names=output_names,
-            dim_names=dim_names,
-            opset_version=opset_version,
-        )
+        result = translate_program(program, decisions, module, call.shapes, opset_version)
     except NodeTranslationError as e:
-        locations, stacks = _report.origin_locations(e.origin)
-        function = e.decision.entry.name if e.decision and e.decision.entry else "-"
-        context.emit(
-            rules.CONVERSION_FAILED,
-            message_args={
-                "op": str(e.node.target),
-                "node": e.node.name,
-                "function": function,
-                "exception_message": str(e.__cause__),
-            },
-            locations=locations,
-            stacks=stacks,
-            exception=e.__cause__,
-        )
-        raise ConversionError(
-            f"Translating FX node {e.node.name!r} ({e.node.target}) at {e.origin.where} with "
-            f"{function} failed: {e.__cause__}. Next steps: register your own ONNX function "
-            "for this op with OnnxRegistry.register_op, or rewrite the line above."
-        ) from e.__cause__
-    except NotImplementedError as e:
-        raise ConversionError(
-            f"This graph uses something ONNX export does not support: {e}."
-        ) from e
-    for buffer in result.dropped_buffer_mutations:
-        context.emit(rules.BUFFER_MUTATION, message_args={"buffer": buffer})
+        _report.record_conversion_failure(context, e)
+        raise conversion_error(e) from e.__cause__
+    _report.record_dropped_mutations(context, result.dropped_buffer_mutations)
     return result
-
-
-def _optimize(model: Any, options: ExportOptions, context: DiagnosticContext) -> None:
-    if options.optimize:
-        try:
-            before, after = optimize_model(model)
-        except Exception as e:
-            context.emit(
-                rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
-            )
-            raise OptimizationError(
-                f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
-                "Export with ExportOptions(optimize=False) to get the unoptimized model."
-            ) from e
-        context.emit(
-            rules.OPTIMIZER_PASS,
-            message_args={
-                "pass_name": "onnxscript.optimizer.optimize",
-                "nodes_before": before,
-                "nodes_after": after,
-            },
-        )
-        removed = remove_identity_reshapes(model)
-        if removed:
-            context.emit(
-                rules.OPTIMIZER_PASS,
-                message_args={
-                    "pass_name": "remove_identity_reshapes",
-                    "nodes_before": after,
-                    "nodes_after": after - removed,
-                },
-            )
-        for name, apply in _FOLDS:
-            nodes = model.graph.num_nodes()
-            changed = apply(model)
-            if changed:
-                context.emit(
-                    rules.OPTIMIZER_PASS,
-                    message_args={
-                        "pass_name": name,
-                        "nodes_before": nodes,
-                        "nodes_after": model.graph.num_nodes(),
-                    },
-                )
-    legalized = legalize_bool_data(model)
-    if legalized:
-        nodes = model.graph.num_nodes()
-        context.emit(
-            rules.OPTIMIZER_PASS,
-            message_args={
-                "pass_name": "legalize_bool_data (bool Where/Max/Min/Clip through INT32)",
-                "nodes_before": nodes - 2 * legalized,
-                "nodes_after": nodes,
-            },
-        )
-    convert_opset(model, max(options.opset_version, 18))  # below 18: see _downgrade
-    if options.optimize:
-        nodes = model.graph.num_nodes()
-        if fuse_erf_gelu(model):
-            context.emit(
-                rules.OPTIMIZER_PASS,
-                message_args={
-                    "pass_name": "fuse_erf_gelu",
-                    "nodes_before": nodes,
-                    "nodes_after": model.graph.num_nodes(),
-                },
-            )
-    if options.target == "onnxruntime":
-        _fuse_for_onnxruntime(model, context)
-
-
-def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
-    nodes = model.graph.num_nodes()
-    try:
-        applied = fuse_for_onnxruntime(model)
-    except Exception as e:
-        context.emit(
-            rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
-        )
-        raise OptimizationError(
-            f"ONNX Runtime's fusions (target='onnxruntime') failed: {type(e).__name__}: {e}. "
-            "Export with the default target to get a standard ONNX model."
-        ) from e
-    fusions = ", ".join(f"{name} x{count}" for name, count in applied.items()) or "none"
-    context.emit(
-        rules.OPTIMIZER_PASS,
-        message_args={
-            "pass_name": f"onnxruntime fusions ({fusions})",
-            "nodes_before": nodes,
-            "nodes_after": model.graph.num_nodes(),
-        },
-    )
-
-
-#: Passes after the optimizer that fold weights into new (lazily computed) initializers.
-_FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
-    ("fold_batch_norm_into_conv", fold_batch_norm_into_conv),
-    ("fold_weight_transforms", fold_weight_transforms),
-)
 
 
 def _capture(
@@ -282,7 +103,7 @@ def _pipeline(
         program, attempts = _capture(module, given, call, options, context)
     program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, call.shapes, options.opset_version)
+    result = _translate(program, registry, context, module, call, options.opset_version)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         spec = build_spec(
@@ -292,7 +113,7 @@ def _pipeline(
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
         ) from e
-    _optimize(result.model, options, context)
+    optimize(result.model, options, context)
     onnx_program = ONNXProgram(
         downgrade(result.model, options.opset_version),
         program,

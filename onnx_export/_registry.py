@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 import onnx_ir as ir
-import torch
+
+from onnx_export.ops._registration import registered_ops, target_name
 
 __all__ = ["OnnxFunctionEntry", "OnnxRegistry", "target_name"]
 
@@ -86,39 +87,13 @@ def _torchlib_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
 
 @functools.cache
 def _own_table() -> Mapping[str, tuple[OnnxFunctionEntry, ...]]:
-    from onnx_export.ops._registration import registered_ops
+    import onnx_export.ops  # noqa: F401  (importing the topic modules registers them)
 
     table: dict[str, tuple[OnnxFunctionEntry, ...]] = {}
     for own in sorted(registered_ops(), key=lambda r: r.is_complex):  # real ones first
         entry = OnnxFunctionEntry(own.target, own.function, is_complex=own.is_complex, is_own=True)
         table[own.target] = (*table.get(own.target, ()), entry)
     return MappingProxyType(table)
-
-
-def target_name(target: object) -> str:
-    """The registry key of an FX node target or a user-given target.
-
-    ``OpOverload`` -> ``OpOverload.name()`` (``"aten::relu"``, ``"aten::add.Tensor"``);
-    ``OpOverloadPacket`` -> ``"ns::op"``; builtins such as ``operator.add`` ->
-    ``"_operator::add"``; strings are normalised (``"ns::op.default"`` -> ``"ns::op"``).
-
-    Example:
-        >>> import torch
-        >>> from onnx_export import target_name
-        >>> target_name(torch.ops.aten.add.Tensor)
-        'aten::add.Tensor'
-    """
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name
-    opoverload = getattr(target, "_opoverload", None)  # torch.library.custom_op objects
-    if isinstance(opoverload, torch._ops.OpOverload):
-        return str(opoverload.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
-    if isinstance(target, str):
-        return target[: -len(".default")] if target.endswith(".default") else target
-    module = getattr(target, "__module__", None) or "builtins"
-    return f"{module}::{getattr(target, '__name__', repr(target))}"
 
 
 class OnnxRegistry:

@@ -23,7 +23,7 @@ from onnx_export.cli._factory import ModelCall, call_factory, parse_dynamic
 
 if TYPE_CHECKING:
     from onnx_export._options import ExportOptions
-    from onnx_export._program import ONNXProgram
+    from onnx_export.program._program import ONNXProgram
 
 __all__ = ["register", "export_quietly", "describe_export_error"]
 

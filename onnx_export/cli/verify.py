@@ -28,7 +28,7 @@ from onnx_export.cli._common import (
 from onnx_export.cli._factory import ModelCall, call_factory
 
 if TYPE_CHECKING:
-    from onnx_export._verify import OutputComparison
+    from onnx_export.program._verify import OutputComparison
 
 __all__ = ["register"]
 
@@ -162,7 +162,7 @@ def _float8_dtypes() -> tuple[Any, ...]:
 def _compare(
     names: list[str], expected: Any, got: Any, rtol: float, atol: float
 ) -> tuple[OutputComparison, ...]:
-    from onnx_export._verify import compare
+    from onnx_export.program._verify import compare
 
     want, have = _tensor_leaves(expected), _tensor_leaves(got)
     if len(want) != len(have):

@@ -133,7 +133,7 @@ def _write_graphs(
     import torch
 
     import onnx_export
-    from onnx_export.hf._graphs import graphs_for_task
+    from onnx_export.hf._task_graphs import graphs_for_task
 
     written = []
     with torch.no_grad():

@@ -17,7 +17,6 @@ from torch import nn
 
 __all__ = [
     "GraphSpec",
-    "graphs_for_task",
     "output_cache",
     "flat",
     "dynamic_cache",
@@ -28,6 +27,9 @@ __all__ = [
     "SEQUENCE",
     "PAST",
     "PAST_DIMS",
+    "causal_lm_graphs",
+    "text_encoder_graphs",
+    "image_classifier_graphs",
 ]
 
 BATCH, SEQUENCE, PAST = 2, 3, 4
@@ -126,7 +128,7 @@ def example_ids(config: Any, batch: int, length: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
 
 
-def _causal_lm(model: Any) -> list[GraphSpec]:
+def causal_lm_graphs(model: Any) -> list[GraphSpec]:
     config = model.config
     prompt = example_ids(config, BATCH, PAST)
     with torch.no_grad():
@@ -144,7 +146,7 @@ def _causal_lm(model: Any) -> list[GraphSpec]:
     return [GraphSpec("model.onnx", module, (ids, mask, positions, past), dynamic)]
 
 
-def _text_encoder(model: Any, output: str) -> list[GraphSpec]:
+def text_encoder_graphs(model: Any, output: str) -> list[GraphSpec]:
     ids = example_ids(model.config, BATCH, PAST + SEQUENCE)
     mask = torch.ones(ids.shape, dtype=torch.long)
     dims = {0: "batch", 1: "sequence_length"}
@@ -154,26 +156,9 @@ def _text_encoder(model: Any, output: str) -> list[GraphSpec]:
     ]
 
 
-def _image_classifier(model: Any) -> list[GraphSpec]:
+def image_classifier_graphs(model: Any) -> list[GraphSpec]:
     config = model.config
     size = int(getattr(config, "image_size", 224))
     pixels = torch.randn(BATCH, int(getattr(config, "num_channels", 3)), size, size)
     module = ImageClassifier(model)
     return [GraphSpec("model.onnx", module, (pixels,), {"pixel_values": {0: "batch"}})]
-
-
-def graphs_for_task(model: Any, task: str) -> list[GraphSpec]:
-    """The graphs that make up ``task``'s exported folder, for ``model`` in eval mode."""
-    if task == "text-generation":
-        return _causal_lm(model)
-    if task in ("text2text-generation", "automatic-speech-recognition"):
-        from onnx_export.hf._graphs_seq2seq import seq2seq_graphs
-
-        return seq2seq_graphs(model)
-    if task == "feature-extraction":
-        return _text_encoder(model, "last_hidden_state")
-    if task == "text-classification":
-        return _text_encoder(model, "logits")
-    if task == "image-classification":
-        return _image_classifier(model)
-    raise ValueError(f"no graphs for task {task!r}")  # resolve_task let an unknown task in

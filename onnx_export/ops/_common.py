@@ -1,7 +1,7 @@
 """What our own ONNX functions share: the opset handle, constants, and the node's FX types.
 
 Our functions are plain Python calling ``onnxscript.opset18`` ops; while the translator
-records, each call appends a node to the graph being built (see ``_recorder.py``), so
+records, each call appends a node to the graph being built (see ``translation/_recorder.py``), so
 values carry their dtype and, where the builder could infer it, their shape.
 """
 
@@ -145,7 +145,7 @@ def cast_to(x: ir.Value, dtype: ir.DataType | None) -> ir.Value:
 
 def unsupported(expected: str, got: str, hint: str | None = None) -> UnsupportedOpInputError:
     """The error to raise when the current node lacks what the function ``expected``."""
-    from onnx_export._registry import target_name
+    from onnx_export.ops._registration import target_name
 
     node = _fx_node()
     op_name = target_name(node.target) if node is not None else "this op"

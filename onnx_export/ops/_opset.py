@@ -1,7 +1,7 @@
 """A typed façade over ``onnxscript.opset18``: in our functions ``op.X(...)`` is an ``ir.Value``.
 
 onnxscript types its ops with its own tensor classes; while the translator records, each
-call appends a node and returns ``ir.Value`` objects (see ``onnx_export/_recorder.py``). This
+call appends a node and returns ``ir.Value`` objects (see ``translation/_recorder.py``). This
 Protocol says so to mypy: each ONNX op the op library uses, with its inputs (positional:
 values, Python numbers, ``None`` for an omitted optional input), its attributes
 (keyword-only) and its outputs (one ``Tensor``, or a tuple when the op has several). It

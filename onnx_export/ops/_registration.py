@@ -22,7 +22,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["OwnOp", "onnx_op", "registered_ops"]
+import torch
+
+__all__ = ["OwnOp", "onnx_op", "registered_ops", "target_name"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -71,7 +73,31 @@ def onnx_op(*targets: str, complex: bool = False) -> Callable[[_F], _F]:
 
 
 def registered_ops() -> tuple[OwnOp, ...]:
-    """Every registration of our own functions (importing the topic modules registers them)."""
-    import onnx_export.ops  # noqa: F401  (its topic modules register their functions)
-
+    """Every registration made so far (the registry imports the topic modules first)."""
     return tuple(_REGISTERED.values())
+
+
+def target_name(target: object) -> str:
+    """The registry key of an FX node target or a user-given target.
+
+    ``OpOverload`` -> ``OpOverload.name()`` (``"aten::relu"``, ``"aten::add.Tensor"``);
+    ``OpOverloadPacket`` -> ``"ns::op"``; builtins such as ``operator.add`` ->
+    ``"_operator::add"``; strings are normalised (``"ns::op.default"`` -> ``"ns::op"``).
+
+    Example:
+        >>> import torch
+        >>> from onnx_export import target_name
+        >>> target_name(torch.ops.aten.add.Tensor)
+        'aten::add.Tensor'
+    """
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    opoverload = getattr(target, "_opoverload", None)  # torch.library.custom_op objects
+    if isinstance(opoverload, torch._ops.OpOverload):
+        return str(opoverload.name())  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    if isinstance(target, str):
+        return target[: -len(".default")] if target.endswith(".default") else target
+    module = getattr(target, "__module__", None) or "builtins"
+    return f"{module}::{getattr(target, '__name__', repr(target))}"

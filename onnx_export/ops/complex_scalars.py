@@ -1,7 +1,7 @@
 """Complex constants: copies of complex constant tensors, complex fills, complex equality.
 
 Complex tensors travel as their real view (trailing axis of 2), and a complex Python
-scalar arrives here already as its real view ``[re, im]`` (see ``onnx_export._operands``).
+scalar arrives here already as its real view ``[re, im]`` (see ``translation/_operands.py``).
 """
 
 from __future__ import annotations

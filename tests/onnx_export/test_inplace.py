@@ -100,7 +100,7 @@ class _ReturnsMutated(nn.Module):
 
 
 def test_the_rewritten_program_keeps_a_valid_signature(tmp_path: Any) -> None:
-    from onnx_export._inplace import rewrite_fresh_inplace
+    from onnx_export.capture._inplace import rewrite_fresh_inplace
 
     model, x = _ReturnsMutated(), torch.randn(3, 4)
     exported = torch.export.export(model, (x,))

@@ -20,10 +20,10 @@ from onnx_ir.tensor_adapters import TorchTensor
 from safetensors.torch import save_file
 
 import onnx_export
-from onnx_export import _serialize
 from onnx_export._dtypes import to_ir_dtype
 from onnx_export._fake import WeightPlaceholder, weight_values
 from onnx_export._progress import ProgressBar, translation_progress
+from onnx_export.program import _serialize
 from tests.helpers import assert_onnx_program_close
 
 transformers = pytest.importorskip("transformers")

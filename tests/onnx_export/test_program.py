@@ -118,7 +118,7 @@ def test_failed_save_keeps_the_earlier_model(
         Path(path).write_bytes(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("onnx_export._serialize.write_streamed", half_written)
+    monkeypatch.setattr("onnx_export.program._serialize.write_streamed", half_written)
     with pytest.raises(onnx_export.SerializationError, match="No space left"):
         program.save(target)
     assert target.read_bytes() == before

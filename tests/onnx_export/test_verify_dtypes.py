@@ -16,8 +16,6 @@ import torch
 from torch import nn
 
 import onnx_export
-from onnx_export import _program
-from onnx_export._verify import compare, dtype_tolerances
 from onnx_export.adapters import (
     ConstantMismatchError,
     InputDtypeError,
@@ -25,6 +23,8 @@ from onnx_export.adapters import (
     InputStructureError,
     MissingKernelError,
 )
+from onnx_export.program import _program
+from onnx_export.program._verify import compare, dtype_tolerances
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports

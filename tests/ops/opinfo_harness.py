@@ -179,8 +179,9 @@ def own_op_keys(program: Any) -> frozenset[str]:
 
     An entry counts when it says it is ours (``is_own``) or when it carries the very
     function ``@onnx_op`` registered for its key (the SymInt functions are dispatched
-    before the registry, by ``onnx_export._symbolic``).
+    before the registry, by ``onnx_export.translation._symbolic``).
     """
+    import onnx_export.ops  # noqa: F401  (importing the topic modules registers them)
     from onnx_export.ops._registration import registered_ops
 
     registered = {(r.target, r.is_complex): r.function for r in registered_ops()}

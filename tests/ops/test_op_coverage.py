@@ -9,6 +9,7 @@ newly registered key fails here until one of them covers it.
 
 from __future__ import annotations
 
+import onnx_export.ops  # noqa: F401  (importing the topic modules registers them)
 from onnx_export.ops._registration import registered_ops
 from tests.ops import ops_test_data as table
 from tests.ops.test_own_ops import CASES
@@ -18,7 +19,7 @@ ELSEWHERE: dict[str, str] = {
     **dict.fromkeys(
         ["aten::sym_size.int", "aten::sym_numel"],
         "tests/onnx_export/test_symbolic.py::test_symbolic_ops_at_two_sizes[numel_size] "
-        "(checks the node is in the graph; onnx_export._symbolic dispatches it)",
+        "(checks the node is in the graph; onnx_export.translation._symbolic dispatches it)",
     ),
     **dict.fromkeys(
         ["aten::sym_stride.int", "aten::sym_storage_offset"],

@@ -19,10 +19,10 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
-from onnx_export._dispatch import Dispatch
-from onnx_export._source import NodeOrigin, node_origin
-from onnx_export._translate import decision_key, translate
 from onnx_export.adapters import InputShapeError, OnnxModule
+from onnx_export.translation._dispatch import Dispatch
+from onnx_export.translation._source import NodeOrigin, node_origin
+from onnx_export.translation._translate import decision_key, translate
 
 __all__ = [
     "OutputComparison",

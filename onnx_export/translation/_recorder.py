@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 from onnxscript import evaluator as onnxscript_evaluator
 
-from onnx_export._builder import TaggingGraphBuilder
+from onnx_export.translation._builder import TaggingGraphBuilder
 
 __all__ = ["OpRecorder", "recording"]
 

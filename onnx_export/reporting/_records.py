@@ -8,17 +8,16 @@ import pathlib
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 import onnxscript
 import torch
+from torch.export import ExportedProgram
 
 from onnx_export import diagnostics
-from onnx_export._capture import CaptureAttempt, explanation
-from onnx_export._decomp import DecompositionReport
-from onnx_export._dispatch import Dispatch
-from onnx_export._source import NodeOrigin
+from onnx_export.capture._decomp import DecompositionReport
+from onnx_export.capture._strategies import CaptureAttempt, explanation
 from onnx_export.diagnostics import (
     DiagnosticContext,
     DiagnosticOptions,
@@ -28,6 +27,14 @@ from onnx_export.diagnostics import (
     Stack,
     rules,
 )
+from onnx_export.translation._dispatch import Dispatch
+from onnx_export.translation._source import NodeOrigin, node_origin
+from onnx_export.translation._translate import (
+    NodeTranslationError,
+    UnsupportedNode,
+    decision_key,
+    walk_call_nodes,
+)
 
 __all__ = [
     "new_context",
@@ -36,6 +43,9 @@ __all__ = [
     "record_decomposition",
     "record_dispatch",
     "record_unsupported",
+    "record_translation_plan",
+    "record_conversion_failure",
+    "record_dropped_mutations",
     "origin_locations",
     "write_failure_report",
 ]
@@ -44,13 +54,17 @@ TOOL_NAME = "onnx-export"
 TOOL_VERSION = "0.1.0"
 LOGGERS = ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "onnxscript")
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(path) + os.sep
-    for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__, __file__)
-    if path
-)
+#: The exporter's own folder (``onnx_export/``, this module's package's parent).
+_EXPORTER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-_EXPORTER_DIR = os.path.dirname(__file__) + os.sep
+_LIBRARY_DIRS = (
+    *(
+        os.path.dirname(path) + os.sep
+        for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__)
+        if path
+    ),
+    _EXPORTER_DIR,
+)
 
 #: Where third-party code lives: warnings raised there are notes, not the user's warnings.
 LIBRARY_PATHS = (
@@ -225,3 +239,40 @@ def write_success_report(context: DiagnosticContext) -> pathlib.Path | None:
     if options.write_report != "always" or options.report_path is None:
         return None
     return context.write_sarif(options.report_path)
+
+
+def record_translation_plan(
+    context: DiagnosticContext,
+    program: ExportedProgram,
+    decisions: Mapping[str, Dispatch],
+    unsupported: Sequence[UnsupportedNode],
+) -> None:
+    """Every node's dispatch decision, and an error per node without an ONNX function."""
+    for node in walk_call_nodes(program.graph_module):
+        record_dispatch(context, decisions[decision_key(node)], node.name, node_origin(node))
+    for u in unsupported:
+        record_unsupported(context, u.op, u.node, u.origin, u.reason)
+
+
+def record_conversion_failure(context: DiagnosticContext, error: NodeTranslationError) -> None:
+    """An error at the user's line for the FX node whose ONNX function failed."""
+    locations, stacks = origin_locations(error.origin)
+    decision = error.decision
+    context.emit(
+        rules.CONVERSION_FAILED,
+        message_args={
+            "op": str(error.node.target),
+            "node": error.node.name,
+            "function": decision.entry.name if decision and decision.entry else "-",
+            "exception_message": str(error.__cause__),
+        },
+        locations=locations,
+        stacks=stacks,
+        exception=error.__cause__,
+    )
+
+
+def record_dropped_mutations(context: DiagnosticContext, buffers: Sequence[str]) -> None:
+    """A warning per buffer mutation the ONNX graph cannot express."""
+    for buffer in buffers:
+        context.emit(rules.BUFFER_MUTATION, message_args={"buffer": buffer})

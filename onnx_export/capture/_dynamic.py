@@ -18,9 +18,14 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from onnx_export._naming import key_text
-
-__all__ = ["DynamicShapes", "named_inputs", "resolve_dynamic_shapes", "leaf_items"]
+__all__ = [
+    "DynamicShapes",
+    "named_inputs",
+    "resolve_dynamic_shapes",
+    "leaf_items",
+    "key_text",
+    "dynamic_axes_to_shapes",
+]
 
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
 
@@ -281,3 +286,54 @@ def resolve_dynamic_shapes(
         else:
             torch_spec[name] = _to_torch(names[name])
     return DynamicShapes(torch_spec, names)
+
+
+def key_text(key: object) -> str:
+    """A pytree key's text: a dict key, a sequence index or an attribute name."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def dynamic_axes_to_shapes(
+    dynamic_axes: Mapping[str, Any],
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    signature: inspect.Signature | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """torch.onnx's ``dynamic_axes`` as the simple ``dynamic_shapes`` form.
+
+    Keys are input names (``input_names`` when given, else the graph's own names: the
+    parameter or dotted path); output names are ignored (output shapes follow from the
+    inputs). A list of axes gets torch.onnx's names, ``"<input>_dynamic_axes_<n>"``.
+
+    Raises:
+        ValueError: A key that names neither an input nor one of ``output_names``.
+    """
+    inputs = named_inputs(signature, args, kwargs)
+    paths = [
+        path
+        for name, value in inputs.items()
+        for path, leaf in leaf_items(name, value)
+        if isinstance(leaf, torch.Tensor)
+    ]
+    alias = dict(zip(input_names or (), paths, strict=False))
+    shapes: dict[str, Any] = {}
+    for key, axes in dynamic_axes.items():
+        path = alias.get(key, key)
+        if path not in paths:
+            if key in (output_names or ()):
+                continue  # output shapes follow from the inputs'
+            raise ValueError(
+                f"dynamic_axes names {key!r}, which is not an input"
+                + (f" ({list(alias)})" if alias else f" ({paths})")
+                + " nor one of output_names; name inputs as input_names (or the graph) does."
+            )
+        if isinstance(axes, Mapping):
+            shapes[path] = {int(a): str(n) for a, n in axes.items()}
+        else:
+            shapes[path] = {int(a): f"{key}_dynamic_axes_{i + 1}" for i, a in enumerate(axes)}
+    return shapes

@@ -11,20 +11,13 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
+from onnx_export.capture._dynamic import key_text
+
 __all__ = [
-    "key_text",
     "leaf_paths",
     "dim_names_from_program",
     "graph_names",
 ]
-
-
-def key_text(key: object) -> str:
-    """A pytree key's text: a dict key, a sequence index or an attribute name."""
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
 
 
 def _names_in_context(context: object, count: int) -> list[str] | None:

@@ -21,10 +21,10 @@ import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from onnx_export._dispatch import Dispatch, bind_arguments
 from onnx_export._dtypes import is_complex_value, to_ir_dtype
 from onnx_export._registry import OnnxRegistry, target_name
 from onnx_export.ops._common import op
+from onnx_export.translation._dispatch import Dispatch, bind_arguments
 
 __all__ = ["operand_values", "complex_scalar_dispatch"]
 

@@ -1,4 +1,4 @@
-"""The model's call, from the user's arguments to a captured program and named graph inputs.
+"""The model's call, from the user's arguments to a captured program.
 
 The program is captured with the call exactly as the user made it, so that
 ``exported_program.module()`` takes that same call; the adapter and the ONNX graph use the
@@ -15,18 +15,20 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import onnx_ir as ir
 import torch
 from torch.export import ExportedProgram
 
-from onnx_export._capture import CaptureAttempt, capture
-from onnx_export._dynamic import DynamicShapes, named_inputs, resolve_dynamic_shapes
-from onnx_export._io_names import canonical_input_order, dynamic_axes_to_shapes, rename_values
 from onnx_export._options import ExportOptions
-from onnx_export._shape_fixes import dynamic_size_one, suggest_repair
 from onnx_export.adapters import canonicalize_inputs
-from onnx_export.errors import ConversionError, ExportInputError
-from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
+from onnx_export.capture._dynamic import (
+    DynamicShapes,
+    dynamic_axes_to_shapes,
+    named_inputs,
+    resolve_dynamic_shapes,
+)
+from onnx_export.capture._shape_fixes import dynamic_size_one, suggest_repair
+from onnx_export.capture._strategies import CaptureAttempt, capture
+from onnx_export.errors import ExportInputError
 
 __all__ = [
     "as_module",
@@ -35,8 +37,6 @@ __all__ = [
     "prepare_call",
     "capture_call",
     "capture_error",
-    "name_graph_io",
-    "downgrade",
 ]
 
 
@@ -254,26 +254,3 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     )
     error.__cause__ = last
     return error
-
-
-def name_graph_io(
-    graph: ir.Graph, user_outputs: Sequence[Any], call: Call, options: ExportOptions
-) -> None:
-    """Graph inputs in the adapter's order, then torch.onnx's input and output names."""
-    canonical_input_order(graph, (call.args, call.kwargs), call.canonical)
-    try:
-        rename_values(graph, list(graph.inputs), options.input_names, "input_names")
-        outputs = [v for v in user_outputs if isinstance(v, ir.Value)]
-        rename_values(graph, outputs, options.output_names, "output_names")
-    except ValueError as e:
-        raise ExportInputError(f"{e}") from e
-
-
-def downgrade(model: ir.Model, opset_version: int) -> ir.Model:
-    """``model`` at ``opset_version`` when that is below 18 (torch.onnx's 16 and 17)."""
-    if opset_version >= 18:
-        return model
-    try:
-        return downgrade_opset(model, opset_version)
-    except OpsetDowngradeError as e:
-        raise ConversionError(str(e)) from e

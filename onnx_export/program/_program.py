@@ -15,8 +15,6 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from onnx_export._capture import CaptureAttempt, captured_call
-from onnx_export._dispatch import Dispatch
 from onnx_export._fake import (
     ModelState,
     WeightPlaceholder,
@@ -29,10 +27,6 @@ from onnx_export._fake import (
     state_names,
     weight_values,
 )
-from onnx_export._report import origin_locations
-from onnx_export._save_errors import save_advice, save_cause
-from onnx_export._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
-from onnx_export._verify import VerificationResult, compare, find_culprit, run_eager, run_model
 from onnx_export.adapters import (
     METADATA_KEY,
     AdapterSpec,
@@ -43,8 +37,20 @@ from onnx_export.adapters import (
 )
 from onnx_export.adapters._runtime import describe_leaf, shape_text, short_list
 from onnx_export.adapters._upcast import UPCAST_DTYPES
+from onnx_export.capture._strategies import CaptureAttempt, captured_call
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import SerializationError
+from onnx_export.program._save_errors import save_advice, save_cause
+from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
+from onnx_export.program._verify import (
+    VerificationResult,
+    compare,
+    find_culprit,
+    run_eager,
+    run_model,
+)
+from onnx_export.reporting._records import origin_locations
+from onnx_export.translation._dispatch import Dispatch
 
 __all__ = ["ONNXProgram"]
 

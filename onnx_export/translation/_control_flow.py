@@ -29,8 +29,8 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
-from onnx_export._builder import TaggingGraphBuilder
 from onnx_export._dtypes import value_dtype
+from onnx_export.translation._builder import TaggingGraphBuilder
 
 __all__ = ["GraphTranslator", "HIGHER_ORDER_OPS", "PRODUCER_OPSET"]
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from onnx_export._dynamo_caches import forget_compiled_code
-from onnx_export._stack_traces import every_user_frame
+from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._stack_traces import every_user_frame
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 

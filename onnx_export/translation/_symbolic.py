@@ -24,9 +24,15 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from onnx_export._dispatch import Dispatch
 from onnx_export._registry import OnnxFunctionEntry, OnnxRegistry, target_name
-from onnx_export.ops._common import fx_input, fx_output_dtypes, op
+from onnx_export.ops._common import fx_output_dtypes, op
+from onnx_export.ops.sizes import (
+    aten_sym_numel,
+    aten_sym_size,
+    aten_sym_storage_offset,
+    aten_sym_stride,
+)
+from onnx_export.translation._dispatch import Dispatch
 
 __all__ = ["SYMBOLIC_FUNCTIONS", "symbolic_function", "symbolic_dispatch"]
 
@@ -215,48 +221,6 @@ def sym_ite(condition: Scalar, a: Scalar, b: Scalar) -> Any:
     """``torch.sym_ite(condition, a, b)``: ``a if condition else b``."""
     (x, y), _ = _promoted(a, b, numeric=False)
     return op.Where(_cast(_value(condition), _BOOL), x, y)
-
-
-def _rank(x: ir.Value) -> int:
-    val = fx_input(0)
-    if isinstance(val, torch.Tensor):
-        return val.dim()
-    if x.shape is None:
-        raise ValueError("the rank of the input is unknown")
-    return len(x.shape)
-
-
-def aten_sym_size(self: ir.Value, dim: int = 0) -> Any:
-    """``aten::sym_size.int``: one dimension as an INT64 scalar (negative ``dim`` too)."""
-    dim = dim % _rank(self) if _rank(self) else 0
-    return op.Squeeze(op.Shape(self, start=dim, end=dim + 1), op.Constant(value_ints=[0]))
-
-
-def _sizes(self: ir.Value) -> Any:
-    """The shape (of a complex tensor: without its real view's trailing 2)."""
-    return op.Shape(self, start=0, end=_rank(self)) if _rank(self) else op.Shape(self)
-
-
-def aten_sym_numel(self: ir.Value) -> Any:
-    """``aten::sym_numel``: the number of elements."""
-    if not _rank(self):
-        return _value(1)
-    return op.ReduceProd(_sizes(self), keepdims=0)
-
-
-def aten_sym_stride(self: ir.Value, dim: int = 0) -> Any:
-    """``aten::sym_stride.int`` of a contiguous tensor (ONNX tensors have no strides)."""
-    rank = _rank(self)
-    dim = dim % rank if rank else 0
-    if dim + 1 >= rank:
-        return _value(1)
-    after = op.Shape(self, start=dim + 1, end=rank)
-    return op.ReduceProd(after, keepdims=0)
-
-
-def aten_sym_storage_offset(self: ir.Value) -> Any:
-    """``aten::sym_storage_offset``: 0 (ONNX tensors are never views)."""
-    return _value(0)
 
 
 def runtime_assertion(*args: Any, **kwargs: Any) -> None:

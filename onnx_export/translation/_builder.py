@@ -8,7 +8,7 @@ import onnx_ir as ir
 import onnxscript
 import torch.fx
 
-from onnx_export._source import node_origin
+from onnx_export.translation._source import node_origin
 
 __all__ = ["TaggingGraphBuilder"]
 

@@ -21,9 +21,9 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from onnx_export._capture import EXPORT_LOCK
-from onnx_export._inplace import is_mutating, rewrite_fresh_inplace
 from onnx_export._registry import OnnxRegistry
+from onnx_export.capture._inplace import is_mutating, rewrite_fresh_inplace
+from onnx_export.capture._strategies import EXPORT_LOCK
 
 __all__ = ["DecompositionReport", "decompose"]
 

@@ -4,23 +4,23 @@ The program is captured with the model's own call (positional stays positional),
 the adapter feeds ONNX in one canonical order (``forward``'s parameters, ``**kwargs``
 after). The graph's inputs are put in that order once, after translation; then
 torch.onnx's ``input_names``/``output_names`` rename them, so the graph and the adapter
-built from it agree. A legacy ``dynamic_axes`` dict becomes the simple
-``dynamic_shapes`` form here.
+built from it agree.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
 
-from onnx_export._dynamic import leaf_items, named_inputs
+from onnx_export._options import ExportOptions
+from onnx_export.capture._call import Call
+from onnx_export.errors import ExportInputError
 
-__all__ = ["canonical_input_order", "rename_values", "dynamic_axes_to_shapes"]
+__all__ = ["canonical_input_order", "name_graph_io", "rename_values"]
 
 
 def _tensor_leaves(tree: Any) -> list[torch.Tensor]:
@@ -104,44 +104,14 @@ def rename_values(
         value.name = name
 
 
-def dynamic_axes_to_shapes(
-    dynamic_axes: Mapping[str, Any],
-    input_names: Sequence[str] | None,
-    output_names: Sequence[str] | None,
-    signature: inspect.Signature | None,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> dict[str, Any]:
-    """torch.onnx's ``dynamic_axes`` as the simple ``dynamic_shapes`` form.
-
-    Keys are input names (``input_names`` when given, else the graph's own names: the
-    parameter or dotted path); output names are ignored (output shapes follow from the
-    inputs). A list of axes gets torch.onnx's names, ``"<input>_dynamic_axes_<n>"``.
-
-    Raises:
-        ValueError: A key that names neither an input nor one of ``output_names``.
-    """
-    inputs = named_inputs(signature, args, kwargs)
-    paths = [
-        path
-        for name, value in inputs.items()
-        for path, leaf in leaf_items(name, value)
-        if isinstance(leaf, torch.Tensor)
-    ]
-    alias = dict(zip(input_names or (), paths, strict=False))
-    shapes: dict[str, Any] = {}
-    for key, axes in dynamic_axes.items():
-        path = alias.get(key, key)
-        if path not in paths:
-            if key in (output_names or ()):
-                continue  # output shapes follow from the inputs'
-            raise ValueError(
-                f"dynamic_axes names {key!r}, which is not an input"
-                + (f" ({list(alias)})" if alias else f" ({paths})")
-                + " nor one of output_names; name inputs as input_names (or the graph) does."
-            )
-        if isinstance(axes, Mapping):
-            shapes[path] = {int(a): str(n) for a, n in axes.items()}
-        else:
-            shapes[path] = {int(a): f"{key}_dynamic_axes_{i + 1}" for i, a in enumerate(axes)}
-    return shapes
+def name_graph_io(
+    graph: ir.Graph, user_outputs: Sequence[Any], call: Call, options: ExportOptions
+) -> None:
+    """Graph inputs in the adapter's order, then torch.onnx's input and output names."""
+    canonical_input_order(graph, (call.args, call.kwargs), call.canonical)
+    try:
+        rename_values(graph, list(graph.inputs), options.input_names, "input_names")
+        outputs = [v for v in user_outputs if isinstance(v, ir.Value)]
+        rename_values(graph, outputs, options.output_names, "output_names")
+    except ValueError as e:
+        raise ExportInputError(f"{e}") from e

@@ -14,18 +14,18 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from onnx_export._builder import TaggingGraphBuilder
-from onnx_export._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
-from onnx_export._dispatch import Dispatch, dispatch
 from onnx_export._dtypes import to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
-from onnx_export._operands import complex_scalar_dispatch, operand_values
 from onnx_export._progress import translation_progress
-from onnx_export._recorder import recording
 from onnx_export._registry import OnnxRegistry
-from onnx_export._source import NodeOrigin, node_origin
-from onnx_export._symbolic import symbolic_dispatch
 from onnx_export.ops._target_opset import targeting
+from onnx_export.translation._builder import TaggingGraphBuilder
+from onnx_export.translation._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
+from onnx_export.translation._dispatch import Dispatch, dispatch
+from onnx_export.translation._operands import complex_scalar_dispatch, operand_values
+from onnx_export.translation._recorder import recording
+from onnx_export.translation._source import NodeOrigin, node_origin
+from onnx_export.translation._symbolic import symbolic_dispatch
 
 __all__ = [
     "UnsupportedNode",

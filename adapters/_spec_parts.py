@@ -1,0 +1,109 @@
+"""The parts of an adapter spec: tensors, leaves and ``forward``'s parameters, as pure data.
+
+:class:`~adapters.AdapterSpec` (``_spec.py``) is made of these; its JSON form
+(``_spec_json.py``) reads and writes them. Neither of those two imports the other's module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias, get_args
+
+from ._json import Constant
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_KEY",
+    "ParameterKind",
+    "LeafKind",
+    "Dim",
+    "PARAMETER_KINDS",
+    "LEAF_KINDS",
+    "TensorSpec",
+    "LeafSpec",
+    "ParameterSpec",
+]
+
+FORMAT_VERSION = 1
+"""Version of the JSON format written by :meth:`AdapterSpec.to_json`."""
+
+METADATA_KEY = "onnx_export.adapter_spec"
+"""Key of the adapter spec in ``ModelProto.metadata_props``."""
+
+ParameterKind: TypeAlias = Literal[
+    "positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword"
+]
+"""Parameter kinds, in the order Python requires them in a signature."""
+
+LeafKind: TypeAlias = Literal["tensor", "constant"]
+"""What a leaf is: an ONNX graph input/output, or a constant recorded in the spec."""
+
+Dim: TypeAlias = int | str
+"""A dimension: an int for a static size, a str naming a symbolic size."""
+
+PARAMETER_KINDS: tuple[str, ...] = get_args(ParameterKind)
+LEAF_KINDS: tuple[str, ...] = get_args(LeafKind)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor that crosses the ONNX boundary.
+
+    Attributes:
+        name: The ONNX graph input or output name.
+        dtype: numpy-style dtype name: ``"float32"``, ``"int64"``, ``"bool"``, ``"complex64"``,
+            ``"bfloat16"``... A complex tensor's ONNX value is its real view (float dtype,
+            shape + ``(2,)``).
+        shape: One entry per axis: an int for a static size, a str for a symbolic one.
+
+    Example:
+        >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
+        ('batch', 16)
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """One leaf of the inputs or outputs, in flattening order.
+
+    Attributes:
+        path: Display path, e.g. ``"past_key_values[1][0]"``; used in messages only.
+        kind: ``"tensor"`` or ``"constant"``.
+        tensor: The tensor spec (tensors only).
+        value: The recorded value (constants only): bool, int, finite float or str.
+
+    Example:
+        >>> LeafSpec("scale", "constant", value=2.0).value
+        2.0
+    """
+
+    path: str
+    kind: LeafKind
+    tensor: TensorSpec | None = None
+    value: Constant | None = None
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One parameter of the exported ``forward``.
+
+    Attributes:
+        name: The parameter name.
+        kind: Its kind (``inspect.Parameter`` kinds, in snake case).
+        has_default: Whether a default is recorded. Defaults that are not JSON constants
+            (tensors, objects) are not recorded; such parameters must be passed at run time.
+        default: The default (``None`` or a constant) when ``has_default``.
+
+    Example:
+        >>> ParameterSpec("scale", "keyword_only", has_default=True, default=1.0).default
+        1.0
+    """
+
+    name: str
+    kind: ParameterKind
+    has_default: bool = False
+    default: Constant | None = None

@@ -1,0 +1,19 @@
+"""Capture: the user's model and call, to a decomposed ``ExportedProgram``.
+
+In the order an export runs them:
+
+- ``_call``: bind the call to ``forward`` (functions become modules), check the
+  ``dynamic_shapes`` and run the strategies;
+- ``_dynamic``: the user's ``dynamic_shapes`` (and torch.onnx's ``dynamic_axes``), checked
+  and put in torch.export's format;
+- ``_shape_fixes``: the repair torch.export suggests when a dynamic dim is specialised;
+- ``_containers``: library containers (transformers caches) made flattenable;
+- ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
+- ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and
+  stack traces that reach each op's line;
+- ``_devices``: weights and inputs on devices that cannot meet;
+- ``_decomp``, ``_inplace``: decomposition only where ONNX needs it, and in-place ops on
+  fresh tensors rewritten out of place.
+
+This stage imports no later stage (translation, optimization, reporting, program).
+"""

@@ -1,0 +1,141 @@
+"""The optimization stage: the translated model made lean, then put at the asked opset.
+
+onnxscript's optimizer, the weight folds, the bool legalisation, the opset conversion, the
+GELU fusion and (``target="onnxruntime"``) ONNX Runtime's fused ops, in that order; each pass
+that changes the model is a note in the export's ``DiagnosticContext``. Below opset 18 the
+model is converted down last (``downgrade``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_export._options import ExportOptions
+from onnx_export.diagnostics import DiagnosticContext, rules
+from onnx_export.errors import ConversionError, OptimizationError
+from onnx_export.passes import (
+    convert_opset,
+    fold_batch_norm_into_conv,
+    fold_weight_transforms,
+    fuse_erf_gelu,
+    fuse_for_onnxruntime,
+    legalize_bool_data,
+    optimize_model,
+    remove_identity_reshapes,
+)
+from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
+
+__all__ = ["downgrade", "optimize"]
+
+
+def optimize(model: Any, options: ExportOptions, context: DiagnosticContext) -> None:
+    """Run the optimization passes ``options`` ask for on ``model``, in place."""
+    if options.optimize:
+        try:
+            before, after = optimize_model(model)
+        except Exception as e:
+            context.emit(
+                rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
+            )
+            raise OptimizationError(
+                f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
+                "Export with ExportOptions(optimize=False) to get the unoptimized model."
+            ) from e
+        context.emit(
+            rules.OPTIMIZER_PASS,
+            message_args={
+                "pass_name": "onnxscript.optimizer.optimize",
+                "nodes_before": before,
+                "nodes_after": after,
+            },
+        )
+        removed = remove_identity_reshapes(model)
+        if removed:
+            context.emit(
+                rules.OPTIMIZER_PASS,
+                message_args={
+                    "pass_name": "remove_identity_reshapes",
+                    "nodes_before": after,
+                    "nodes_after": after - removed,
+                },
+            )
+        for name, apply in _FOLDS:
+            nodes = model.graph.num_nodes()
+            changed = apply(model)
+            if changed:
+                context.emit(
+                    rules.OPTIMIZER_PASS,
+                    message_args={
+                        "pass_name": name,
+                        "nodes_before": nodes,
+                        "nodes_after": model.graph.num_nodes(),
+                    },
+                )
+    legalized = legalize_bool_data(model)
+    if legalized:
+        nodes = model.graph.num_nodes()
+        context.emit(
+            rules.OPTIMIZER_PASS,
+            message_args={
+                "pass_name": "legalize_bool_data (bool Where/Max/Min/Clip through INT32)",
+                "nodes_before": nodes - 2 * legalized,
+                "nodes_after": nodes,
+            },
+        )
+    convert_opset(model, max(options.opset_version, 18))  # below 18: see _downgrade
+    if options.optimize:
+        nodes = model.graph.num_nodes()
+        if fuse_erf_gelu(model):
+            context.emit(
+                rules.OPTIMIZER_PASS,
+                message_args={
+                    "pass_name": "fuse_erf_gelu",
+                    "nodes_before": nodes,
+                    "nodes_after": model.graph.num_nodes(),
+                },
+            )
+    if options.target == "onnxruntime":
+        _fuse_for_onnxruntime(model, context)
+
+
+def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
+    nodes = model.graph.num_nodes()
+    try:
+        applied = fuse_for_onnxruntime(model)
+    except Exception as e:
+        context.emit(
+            rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
+        )
+        raise OptimizationError(
+            f"ONNX Runtime's fusions (target='onnxruntime') failed: {type(e).__name__}: {e}. "
+            "Export with the default target to get a standard ONNX model."
+        ) from e
+    fusions = ", ".join(f"{name} x{count}" for name, count in applied.items()) or "none"
+    context.emit(
+        rules.OPTIMIZER_PASS,
+        message_args={
+            "pass_name": f"onnxruntime fusions ({fusions})",
+            "nodes_before": nodes,
+            "nodes_after": model.graph.num_nodes(),
+        },
+    )
+
+
+#: Passes after the optimizer that fold weights into new (lazily computed) initializers.
+_FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
+    ("fold_batch_norm_into_conv", fold_batch_norm_into_conv),
+    ("fold_weight_transforms", fold_weight_transforms),
+)
+
+
+def downgrade(model: ir.Model, opset_version: int) -> ir.Model:
+    """``model`` at ``opset_version`` when that is below 18 (torch.onnx's 16 and 17)."""
+    if opset_version >= 18:
+        return model
+    try:
+        return downgrade_opset(model, opset_version)
+    except OpsetDowngradeError as e:
+        raise ConversionError(str(e)) from e

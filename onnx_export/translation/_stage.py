@@ -1,0 +1,88 @@
+"""The translation stage as the pipeline calls it: an ``ExportedProgram`` in, a model out.
+
+It checks that every FX node has an ONNX function (all missing ones at once), names the
+graph's inputs, outputs and symbolic dims after the user's model, and translates. It
+records nothing itself: the pipeline hands its values (decisions, the unsupported nodes,
+a failed node) to the reporting stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from onnx_export.errors import ConversionError, UnsupportedOpsError
+from onnx_export.translation._naming import dim_names_from_program, graph_names
+from onnx_export.translation._translate import (
+    NodeTranslationError,
+    TranslationResult,
+    UnsupportedNode,
+    translate,
+)
+
+__all__ = ["conversion_error", "translate_program", "unsupported_error"]
+
+
+def unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsError:
+    """One error that lists every FX node without an ONNX function, at its source line."""
+    ops = sorted({u.op for u in unsupported})
+    lines = [
+        f"  - {u.op} (FX node {u.node!r}, module {u.origin.module_path or '<root>'!r}) "
+        f"at {u.origin.where}" + (f": {u.origin.code}" if u.origin.code else "")
+        for u in unsupported
+    ]
+    return UnsupportedOpsError(
+        f"{len(ops)} operator(s) have no ONNX function: {', '.join(ops)}.\n"
+        + "\n".join(lines)
+        + "\nNext steps: register an onnxscript function for each with "
+        "OnnxRegistry.register_op(...) and pass it as ExportOptions(onnx_registry=...).",
+        unsupported=tuple(
+            (u.op, u.node, u.origin.module_path, u.origin.where) for u in unsupported
+        ),
+    )
+
+
+def conversion_error(error: NodeTranslationError) -> ConversionError:
+    """The user's error for one FX node whose ONNX function failed."""
+    decision = error.decision
+    function = decision.entry.name if decision and decision.entry else "-"
+    return ConversionError(
+        f"Translating FX node {error.node.name!r} ({error.node.target}) at "
+        f"{error.origin.where} with {function} failed: {error.__cause__}. Next steps: register "
+        "your own ONNX function for this op with OnnxRegistry.register_op, or rewrite the "
+        "line above."
+    )
+
+
+def translate_program(
+    program: ExportedProgram,
+    decisions: Any,
+    module: torch.nn.Module,
+    user_dynamic: Any,
+    opset_version: int = 18,
+) -> TranslationResult:
+    """Translate ``program`` with the dispatch ``decisions`` already made for its nodes.
+
+    Raises:
+        NodeTranslationError: One node's ONNX function failed (see ``conversion_error``).
+        ConversionError: The graph uses something ONNX export does not support.
+    """
+    paths, input_names, output_names = graph_names(module, program)
+    names = user_dynamic.names if user_dynamic is not None else None
+    dim_names = dim_names_from_program(program, names, paths)
+    try:
+        return translate(
+            program,
+            decisions,
+            input_names=input_names,
+            output_names=output_names,
+            dim_names=dim_names,
+            opset_version=opset_version,
+        )
+    except NotImplementedError as e:
+        raise ConversionError(
+            f"This graph uses something ONNX export does not support: {e}."
+        ) from e
