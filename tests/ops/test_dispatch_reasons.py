@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from onnx_export import OnnxRegistry, _dispatch
+from onnx_export import OnnxRegistry
+from onnx_export.translation import _dispatch
 
 
 class _Add(torch.nn.Module):
