@@ -34,6 +34,7 @@ from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import build_spec
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
+from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
 from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
 from onnx_export.translation._translate import NodeTranslationError, find_unsupported
@@ -157,6 +158,7 @@ def _recording(context: DiagnosticContext) -> Iterator[None]:
         EXPORT_LOCK,
         context.record_python_warnings(library_paths=_report.LIBRARY_PATHS),
         context.record_log_records(_report.LOGGERS),
+        record_torch_output(context),  # torch's logs and prints: the report, not stderr
     ):
         yield
 

@@ -52,7 +52,8 @@ __all__ = [
 
 TOOL_NAME = "onnx-export"
 TOOL_VERSION = "0.1.0"
-LOGGERS = ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "onnxscript")
+#: Loggers recorded as they are; torch's are recorded (and muted) by ``_torch_output``.
+LOGGERS = ("onnxscript",)
 
 #: The exporter's own folder (``onnx_export/``, this module's package's parent).
 _EXPORTER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
