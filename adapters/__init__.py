@@ -27,6 +27,7 @@ from ._errors import (
     InputError,
     InputShapeError,
     InputStructureError,
+    InvalidModelError,
     LeafCountError,
     MissingKernelError,
     ModelNotFoundError,
@@ -82,5 +83,6 @@ __all__ = [
     "InputShapeError",
     "ConstantMismatchError",
     "ModelNotFoundError",
+    "InvalidModelError",
     "MissingKernelError",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "InputShapeError",
     "ConstantMismatchError",
     "ModelNotFoundError",
+    "InvalidModelError",
     "MissingKernelError",
 ]
 
@@ -164,6 +165,30 @@ class ModelNotFoundError(AdapterError, FileNotFoundError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class InvalidModelError(AdapterError, ValueError):
+    """The file (or bytes) to load is no ONNX model ONNX Runtime can read.
+
+    An empty file, one cut short (an interrupted save or copy), a Git LFS pointer or any
+    other file that is not a serialized ``ModelProto``. The message names the file, its
+    size, what ONNX Runtime said, and what to do.
+
+    Attributes:
+        path: The file, or ``None`` when the model came as bytes.
+
+    Example:
+        >>> from onnx_export.adapters import OnnxModule
+        >>> try:
+        ...     OnnxModule(b"not a model")  # load("broken.onnx") raises it for a file
+        ... except InvalidModelError as e:
+        ...     print(type(e).__name__, e.path)
+        InvalidModelError None
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class MissingKernelError(AdapterError, NotImplementedError):

@@ -54,6 +54,7 @@ class OnnxModule:
 
     Raises:
         ModelNotFoundError: ``model`` is a path where there is no file.
+        InvalidModelError: The file or bytes are no ONNX model (empty, truncated, other).
         MissingKernelError: ONNX Runtime has no kernel for an op with its dtype (e.g. a
             bfloat16 ``Gemm`` on CPU); the message names the dtype, the ops and the
             ways out.
@@ -292,6 +293,7 @@ def load(
 
     Raises:
         ModelNotFoundError: No file at ``path`` (a ``FileNotFoundError``).
+        InvalidModelError: The file is no ONNX model (empty, truncated, another kind).
         MissingKernelError: ONNX Runtime has no kernel for an op with its dtype.
         AdapterSpecError: The metadata is malformed or does not fit the model.
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._dtypes import ORT_TYPES, onnx_value_dtype
-from ._errors import MissingKernelError, ModelNotFoundError
+from ._errors import InvalidModelError, MissingKernelError, ModelNotFoundError
 from ._iobinding import onnx_value_shape
 from ._json import spec_error
 from ._spec import METADATA_KEY, AdapterSpec, LeafSpec
@@ -118,10 +118,51 @@ def open_session(
         return ort.InferenceSession(source, sess_options=session_options, providers=providers)
     except Exception as error:  # onnxruntime's pybind classes have no common public base
         text = str(error)
+        if type(error).__name__ in _UNREADABLE:
+            raise _invalid_model(model, text) from error
         if "Could not find an implementation for" not in text:
             raise
         message, dtype = _missing_kernel_message(source, text, providers)
         raise MissingKernelError(message, dtype) from error
+
+
+#: onnxruntime's exceptions for a model it cannot read or check (its pybind class names).
+_UNREADABLE = frozenset(
+    {"InvalidProtobuf", "InvalidArgument", "InvalidGraph", "Fail", "NoSuchFile"}
+)
+_LFS_POINTER = b"version https://git-lfs"
+
+
+def _invalid_model(model: str | os.PathLike[str] | bytes, text: str) -> InvalidModelError:
+    """The error for a model onnxruntime cannot read: what it is, and what to do."""
+    said = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text.strip()).splitlines()[0]
+    if isinstance(model, bytes):
+        head, size, path, what = model[:64], len(model), None, "The model bytes"
+    else:
+        path = os.fspath(model)
+        size = os.path.getsize(path)
+        with open(path, "rb") as file:
+            head = file.read(64)
+        what = f"The file {path!r}"
+    if size == 0:
+        reason = "is empty (0 bytes), so it holds no ONNX model: the save wrote nothing"
+    elif head.startswith(_LFS_POINTER):
+        reason = (
+            f"is a Git LFS pointer ({size} bytes), not the model: fetch the real file with "
+            "`git lfs pull`"
+        )
+    elif "Protobuf parsing failed" in text or "No graph was found" in text:
+        reason = (
+            f"is not a complete ONNX model ({size} bytes; ONNX Runtime: {said}): it is cut "
+            "short (an interrupted save, copy or download) or is another kind of file"
+        )
+    else:
+        reason = f"cannot be loaded by ONNX Runtime ({size} bytes): {said}"
+    return InvalidModelError(
+        f"{what} {reason}. Copy or download it again, or export and save the model again "
+        "(ONNXProgram.save, or onnx-export export).",
+        path,
+    )
 
 
 def _upcast_bytes(source: str | bytes, dtypes: Sequence[str]) -> bytes:
