@@ -23,6 +23,7 @@ from onnx_export.capture._call import (
     capture_error,
     forward_signature,
     prepare_call,
+    warn_made_static,
 )
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
@@ -34,6 +35,7 @@ from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import build_spec
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
+from onnx_export.reporting._timing import StageTimer
 from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
 from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
@@ -49,13 +51,17 @@ def _translate(
     module: torch.nn.Module,
     call: Call,
     opset_version: int,
+    timer: StageTimer,
 ) -> Any:
-    decisions, unsupported = find_unsupported(program.graph_module, registry)
-    _report.record_translation_plan(context, program, decisions, unsupported)
+    with timer.stage("translation"):
+        decisions, unsupported = find_unsupported(program.graph_module, registry)
+    with timer.stage("report"):
+        _report.record_translation_plan(context, program, decisions, unsupported)
     if unsupported:
         raise unsupported_error(unsupported)
     try:
-        result = translate_program(program, decisions, module, call.shapes, opset_version)
+        with timer.stage("translation"):
+            result = translate_program(program, decisions, module, call.shapes, opset_version)
     except NodeTranslationError as e:
         _report.record_conversion_failure(context, e)
         raise conversion_error(e) from e.__cause__
@@ -92,6 +98,7 @@ def _pipeline(
     model_kwargs: dict[str, Any],
     options: ExportOptions,
     context: DiagnosticContext,
+    timer: StageTimer,
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
     module, given = as_module(model)
@@ -100,23 +107,27 @@ def _pipeline(
     signature = forward_signature(module)
     register_library_containers(model_args, model_kwargs)  # transformers caches
     call = prepare_call(module, signature, model_args, model_kwargs, options)
-    with explain_device_mismatch(module, model_args, model_kwargs):  # meta + real
+    with timer.stage("capture"), explain_device_mismatch(module, model_args, model_kwargs):
         program, attempts = _capture(module, given, call, options, context)
-    program, report = decompose(program, registry, always=options.decompose == "always")
+    with timer.stage("decomposition"):
+        program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, call, options.opset_version)
+    result = _translate(program, registry, context, module, call, options.opset_version, timer)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
-        spec = build_spec(
-            signature, model_args, model_kwargs, program, result.model, result.user_outputs
-        )
+        with timer.stage("adapter"):
+            spec = build_spec(
+                signature, model_args, model_kwargs, program, result.model, result.user_outputs
+            )
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
         ) from e
-    optimize(result.model, options, context)
+    optimize(result.model, options, context, timer.stage)
+    with timer.stage("opset"):
+        onnx_model = downgrade(result.model, options.opset_version)
     onnx_program = ONNXProgram(
-        downgrade(result.model, options.opset_version),
+        onnx_model,
         program,
         capture_attempts=attempts,
         signature=signature,
@@ -125,7 +136,8 @@ def _pipeline(
         adapter_spec=spec,
     )
     if options.verify:
-        _verify(onnx_program, model_args, model_kwargs)
+        with timer.stage("verify"):
+            _verify(onnx_program, model_args, model_kwargs)
     return onnx_program
 
 
@@ -224,9 +236,10 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = _report.new_context(options.diagnostic_options)
+    timer = StageTimer()
     try:
         with _recording(context):
-            program = _pipeline(model, model_args, dict(model_kwargs), options, context)
+            program = _pipeline(model, model_args, dict(model_kwargs), options, context, timer)
         if context.has_errors():
             errors = "; ".join(d.message for d in context.errors()[:3])
             raise OnnxExportError(
@@ -240,4 +253,6 @@ def dynamo_export(
         raise _fail(error, context) from e
     context.finish(success=True)
     _report.write_success_report(context)
+    program.stage_times.update(timer.times, total=timer.total())
+    warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     return program

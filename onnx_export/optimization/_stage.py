@@ -8,7 +8,9 @@ model is converted down last (``downgrade``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import onnx_ir as ir
@@ -31,49 +33,81 @@ from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
 __all__ = ["downgrade", "optimize"]
 
 
-def optimize(model: Any, options: ExportOptions, context: DiagnosticContext) -> None:
-    """Run the optimization passes ``options`` ask for on ``model``, in place."""
+#: Times a named stage of the export (the exporter's ``StageTimer.stage``).
+Timer = Callable[[str], AbstractContextManager[None]]
+
+
+def _untimed(name: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+def optimize(
+    model: Any, options: ExportOptions, context: DiagnosticContext, stage: Timer = _untimed
+) -> None:
+    """Run the optimization passes ``options`` ask for on ``model``, in place.
+
+    ``stage(name)`` times each part: ``optimizer``, ``folding``, ``opset`` (bool
+    legalisation, opset conversion, GELU fusion) and ``ort_target``.
+    """
     if options.optimize:
-        try:
-            before, after = optimize_model(model)
-        except Exception as e:
-            context.emit(
-                rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
-            )
-            raise OptimizationError(
-                f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
-                "Export with ExportOptions(optimize=False) to get the unoptimized model."
-            ) from e
+        with stage("optimizer"):
+            _optimizer(model, context)
+        with stage("folding"):
+            _fold(model, context)
+    with stage("opset"):
+        _legalize_and_convert(model, options, context)
+    if options.target == "onnxruntime":
+        with stage("ort_target"):
+            _fuse_for_onnxruntime(model, context)
+
+
+def _optimizer(model: Any, context: DiagnosticContext) -> None:
+    try:
+        before, after = optimize_model(model)
+    except Exception as e:
+        context.emit(
+            rules.OPTIMIZATION_FAILED, message_args={"exception_message": str(e)}, exception=e
+        )
+        raise OptimizationError(
+            f"onnxscript's optimizer failed: {type(e).__name__}: {e}. "
+            "Export with ExportOptions(optimize=False) to get the unoptimized model."
+        ) from e
+    context.emit(
+        rules.OPTIMIZER_PASS,
+        message_args={
+            "pass_name": "onnxscript.optimizer.optimize",
+            "nodes_before": before,
+            "nodes_after": after,
+        },
+    )
+    removed = remove_identity_reshapes(model)
+    if removed:
         context.emit(
             rules.OPTIMIZER_PASS,
             message_args={
-                "pass_name": "onnxscript.optimizer.optimize",
-                "nodes_before": before,
-                "nodes_after": after,
+                "pass_name": "remove_identity_reshapes",
+                "nodes_before": after,
+                "nodes_after": after - removed,
             },
         )
-        removed = remove_identity_reshapes(model)
-        if removed:
+
+
+def _fold(model: Any, context: DiagnosticContext) -> None:
+    for name, apply in _FOLDS:
+        nodes = model.graph.num_nodes()
+        changed = apply(model)
+        if changed:
             context.emit(
                 rules.OPTIMIZER_PASS,
                 message_args={
-                    "pass_name": "remove_identity_reshapes",
-                    "nodes_before": after,
-                    "nodes_after": after - removed,
+                    "pass_name": name,
+                    "nodes_before": nodes,
+                    "nodes_after": model.graph.num_nodes(),
                 },
             )
-        for name, apply in _FOLDS:
-            nodes = model.graph.num_nodes()
-            changed = apply(model)
-            if changed:
-                context.emit(
-                    rules.OPTIMIZER_PASS,
-                    message_args={
-                        "pass_name": name,
-                        "nodes_before": nodes,
-                        "nodes_after": model.graph.num_nodes(),
-                    },
-                )
+
+
+def _legalize_and_convert(model: Any, options: ExportOptions, context: DiagnosticContext) -> None:
     legalized = legalize_bool_data(model)
     if legalized:
         nodes = model.graph.num_nodes()
@@ -97,8 +131,6 @@ def optimize(model: Any, options: ExportOptions, context: DiagnosticContext) -> 
                     "nodes_after": model.graph.num_nodes(),
                 },
             )
-    if options.target == "onnxruntime":
-        _fuse_for_onnxruntime(model, context)
 
 
 def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:

@@ -6,7 +6,8 @@ import inspect
 import os
 import pathlib
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -67,6 +68,9 @@ class ONNXProgram:
             PyTorch model is called.
         diagnostic_context: What the export recorded (and, later, saving and
             verification); write it with :meth:`save_diagnostics`.
+        stage_times: Wall seconds of each export stage (``capture``, ``decomposition``,
+            ``translation``, ``optimizer``, ``folding``, ``ort_target``, ``adapter``, ...)
+            in the order they ran; each :meth:`save` adds its seconds to ``save``.
 
     Example:
         >>> import torch, onnx_export
@@ -85,8 +89,10 @@ class ONNXProgram:
         diagnostic_context: DiagnosticContext | None = None,
         decisions: dict[str, Dispatch] | None = None,
         adapter_spec: AdapterSpec | None = None,
+        stage_times: Mapping[str, float] | None = None,
     ) -> None:
         self.model = model
+        self.stage_times: dict[str, float] = dict(stage_times or {})
         self.exported_program = exported_program
         self.capture_attempts = tuple(capture_attempts)
         self._signature = signature
@@ -166,6 +172,7 @@ class ONNXProgram:
             >>> out.exists()
             True
         """
+        start = time.perf_counter()
         if self.adapter_spec is not None:
             self.model.metadata_props[METADATA_KEY] = self.adapter_spec.to_json()
         try:
@@ -188,6 +195,8 @@ class ONNXProgram:
         self.diagnostic_context.emit(
             rules.MODEL_SAVED, message_args={"path": str(written), "size": written.stat().st_size}
         )
+        seconds = self.stage_times.get("save", 0.0) + time.perf_counter() - start
+        self.stage_times["save"] = seconds
         return written
 
     def _weights_to_attach(self, model_state: ModelState | None) -> dict[ir.Value, Any]:

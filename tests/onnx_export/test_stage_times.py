@@ -1,0 +1,50 @@
+"""Every export records where its time went: ``ONNXProgram.stage_times`` (issue #22)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import onnx_export
+
+_STAGES = ("capture", "decomposition", "translation", "report", "adapter", "optimizer")
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.fc(x))
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
+def test_each_stage_is_timed_and_the_stages_add_up_to_at_most_the_total(
+    target: str, tmp_path: Path
+) -> None:
+    model, x = _Net().eval(), torch.randn(2, 4)
+    options = onnx_export.ExportOptions(target=target)  # type: ignore[arg-type]  # a str
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    times = program.stage_times
+    expected = [*_STAGES, "folding", "opset", *(["ort_target"] if target != "onnx" else [])]
+    assert [s for s in times if s != "total"] == expected
+    assert all(seconds >= 0.0 for seconds in times.values())
+    assert sum(v for k, v in times.items() if k != "total") <= times["total"]
+    program.save(tmp_path / "net.onnx")
+    first = program.stage_times["save"]
+    program.save(tmp_path / "again.onnx")
+    assert program.stage_times["save"] > first  # each save adds its seconds
+
+
+def test_without_the_optimizer_no_optimizer_stage_is_recorded() -> None:
+    model, x = _Net().eval(), torch.randn(2, 4)
+    options = onnx_export.ExportOptions(optimize=False)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    assert "optimizer" not in program.stage_times
+    assert "folding" not in program.stage_times
+    assert program.stage_times["translation"] > 0.0
