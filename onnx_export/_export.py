@@ -23,6 +23,7 @@ from onnx_export.capture._call import (
     capture_error,
     forward_signature,
     prepare_call,
+    warn_made_static,
 )
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
@@ -253,4 +254,5 @@ def dynamo_export(
     context.finish(success=True)
     _report.write_success_report(context)
     program.stage_times.update(timer.times, total=timer.total())
+    warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     return program

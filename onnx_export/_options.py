@@ -67,6 +67,16 @@ class ExportOptions:
             ``{"input": [0, 1]}``, keyed by input name (``input_names`` when given);
             entries for outputs are accepted and ignored (output shapes follow from the
             inputs). Translated to ``dynamic_shapes``; give one or the other.
+        allow_static_fallback: What happens when the model's code fixes the size of a
+            dimension you asked to be dynamic (``x.view(2, -1)`` on a dynamic batch,
+            a ``Linear`` on a dynamic feature axis). ``False`` (default): the export fails
+            with a ``CaptureError`` that names the input and axis, the model's line that
+            fixed it and torch.export's suggested fix. ``True``: torch.export's fix is
+            applied and the dimension is exported static, with a
+            ``StaticDimensionWarning`` (a ``UserWarning``) per dimension, an OXE0020 entry
+            in the report, and the loaded model's shape errors saying so. Dimensions tied
+            to another dynamic dimension (``Dim("b")`` is ``Dim("a")``) stay dynamic
+            either way.
 
     Example:
         >>> import onnx_export
@@ -89,6 +99,7 @@ class ExportOptions:
     output_names: Sequence[str] | None = None
     dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None
     target: Target = "onnx"
+    allow_static_fallback: bool = False
 
     def __post_init__(self) -> None:
         if self.opset_version not in SUPPORTED_OPSETS:

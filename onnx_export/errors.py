@@ -22,6 +22,7 @@ __all__ = [
     "OptimizationError",
     "SerializationError",
     "VerificationError",
+    "StaticDimensionWarning",
 ]
 
 
@@ -90,6 +91,19 @@ class CaptureError(OnnxExportError):
     """
 
     stage = "capture"
+
+
+class StaticDimensionWarning(UserWarning):
+    """A dimension asked to be dynamic was exported static (``allow_static_fallback=True``).
+
+    One warning per dimension: it names the input and axis, the size the model's code
+    fixes it to, the line that does, and torch.export's reason.
+
+    Example:
+        >>> from onnx_export.errors import StaticDimensionWarning
+        >>> issubclass(StaticDimensionWarning, UserWarning)
+        True
+    """
 
 
 class ConversionError(OnnxExportError):

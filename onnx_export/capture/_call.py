@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,9 +27,9 @@ from onnx_export.capture._dynamic import (
     named_inputs,
     resolve_dynamic_shapes,
 )
-from onnx_export.capture._shape_fixes import dynamic_size_one, suggest_repair
+from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._strategies import CaptureAttempt, capture
-from onnx_export.errors import ExportInputError
+from onnx_export.errors import CaptureError, ExportInputError, StaticDimensionWarning
 
 __all__ = [
     "as_module",
@@ -37,6 +38,8 @@ __all__ = [
     "prepare_call",
     "capture_call",
     "capture_error",
+    "made_static",
+    "warn_made_static",
 ]
 
 
@@ -188,9 +191,12 @@ def capture_call(
     """Capture ``module`` with the user's call; repair the dynamic shapes as torch suggests."""
     var_keyword = _var_keyword(call.signature)
 
-    def repair(spec: Any, error: BaseException, oblivious: bool) -> Any:
-        fixed = suggest_repair(spec, error, size_oblivious=oblivious, var_keyword=var_keyword)
-        return None if fixed is None else (fixed.dynamic_shapes, fixed.size_oblivious, fixed.notes)
+    def repair(spec: Any, failed: CaptureAttempt, oblivious: bool) -> Repair | None:
+        assert failed.exception is not None
+        found = {s.source: s for s in failed.specializations}
+        return suggest_repair(
+            spec, failed.exception, size_oblivious=oblivious, var_keyword=var_keyword, found=found
+        )
 
     return capture(
         call.module,
@@ -200,7 +206,27 @@ def capture_call(
         strategies=options.capture_strategies,
         size_oblivious=bool(call.size_one),
         repair=repair,
+        allow_static=options.allow_static_fallback,
     )
+
+
+def made_static(attempts: Sequence[CaptureAttempt]) -> tuple[StaticDim, ...]:
+    """The requested dynamic dimensions the successful capture made static."""
+    return next((a.made_static for a in attempts if a.succeeded), ())
+
+
+def warn_made_static(attempts: Sequence[CaptureAttempt]) -> None:
+    """One ``StaticDimensionWarning`` per requested dynamic dimension exported static.
+
+    Called after the export's recording block, so that the user sees the warnings.
+    """
+    for dim in made_static(attempts):
+        warnings.warn(
+            f"{dim.input}[{dim.axis}] was asked to be dynamic but is exported static "
+            f"(allow_static_fallback=True): {dim}",
+            StaticDimensionWarning,
+            stacklevel=3,
+        )
 
 
 def _next_steps(error: BaseException | None, call: Call) -> str:
@@ -237,10 +263,35 @@ def _next_steps(error: BaseException | None, call: Call) -> str:
     )
 
 
+def _static_error(refused: Sequence[StaticDim], last: BaseException | None) -> Exception:
+    """The ``CaptureError`` of a capture that would lose requested dynamic dimensions."""
+    unique: dict[tuple[str, int], StaticDim] = {}
+    for dim in refused:  # one per axis: the first that names the model's line, if any
+        seen = unique.get((dim.input, dim.axis))
+        if seen is None or (dim.location and not seen.location):
+            unique[(dim.input, dim.axis)] = dim
+    lines = "\n".join(f"  - {d}" for d in unique.values())
+    error = CaptureError(
+        "The model's code fixes the size of "
+        + ("a dimension" if len(unique) == 1 else f"{len(unique)} dimensions")
+        + " you asked to be dynamic, so the model cannot be exported with "
+        + ("it" if len(unique) == 1 else "them")
+        + f" dynamic:\n{lines}\nNext steps: change that code so the size follows the input "
+        "(x.view(x.size(0), -1) rather than x.view(2, -1)), or apply torch.export's fix to "
+        "dynamic_shapes, or pass ExportOptions(allow_static_fallback=True) (CLI: "
+        "--allow-static) to export those dimensions static with a warning. torch's error is "
+        "chained below."
+    )
+    error.__cause__ = last
+    return error
+
+
 def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     """The ``CaptureError`` of a failed capture: every attempt, torch's explanation, what next."""
-    from onnx_export.errors import CaptureError
-
+    refused = [d for a in attempts for d in a.made_static]
+    if refused:
+        last = next((a.exception for a in attempts if a.made_static), None)
+        return _static_error(refused, last)
     lines = "\n".join(
         "  - "
         + a.summary().replace("\n", "\n      ")

@@ -140,13 +140,36 @@ def _without_effect_tokens(program: ExportedProgram) -> ExportedProgram:
     return _remove_effect_tokens(program)
 
 
+def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
+    """``sym_size``, ``operator.eq``, ``torch.sym_not``...: what feeds an assertion."""
+    target = node.target
+    if target is torch.ops.aten.sym_size.int:
+        return True
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", "")
+    return module in ("_operator", "operator") or name.startswith("sym_")
+
+
 def remove_assertions(program: ExportedProgram) -> None:
-    """Drop runtime assertion nodes, which compute nothing the model returns."""
-    graph = program.graph_module.graph
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in _ASSERTIONS and not node.users:
-            graph.erase_node(node)
-    program.graph_module.recompile()
+    """Drop runtime assertion nodes, which compute nothing the model returns.
+
+    With deferred runtime asserts, torch.export checks a guard on dynamic sizes
+    (``Ne(Mod(s0, 6), 0)``) with ``_assert_scalar``; the assertion and the size arithmetic
+    that only it used go, in every subgraph too.
+    """
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        graph = module.graph
+        changed = False
+        for node in reversed(list(graph.nodes)):
+            if node.op != "call_function" or node.users:
+                continue
+            if node.target in _ASSERTIONS or _is_symbolic_arithmetic(node):
+                graph.erase_node(node)
+                changed = True
+        if changed:
+            module.recompile()
 
 
 def decompose(

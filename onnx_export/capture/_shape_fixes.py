@@ -28,23 +28,65 @@ from typing import Any
 import torch
 from torch.export import Dim
 
-__all__ = ["Repair", "dynamic_size_one", "suggest_repair"]
+from onnx_export.capture._specialized import Specialization
+
+__all__ = ["Repair", "StaticDim", "dynamic_size_one", "suggest_repair"]
 
 _SOURCE = re.compile(
     r"(?:L|inputs)\['(?P<name>[^']+)'\](?P<keys>(?:\[[^\]]+\])*)"
     r"(?:\.size\(\)|\.shape)\[(?P<axis>\d+)\]"
 )
-_MARKED = re.compile(r"You marked (?P<what>.+?) as dynamic but your code specialized it")
+_MARKED = re.compile(
+    r"You marked (?P<what>.+?) as dynamic but your code specialized it"
+    r"|inferred a static shape of \d+ for dimension (?P<dim>\S+?)\.?$",
+    re.MULTILINE,
+)
 _HINT_ONE = re.compile(r"specialized due to hint of 1|specialized it to be a constant \(1\)")
 
 
 @dataclasses.dataclass(frozen=True)
+class StaticDim:
+    """A dimension the user asked to be dynamic that the model's code fixes to a constant.
+
+    Attributes:
+        input: The input as the user names it (``"x"``, ``"extras.0"``).
+        axis: The axis.
+        requested: What the user asked for (``"dynamic"``, ``"Dim('n')"``).
+        size: The constant the code fixes it to, when torch said.
+        reason: torch.export's explanation.
+        location: The model's line that fixed it (``"model.py:12 (return x.view(2, -1))"``),
+            or ``""`` when torch did not say.
+        fix: torch.export's suggested fix, or the equivalent change of ``dynamic_shapes``.
+    """
+
+    input: str
+    axis: int
+    requested: str
+    size: int | None
+    reason: str
+    location: str
+    fix: str
+
+    def __str__(self) -> str:
+        size = "" if self.size is None else f" to {self.size}"
+        at = f" at {self.location}" if self.location else ""
+        return (
+            f"{self.input}[{self.axis}] ({self.requested}) is fixed{size} by the model's "
+            f"code{at}: {self.reason.rstrip('.')}; torch.export's suggested fix: {self.fix}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Repair:
-    """A changed capture to try: new dynamic shapes, size-oblivious or not, and why."""
+    """A changed capture to try: new dynamic shapes, size-oblivious or not, and why.
+
+    ``made_static`` lists the requested dynamic dimensions the new shapes make static.
+    """
 
     dynamic_shapes: Any
     size_oblivious: bool
     notes: tuple[str, ...]
+    made_static: tuple[StaticDim, ...] = ()
 
 
 def _is_dynamic(dim: Any) -> bool:
@@ -112,20 +154,52 @@ def _changes(old: Any, new: Any, path: list[Any]) -> Iterator[tuple[list[Any], A
         yield path, old, new
 
 
+_EXPLAINED = ("You marked", "The values of", "Not all", "Received user-specified")
+
+
 def _reason(message: str, old: Any, source: str) -> str:
     name = getattr(old, "__name__", None)
     lines = [line.strip().lstrip("- ").strip() for line in message.splitlines()]
-    explained = [t for t in lines if t.startswith(("You marked", "The values of", "Not all"))]
+    explained = [t for t in lines if t.startswith(_EXPLAINED)]
     for text in [*explained, *lines]:
         if (name and f"{name} " in f"{text} ") or (source and source in text):
             return text.split(" If you're using")[0]
     return explained[0].split(" If you're using")[0] if explained else "torch.export's fix"
 
 
+def _torch_source(path: Sequence[Any]) -> str:
+    """Torch's name of an axis: ``["x", "k", 0]`` is ``L['x']['k'].size()[0]``."""
+    keys = "".join(f"[{k!r}]" for k in path[:-1])
+    return f"L{keys}.size()[{path[-1]}]"
+
+
+def _suggested_fix(message: str, before: Any, where: str) -> str:
+    name = getattr(before, "__name__", None)
+    _, found, tail = message.partition("Suggested fixes:")
+    if found and name and type(before).__name__ != "DimHint":
+        for line in tail.strip("\n").splitlines():
+            if line.strip().startswith(f"{name} ="):
+                return f"{line.strip()} (use the size, or Dim.STATIC, for {where})"
+    return f"leave {where} static: drop it from dynamic_shapes or give Dim.STATIC (or Dim.AUTO)"
+
+
+def _constant(reason: str, after: Any) -> int | None:
+    if isinstance(after, int) and not isinstance(after, bool):
+        return after
+    match = re.search(r"constant \((\d+)\)|static shape of (\d+)", reason)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
 def _notes(
-    old: Any, new: Any, message: str, var_keyword: Sequence[str], sources: Mapping[str, str]
-) -> list[str]:
-    notes = []
+    old: Any,
+    new: Any,
+    message: str,
+    var_keyword: Sequence[str],
+    sources: Mapping[str, str],
+    found: Mapping[str, Specialization],
+) -> tuple[list[str], list[StaticDim]]:
+    notes: list[str] = []
+    static: list[StaticDim] = []
     for path, before, after in _changes(old, new, []):
         parts = [str(p) for p in path[:-1]]
         if parts and parts[0] in var_keyword:  # **kwargs entries go by their own name
@@ -134,7 +208,15 @@ def _notes(
         full = f"{'.'.join(map(str, path[:-1]))}[{path[-1]}]"
         why = _reason(message, before, sources.get(full, ""))
         notes.append(f"{where}: {_describe(before)} -> {_describe(after)} ({why})")
-    return notes
+        if _is_dynamic(before) and _describe(after).startswith("static"):
+            seen = found.get(_torch_source(path))
+            size = _constant(why, after) if seen is None else seen.value
+            location = "" if seen is None else seen.where()
+            fix = _suggested_fix(message, before, where)
+            static.append(
+                StaticDim(".".join(parts), path[-1], _describe(before), size, why, location, fix)
+            )
+    return notes, static
 
 
 def _set_static(spec: Any, keys: Sequence[Any], axis: int) -> bool:
@@ -178,7 +260,7 @@ def _static_by_source(spec: Any, message: str) -> tuple[Any, dict[str, str]]:
     fixed = _mutable(spec)
     sources: dict[str, str] = {}
     for marked in _MARKED.finditer(message):
-        for match in _SOURCE.finditer(marked.group("what")):
+        for match in _SOURCE.finditer(marked.group("what") or marked.group("dim")):
             keys: list[Any] = [match.group("name")]
             for raw in re.findall(r"\[([^\]]+)\]", match.group("keys")):
                 keys.append(int(raw) if raw.isdigit() else raw.strip("'\""))
@@ -207,16 +289,25 @@ def _refined(spec: Any, message: str) -> Any:
 
 
 def suggest_repair(
-    spec: Any, error: BaseException, *, size_oblivious: bool, var_keyword: Sequence[str] = ()
+    spec: Any,
+    error: BaseException,
+    *,
+    size_oblivious: bool,
+    var_keyword: Sequence[str] = (),
+    found: Mapping[str, Specialization] | None = None,
 ) -> Repair | None:
-    """What to try after ``error``: a repaired spec, size-oblivious tracing, or nothing."""
+    """What to try after ``error``: a repaired spec, size-oblivious tracing, or nothing.
+
+    ``found`` holds the specialisations recorded during the failed capture, by torch's
+    source name, to name the model's line that fixed each dimension made static.
+    """
     message = str(error)
     if not size_oblivious and _HINT_ONE.search(message):
         note = "a dimension marked dynamic has example size 1: traced size-obliviously"
         return Repair(spec, True, (note,))
     refined = _refined(spec, message)
     fixed, sources = _static_by_source(refined, message)
-    notes = _notes(spec, fixed, message, var_keyword, sources)
+    notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {})
     if not notes:
         return None
-    return Repair(fixed, size_oblivious, tuple(notes))
+    return Repair(fixed, size_oblivious, tuple(notes), tuple(static))

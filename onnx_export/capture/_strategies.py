@@ -18,6 +18,8 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._shape_fixes import Repair, StaticDim
+from onnx_export.capture._specialized import Specialization, recording_specializations
 from onnx_export.capture._stack_traces import every_user_frame
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
@@ -39,6 +41,12 @@ class CaptureAttempt:
         shape_fixes: How the dynamic shapes were changed before this attempt (input,
             axis, before -> after, and torch's reason), after torch.export reported
             a specialisation or a constraint violation.
+        made_static: Dimensions the user asked to be dynamic that the model's code fixes
+            to a constant. On a successful attempt, those this capture made static (only
+            with ``ExportOptions(allow_static_fallback=True)``); on a failed one, those
+            torch's fix would have made static, which were refused.
+        specializations: Where the model's code fixed dimensions during this attempt, by
+            torch's name of the dimension.
 
     Example:
         >>> import onnx_export
@@ -52,6 +60,8 @@ class CaptureAttempt:
     seconds: float
     exception: BaseException | None = None
     shape_fixes: tuple[str, ...] = ()
+    made_static: tuple[StaticDim, ...] = ()
+    specializations: tuple[Specialization, ...] = ()
 
     def summary(self) -> str:
         """The strategy, the outcome, and torch's explanation of a failure."""
@@ -113,9 +123,17 @@ def _export(
     strict: bool,
 ) -> ExportedProgram:
     # Nodes located at their own line, not forward's; no compiled loop body reused later.
+    # Deferred runtime asserts: a guard on a dynamic size (``x.view(x.size(1), -1)``
+    # holds for batch % 6 != 0) becomes an assert node, which translation drops, instead
+    # of a constraint violation.
     with every_user_frame(not strict), forget_compiled_code():
         return torch.export.export(
-            model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+            model,
+            args,
+            kwargs,
+            dynamic_shapes=dynamic_shapes,
+            strict=strict,
+            prefer_deferred_runtime_asserts_over_guards=True,
         )
 
 
@@ -132,7 +150,8 @@ def _size_oblivious(enabled: bool) -> Iterator[None]:
 #: How many times a strategy is retried with repaired dynamic shapes.
 MAX_REPAIRS = 4
 
-Repairer = Callable[[Any, BaseException, bool], "tuple[Any, bool, tuple[str, ...]] | None"]
+#: Given the shapes, the failed attempt and whether tracing was size-oblivious: what to retry.
+Repairer = Callable[[Any, CaptureAttempt, bool], Repair | None]
 
 
 def capture(
@@ -144,6 +163,7 @@ def capture(
     strategies: Sequence[str],
     size_oblivious: bool = False,
     repair: Repairer | None = None,
+    allow_static: bool = False,
 ) -> tuple[ExportedProgram | None, list[CaptureAttempt]]:
     """Try each strategy in order; return the first program and every attempt.
 
@@ -154,46 +174,73 @@ def capture(
         dynamic_shapes: torch.export's ``dynamic_shapes``.
         strategies: Strategy names, in order.
         size_oblivious: Trace size-1 dynamic dimensions like any other size.
-        repair: Given the shapes, a capture error and whether tracing was size-oblivious,
-            returns ``(new shapes, size_oblivious, notes)`` to retry with, or ``None``.
+        repair: Given the shapes, the failed attempt and whether tracing was
+            size-oblivious, returns the repair to retry with, or ``None``.
+        allow_static: Retry with a repair that makes requested dynamic dimensions static;
+            without it such a repair is refused and recorded on the failed attempt.
     """
     attempts: list[CaptureAttempt] = []
 
-    def attempt(strategy: str, shapes: Any, oblivious: bool, fixes: tuple[str, ...]) -> Any:
+    def attempt(strategy: str, shapes: Any, oblivious: bool, fixes: Repair | None) -> Any:
         start = time.perf_counter()
-        try:
-            with EXPORT_LOCK, _size_oblivious(oblivious):
+        notes, static = (fixes.notes, fixes.made_static) if fixes else ((), ())
+        with EXPORT_LOCK, _size_oblivious(oblivious), recording_specializations() as found:
+            try:
                 program = _export(model, args, kwargs, shapes, strategy == "strict")
-        except Exception as e:
-            attempts.append(CaptureAttempt(strategy, False, time.perf_counter() - start, e, fixes))
-            return e
-        attempts.append(CaptureAttempt(strategy, True, time.perf_counter() - start, None, fixes))
+            except Exception as e:
+                seconds = time.perf_counter() - start
+                seen = tuple(found.values())
+                attempts.append(CaptureAttempt(strategy, False, seconds, e, notes, (), seen))
+                return e
+        seconds = time.perf_counter() - start
+        attempts.append(CaptureAttempt(strategy, True, seconds, None, notes, static))
         return program
 
     # Every strategy as the user asked first: a specialisation one strategy reports (a
     # stale dynamo cache under torch.cond, say) may not happen with the next.
-    errors: dict[str, BaseException] = {}
+    failed: dict[str, int] = {}
     for strategy in strategies:
-        result = attempt(strategy, dynamic_shapes, size_oblivious, ())
+        result = attempt(strategy, dynamic_shapes, size_oblivious, None)
         if isinstance(result, ExportedProgram):
             return result, attempts
-        errors[strategy] = result
+        failed[strategy] = len(attempts) - 1
     if repair is None or dynamic_shapes is None:
         return None, attempts
     for strategy in strategies:  # then with torch's suggested fixes, strategy by strategy
-        shapes, oblivious, error = dynamic_shapes, size_oblivious, errors[strategy]
-        fixes: tuple[str, ...] = ()
-        for _ in range(MAX_REPAIRS):
-            fixed = repair(shapes, error, oblivious)
-            if fixed is None:
-                break
-            shapes, oblivious, notes = fixed
-            fixes = (*fixes, *notes)
-            result = attempt(strategy, shapes, oblivious, fixes)
-            if isinstance(result, ExportedProgram):
-                return result, attempts
-            error = result
+        start = (dynamic_shapes, size_oblivious)
+        program = _repaired(attempt, attempts, failed[strategy], start, repair, allow_static)
+        if program is not None:
+            return program, attempts
     return None, attempts
+
+
+def _repaired(
+    attempt: Callable[[str, Any, bool, Repair | None], Any],
+    attempts: list[CaptureAttempt],
+    index: int,
+    start: tuple[Any, bool],
+    repair: Repairer,
+    allow_static: bool,
+) -> ExportedProgram | None:
+    """Retry the strategy of ``attempts[index]`` with torch's fixes, up to MAX_REPAIRS times."""
+    (shapes, oblivious), strategy = start, attempts[index].strategy
+    notes: tuple[str, ...] = ()
+    static: tuple[StaticDim, ...] = ()
+    for _ in range(MAX_REPAIRS):
+        failed = attempts[index]
+        fixed = repair(shapes, failed, oblivious)
+        if fixed is None:
+            return None
+        if fixed.made_static and not allow_static:  # a dynamic dim lost: refused
+            attempts[index] = dataclasses.replace(failed, made_static=fixed.made_static)
+            return None
+        notes, static = (*notes, *fixed.notes), (*static, *fixed.made_static)
+        shapes, oblivious = fixed.dynamic_shapes, fixed.size_oblivious
+        result = attempt(strategy, shapes, oblivious, Repair(shapes, oblivious, notes, static))
+        if isinstance(result, ExportedProgram):
+            return result
+        index = len(attempts) - 1
+    return None
 
 
 def captured_call(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import onnx_ir as ir
@@ -11,6 +12,7 @@ from torch import nn
 from torch.export import Dim
 
 import onnx_export
+from onnx_export.errors import StaticDimensionWarning
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
@@ -213,16 +215,21 @@ def _warnings(program: onnx_export.ONNXProgram, rule_id: str) -> list[str]:
     ]
 
 
-def test_dim_tied_to_a_static_input_becomes_static_with_a_warning() -> None:
+def test_dim_tied_to_a_static_input_is_refused_or_made_static_with_a_warning() -> None:
     # ``mask`` is static while ``x`` says its batch is dynamic: the model ties them.
-    # torch.export's fix (make x's batch static) is applied and reported.
+    # By default that is an error; with allow_static_fallback torch.export's fix (make x's
+    # batch static) is applied, warned about and reported.
     options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
     model = TwoInputs()
-    program = onnx_export.dynamo_export(model, *_inputs(2, 5), export_options=options)
+    with pytest.raises(onnx_export.CaptureError, match=r"x\[0\] \(dynamic\) is fixed to 2"):
+        onnx_export.dynamo_export(model, *_inputs(2, 5), export_options=options)
+    options = dataclasses.replace(options, allow_static_fallback=True)
+    with pytest.warns(StaticDimensionWarning, match=r"x\[0\] was asked to be dynamic"):
+        program = onnx_export.dynamo_export(model, *_inputs(2, 5), export_options=options)
     assert _dim_names(program.model.graph.inputs[0]) == [2, 5, 4]
     (warning,) = _warnings(program, "OXE0020")
     assert "x[0]" in warning and "dynamic -> static" in warning
-    assert "specialized it to be a constant (2)" in warning
+    assert "static shape of 2" in warning or "specialized it to be a constant (2)" in warning
     assert_onnx_program_close(program, model, *_inputs(2, 5))
 
 
@@ -237,8 +244,11 @@ class Scale(nn.Module):
 
 def test_dim_specialised_by_a_layer_keeps_the_other_names() -> None:
     model = Scale()
-    options = onnx_export.ExportOptions(dynamic_shapes={"features": {0: "batch", 1: "feat"}})
-    program = onnx_export.dynamo_export(model, torch.randn(2, 8), export_options=options)
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"features": {0: "batch", 1: "feat"}}, allow_static_fallback=True
+    )
+    with pytest.warns(StaticDimensionWarning, match=r"features\[1\].*return self.linear"):
+        program = onnx_export.dynamo_export(model, torch.randn(2, 8), export_options=options)
     assert _dim_names(program.model.graph.inputs[0]) == ["batch", 8]
     assert any("features[1]" in w for w in _warnings(program, "OXE0020"))
     assert_onnx_program_close(program, model, torch.randn(5, 8))

@@ -1,0 +1,145 @@
+"""Where the model's code fixed a dimension: the user's line behind a specialisation.
+
+torch.export says *that* a dimension marked dynamic was specialised ("You marked
+L['x'].size()[0] as dynamic but your code specialized it to be a constant (2)"), but in
+non-strict capture, and with deferred runtime asserts in either mode, not *where*. While
+:func:`recording_specializations` is active, the shape environment's log records are
+read as they are made: a symbol's creation names its input (``L['x'].size()[0]``), and a
+guard ``Eq(s77, 2)`` or a replacement ``s77 = 2`` is a specialisation, located at the
+innermost frame of the live stack outside torch and this package (the model's own line).
+Records keep reaching torch's own handlers as before (nothing new is printed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import linecache
+import logging
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterator
+from types import FrameType
+
+import torch
+
+__all__ = ["Specialization", "recording_specializations", "SHAPES_LOGGER"]
+
+SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
+_EQ = re.compile(r"^Eq\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
+_SKIPPED = (
+    *(
+        os.path.dirname(p) + os.sep
+        for p in (torch.__file__, os.path.dirname(__file__), logging.__file__)  # onnx_export/
+    ),
+    os.path.join(sysconfig.get_paths()["stdlib"], ""),
+)
+_SKIPPED_NAMES = (f"{os.sep}sympy{os.sep}",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """One dimension the model's code fixed to a constant while being captured.
+
+    Attributes:
+        source: torch's name of the dimension, e.g. ``"L['x'].size()[0]"``.
+        value: The constant it was fixed to.
+        location: ``"file.py:12"`` of the model's line that fixed it, or ``""``.
+        code: That line's text, or ``""``.
+    """
+
+    source: str
+    value: int
+    location: str
+    code: str
+
+    def where(self) -> str:
+        """``file.py:12 (return x.view(2, -1))``, or ``""`` when no line was found."""
+        if not self.location:
+            return ""
+        return f"{self.location} ({self.code})" if self.code else self.location
+
+
+def _user_frame() -> FrameType | None:
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (
+            path.startswith("<")
+            or path.startswith(_SKIPPED)
+            or any(name in path for name in _SKIPPED_NAMES)
+        ):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+class _Recorder(logging.Handler):
+    """Reads the shape environment's records; hands on those its parents would see."""
+
+    def __init__(self, forward_level: int, handlers: list[logging.Handler], up: bool) -> None:
+        super().__init__(logging.DEBUG)
+        self.forward_level, self.handlers, self.up = forward_level, handlers, up
+        self.sources: dict[str, str] = {}
+        self.found: dict[str, Specialization] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # a record in another format: nothing to learn
+            self._read(record)
+        if record.levelno < self.forward_level:
+            return  # torch's handlers would not have seen it
+        for handler in self.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+        parent = logging.getLogger(SHAPES_LOGGER).parent
+        if self.up and parent is not None:
+            parent.handle(record)
+
+    def _read(self, record: logging.LogRecord) -> None:
+        template, args = str(record.msg), record.args
+        if not isinstance(args, tuple):
+            return
+        if template.startswith("create_symbol %s = %s for"):
+            self.sources.setdefault(str(args[0]), str(args[2]))
+        elif template.startswith("set_replacement"):
+            if str(args[1]).lstrip("-").isdigit():
+                self._found(str(args[0]), int(str(args[1])))
+        elif "[guard added]" in template:
+            match = _EQ.match(str(args[1]))
+            if match:
+                symbol = match.group("s1") or match.group("s2")
+                self._found(symbol, int(match.group("v1") or match.group("v2")))
+
+    def _found(self, symbol: str, value: int) -> None:
+        source = self.sources.get(symbol)
+        if source is None or source in self.found:
+            return
+        frame = _user_frame()
+        location = code = ""
+        if frame is not None:
+            path, line = frame.f_code.co_filename, frame.f_lineno
+            location = f"{path}:{line}"
+            code = linecache.getline(path, line).strip()
+        self.found[source] = Specialization(source, value, location, code)
+
+
+@contextlib.contextmanager
+def recording_specializations() -> Iterator[dict[str, Specialization]]:
+    """Collect the specialisations of the block, by torch's source name of the dimension.
+
+    Callers hold the export lock: the logger's level and handlers are process-global.
+    """
+    logger = logging.getLogger(SHAPES_LOGGER)
+    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+    recorder = _Recorder(logger.getEffectiveLevel(), handlers, propagate)
+    logger.handlers = [recorder]
+    logger.setLevel(min(logging.INFO, logger.getEffectiveLevel()))
+    logger.propagate = False
+    try:
+        yield recorder.found
+    finally:
+        logger.handlers = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
