@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 from collections.abc import Callable
 
+from onnx_export._options import DEFAULT_OPSET, SUPPORTED_OPSETS
 from onnx_export.cli._common import (
     CommandError,
     Status,
@@ -15,9 +15,11 @@ from onnx_export.cli._common import (
     add_command,
     one_line,
     quiet_stderr,
-    require_export_extra,
+    require_extra,
+    writable_folder,
 )
-from onnx_export.hf._tasks import TASKS
+from onnx_export.hf._errors import CheckpointError
+from onnx_export.hf._tasks import TASK_ALIASES, TASKS, read_checkpoint, resolve_task
 
 __all__ = ["register"]
 
@@ -42,7 +44,7 @@ def register(commands: Subcommands) -> None:
         help="the folder to write (replaced only once everything is written)",
     )  # fmt: skip
     parser.add_argument(
-        "--task", choices=TASKS, default=None, metavar="TASK",
+        "--task", choices=(*TASKS, *TASK_ALIASES), default=None, metavar="TASK",
         help=f"what to export: {', '.join(TASKS)}; by default inferred from config.json's "
         "architectures",
     )  # fmt: skip
@@ -51,7 +53,8 @@ def register(commands: Subcommands) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="ONNX opset (the exporter's default when absent)",
+        help=f"ONNX opset, {SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1} "
+        f"(default {DEFAULT_OPSET})",
     )
     parser.add_argument(
         "--target", choices=("onnx", "onnxruntime"), default="onnx",
@@ -59,12 +62,19 @@ def register(commands: Subcommands) -> None:
     )  # fmt: skip
 
 
+def _refuse_early(args: argparse.Namespace) -> None:
+    """The checkpoint's architecture and task checked from config.json alone (no torch)."""
+    try:
+        checkpoint = read_checkpoint(args.checkpoint)
+        resolve_task(checkpoint.model_type, checkpoint.architectures, args.task, checkpoint.config)
+    except CheckpointError as e:
+        raise UsageError(one_line(str(e))) from e
+
+
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    require_export_extra("hf")
-    if importlib.util.find_spec("transformers") is None:
-        raise UsageError(
-            "`onnx-export hf` needs transformers; install it with pip install 'onnx-export[hf]'."
-        )
+    _refuse_early(args)
+    require_extra("hf", "hf")  # the hf extra installs torch & co. too: name it alone
+    writable_folder(args.output, "-o/--output")  # before the export, not after it
     from onnx_export._options import SUPPORTED_OPSETS
     from onnx_export.errors import ExportInputError, OnnxExportError
     from onnx_export.hf import export_pretrained

@@ -26,12 +26,36 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from onnx_export.hf._errors import CheckpointError, GenerationError
+from onnx_export.hf._errors import CheckpointError, ExportMismatchError, GenerationError
 from onnx_export.hf._tasks import SUPPORTED_ARCHITECTURES, TASKS
 
 if TYPE_CHECKING:
     from onnx_export.hf._causal import OrtModelForCausalLM
     from onnx_export.hf._export import ExportedCheckpoint, export_pretrained
+    from onnx_export.hf._models_audio import (
+        OrtModelForAudioClassification,
+        OrtModelForCTC,
+    )
+    from onnx_export.hf._models_base import (
+        ModelOutput,
+        OrtModel,
+    )
+    from onnx_export.hf._models_text import (
+        OrtModelForFeatureExtraction,
+        OrtModelForMaskedLM,
+        OrtModelForMultipleChoice,
+        OrtModelForQuestionAnswering,
+        OrtModelForSentenceSimilarity,
+        OrtModelForSequenceClassification,
+        OrtModelForTokenClassification,
+    )
+    from onnx_export.hf._models_vision import (
+        OrtModelForDepthEstimation,
+        OrtModelForImageClassification,
+        OrtModelForObjectDetection,
+        OrtModelForSemanticSegmentation,
+        OrtModelForZeroShotImageClassification,
+    )
     from onnx_export.hf._seq2seq import OrtModelForSeq2SeqLM
 
 # Export needs torch and transformers, the runtime onnxruntime: both load on first use.
@@ -40,6 +64,22 @@ _LAZY = {
     "ExportedCheckpoint": "onnx_export.hf._export",
     "OrtModelForCausalLM": "onnx_export.hf._causal",
     "OrtModelForSeq2SeqLM": "onnx_export.hf._seq2seq",
+    "OrtModel": "onnx_export.hf._models_base",
+    "ModelOutput": "onnx_export.hf._models_base",
+    "OrtModelForFeatureExtraction": "onnx_export.hf._models_text",
+    "OrtModelForSentenceSimilarity": "onnx_export.hf._models_text",
+    "OrtModelForMaskedLM": "onnx_export.hf._models_text",
+    "OrtModelForSequenceClassification": "onnx_export.hf._models_text",
+    "OrtModelForTokenClassification": "onnx_export.hf._models_text",
+    "OrtModelForQuestionAnswering": "onnx_export.hf._models_text",
+    "OrtModelForMultipleChoice": "onnx_export.hf._models_text",
+    "OrtModelForImageClassification": "onnx_export.hf._models_vision",
+    "OrtModelForSemanticSegmentation": "onnx_export.hf._models_vision",
+    "OrtModelForObjectDetection": "onnx_export.hf._models_vision",
+    "OrtModelForDepthEstimation": "onnx_export.hf._models_vision",
+    "OrtModelForZeroShotImageClassification": "onnx_export.hf._models_vision",
+    "OrtModelForAudioClassification": "onnx_export.hf._models_audio",
+    "OrtModelForCTC": "onnx_export.hf._models_audio",
 }
 
 
@@ -65,7 +105,25 @@ __all__ = [
     # Generating (numpy and onnxruntime only)
     "OrtModelForCausalLM",
     "OrtModelForSeq2SeqLM",
+    # Every other task: inputs and outputs by name (numpy and onnxruntime only)
+    "OrtModel",
+    "ModelOutput",
+    "OrtModelForFeatureExtraction",
+    "OrtModelForSentenceSimilarity",
+    "OrtModelForMaskedLM",
+    "OrtModelForSequenceClassification",
+    "OrtModelForTokenClassification",
+    "OrtModelForQuestionAnswering",
+    "OrtModelForMultipleChoice",
+    "OrtModelForImageClassification",
+    "OrtModelForSemanticSegmentation",
+    "OrtModelForObjectDetection",
+    "OrtModelForDepthEstimation",
+    "OrtModelForZeroShotImageClassification",
+    "OrtModelForAudioClassification",
+    "OrtModelForCTC",
     # Errors
     "CheckpointError",
     "GenerationError",
+    "ExportMismatchError",
 ]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from onnx_export.errors import ExportInputError
+from onnx_export.errors import ExportInputError, OnnxExportError
 
-__all__ = ["CheckpointError", "GenerationError"]
+__all__ = ["CheckpointError", "GenerationError", "ExportMismatchError"]
 
 
 class CheckpointError(ExportInputError):
@@ -31,4 +31,18 @@ class GenerationError(ValueError):
         >>> from onnx_export.hf import GenerationError
         >>> str(GenerationError("max_new_tokens must be at least 1, got 0."))
         'max_new_tokens must be at least 1, got 0.'
+    """
+
+
+class ExportMismatchError(OnnxExportError):
+    """An exported graph whose outputs differ from eager transformers on the example inputs.
+
+    :func:`onnx_export.hf.export_pretrained` runs each graph in ONNX Runtime against the
+    eager model before it writes the folder; the message names each output that differs.
+
+    Example:
+        >>> from onnx_export.hf import ExportMismatchError
+        >>> from onnx_export.errors import OnnxExportError
+        >>> issubclass(ExportMismatchError, OnnxExportError)
+        True
     """

@@ -12,20 +12,32 @@ import time
 from typing import Any, Literal
 
 from onnx_export.hf._errors import CheckpointError
-from onnx_export.hf._tasks import TASKS, read_checkpoint, resolve_task
+from onnx_export.hf._tasks import TASKS, model_class, read_checkpoint, resolve_task
 
 __all__ = ["ExportedCheckpoint", "export_pretrained", "MANIFEST_NAME"]
 
 #: What the runtime reads first in an exported folder: the task and the files.
 MANIFEST_NAME = "onnx_export.json"
 
+# Tasks whose model type the architecture table does not name load with these.
 _AUTO_CLASSES = {
     "text-generation": "AutoModelForCausalLM",
     "text2text-generation": "AutoModelForSeq2SeqLM",
     "automatic-speech-recognition": "AutoModelForSpeechSeq2Seq",
     "feature-extraction": "AutoModel",
+    "sentence-similarity": "AutoModel",
+    "fill-mask": "AutoModelForMaskedLM",
     "text-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "multiple-choice": "AutoModelForMultipleChoice",
     "image-classification": "AutoModelForImageClassification",
+    "semantic-segmentation": "AutoModelForSemanticSegmentation",
+    "object-detection": "AutoModelForObjectDetection",
+    "depth-estimation": "AutoModelForDepthEstimation",
+    "audio-classification": "AutoModelForAudioClassification",
+    "image-to-text": "AutoModelForImageTextToText",
+    "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
 }
 
 # Files copied beside the model so that the folder is self-contained (no weights).
@@ -78,7 +90,7 @@ class ExportedCheckpoint:
     seconds: float
 
 
-def _load_model(path: pathlib.Path, task: str) -> Any:
+def _load_model(path: pathlib.Path, task: str, model_type: str) -> Any:
     import torch
 
     try:
@@ -89,12 +101,19 @@ def _load_model(path: pathlib.Path, task: str) -> Any:
             "with pip install 'onnx-export[hf]'."
         ) from e
 
-    auto = getattr(transformers, _AUTO_CLASSES[task])
+    name = model_class(model_type, task) or _AUTO_CLASSES[task]
+    auto = getattr(transformers, name, None)
+    if auto is None:
+        raise CheckpointError(
+            f"transformers {transformers.__version__} has no {name} (the class for "
+            f"{model_type!r} and {task!r}); install the transformers version that wrote the "
+            "checkpoint."
+        )
     try:  # float32 whatever the checkpoint's dtype: ONNX Runtime's CPU kernels need it
         model = auto.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as e:
         raise CheckpointError(
-            f"transformers could not load {os.fspath(path)!r} as {_AUTO_CLASSES[task]} for "
+            f"transformers could not load {os.fspath(path)!r} as {name} for "
             f"task {task!r}: {str(e).rstrip('.')}. The folder needs config.json and the weights "
             "(*.safetensors) that `save_pretrained` writes."
         ) from e
@@ -116,10 +135,10 @@ def _check_target(target: str) -> None:
         )
 
 
-def _export_options(spec: Any, opset: int | None, target: str) -> Any:
+def _export_options(dynamic_shapes: Any, opset: int | None, target: str) -> Any:
     import onnx_export
 
-    kwargs: dict[str, Any] = {"dynamic_shapes": spec.dynamic_shapes}
+    kwargs: dict[str, Any] = {"dynamic_shapes": dynamic_shapes}
     if opset is not None:
         kwargs["opset_version"] = opset
     if target != "onnx":
@@ -127,19 +146,40 @@ def _export_options(spec: Any, opset: int | None, target: str) -> Any:
     return onnx_export.ExportOptions(**kwargs)
 
 
+def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
+    """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail."""
+    import onnx_export
+    from onnx_export.errors import ExportInputError, OnnxExportError
+    from onnx_export.hf._fused_decoder import with_fused_ops
+
+    try:
+        options = with_fused_ops(spec, _export_options(spec.dynamic_shapes, opset, target))
+        return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+    except ExportInputError:
+        raise
+    except OnnxExportError:
+        if spec.fallback is None:
+            raise
+    options = with_fused_ops(spec, _export_options(spec.fallback, opset, target))
+    return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+
+
 def _write_graphs(
     model: Any, task: str, folder: pathlib.Path, opset: int | None, target: str
 ) -> list[str]:
     import torch
 
-    import onnx_export
+    from onnx_export.hf._fused_decoder import onnxruntime_graphs
+    from onnx_export.hf._parity import check_against_eager
     from onnx_export.hf._task_graphs import graphs_for_task
 
     written = []
     with torch.no_grad():
-        for spec in graphs_for_task(model, task):
-            options = _export_options(spec, opset, target)
-            program = onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+        specs = graphs_for_task(model, task)
+        for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:
+            program = _export_graph(spec, opset, target)
+            checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
+            check_against_eager(spec.file_name, spec.module, program, checked)
             program.save(folder / spec.file_name)
             written.append(spec.file_name)
     return written
@@ -266,13 +306,14 @@ def export_pretrained(
         source = checkpoint.path
         _check_output(out, source)
         model_type, architectures = checkpoint.model_type, checkpoint.architectures
-        task = resolve_task(model_type, architectures, task)
-        model = _load_model(source, task)
+        task = resolve_task(model_type, architectures, task, checkpoint.config)
+        model = _load_model(source, task, model_type)
     else:
         model = model_or_dir
         config = getattr(model, "config", None)
         model_type = str(getattr(config, "model_type", type(model).__name__))
-        task = resolve_task(model_type, (type(model).__name__,), task)
+        settings = config.to_dict() if config is not None else None
+        task = resolve_task(model_type, (type(model).__name__,), task, settings)
     _check_output(out, source)
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,11 @@ __all__ = [
     "causal_lm_graphs",
     "text_encoder_graphs",
     "image_classifier_graphs",
+    "select",
+    "TEXT_DIMS",
 ]
+
+TEXT_DIMS = {0: "batch", 1: "sequence_length"}
 
 BATCH, SEQUENCE, PAST = 2, 3, 4
 PAST_DIMS = {0: "batch", 2: "past_sequence_length"}
@@ -38,12 +42,28 @@ PAST_DIMS = {0: "batch", 2: "past_sequence_length"}
 
 @dataclasses.dataclass(frozen=True)
 class GraphSpec:
-    """One ONNX file to write: the module, its example inputs, its dynamic dimensions."""
+    """One ONNX file to write: the module, its example inputs, its dynamic dimensions.
+
+    ``fallback`` is tried when the export with ``dynamic_shapes`` fails: fewer dynamic
+    dimensions (e.g. a fixed image size for a model whose position table fixes it).
+    """
 
     file_name: str
     module: nn.Module
     args: tuple[Any, ...]
     dynamic_shapes: dict[str, Any]
+    fallback: dict[str, Any] | None = None
+
+
+def select(out: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``names`` read from a transformers output, as a dict (the ONNX outputs' names)."""
+    picked = {}
+    for name in names:
+        value = getattr(out, name, None)
+        if value is None:
+            raise ValueError(f"{type(out).__name__} has no {name!r}")
+        picked[name] = value
+    return picked
 
 
 def accepts(model: nn.Module, name: str) -> bool:

@@ -144,8 +144,23 @@ class SpeechDecoderWithPast(Seq2SeqDecoderWithPast):
         return self.step(input_ids, encoder_hidden_states, past_key_values, encoder_key_values)
 
 
+class VisionSeq2SeqEncoder(_Seq2SeqEncoder):
+    """Vision encoder-decoder (image captioning, OCR): ``pixel_values`` -> hidden states."""
+
+    def forward(self, pixel_values: torch.Tensor) -> dict[str, Any]:
+        """Encode the images once per generation."""
+        encoder = self.model.get_encoder()  # type: ignore[operator]
+        return self.with_cross(encoder(pixel_values=pixel_values).last_hidden_state)
+
+
 def _encoder_spec(model: Any) -> GraphSpec:
     config = model.config
+    if accepts(model, "pixel_values"):
+        from onnx_export.hf._graphs_vision import example_pixels
+
+        pixels = example_pixels(config)
+        vision = VisionSeq2SeqEncoder(model)
+        return GraphSpec("encoder_model.onnx", vision, (pixels,), {"pixel_values": {0: "batch"}})
     if accepts(model, "input_features"):
         frames = 2 * int(config.max_source_positions)
         features = torch.randn(BATCH, int(config.num_mel_bins), frames)

@@ -1,6 +1,9 @@
-"""Which tasks each architecture supports, read from a checkpoint's ``config.json``.
+"""Which task a checkpoint exports to, read from its ``config.json`` without transformers.
 
-Torch-free: the runtime and the command line read checkpoints through this module too.
+Torch-free and transformers-free: the command line resolves (or refuses) a checkpoint
+through this module before anything heavy is imported. The architectures come from
+:mod:`onnx_export.hf._architectures`, a table generated from transformers' Auto mappings;
+the refusals below are what this exporter knows cannot work, with what to try instead.
 """
 
 from __future__ import annotations
@@ -12,51 +15,105 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from onnx_export.hf._architectures import TABLE
 from onnx_export.hf._errors import CheckpointError
 
-__all__ = ["TASKS", "SUPPORTED_ARCHITECTURES", "Checkpoint", "read_checkpoint", "resolve_task"]
+__all__ = [
+    "TASKS",
+    "SUPPORTED_ARCHITECTURES",
+    "TASK_ALIASES",
+    "Checkpoint",
+    "read_checkpoint",
+    "resolve_task",
+    "model_class",
+    "refusal",
+]
 
-#: Every task :func:`onnx_export.hf.export_pretrained` knows.
+#: Every task :func:`onnx_export.hf.export_pretrained` knows, in the order a bare
+#: ``model_type`` (no ``architectures``) is matched against them.
 TASKS = (
-    "text-generation",
     "text2text-generation",
     "automatic-speech-recognition",
+    "image-to-text",
+    "zero-shot-image-classification",
+    "text-generation",
     "feature-extraction",
+    "sentence-similarity",
+    "fill-mask",
     "text-classification",
+    "token-classification",
+    "question-answering",
+    "multiple-choice",
     "image-classification",
+    "semantic-segmentation",
+    "object-detection",
+    "depth-estimation",
+    "audio-classification",
 )
 
-_ENCODER_TASKS = ("feature-extraction", "text-classification")
-
-#: ``model_type`` (from ``config.json``) -> the tasks it exports to, the default first.
-SUPPORTED_ARCHITECTURES: Mapping[str, tuple[str, ...]] = {
-    "llama": ("text-generation",),
-    "qwen2": ("text-generation",),
-    "mistral": ("text-generation",),
-    "gemma": ("text-generation",),
-    "phi3": ("text-generation",),
-    "gpt2": ("text-generation",),
-    "t5": ("text2text-generation",),
-    "bart": ("text2text-generation",),
-    "whisper": ("automatic-speech-recognition",),
-    "bert": _ENCODER_TASKS,
-    "roberta": _ENCODER_TASKS,
-    "xlm-roberta": _ENCODER_TASKS,
-    "distilbert": _ENCODER_TASKS,
-    "vit": ("image-classification",),
-    "convnext": ("image-classification",),
-    "swin": ("image-classification",),
+#: Other names users give a task -> the task.
+TASK_ALIASES: Mapping[str, str] = {
+    "image-segmentation": "semantic-segmentation",
+    "sequence-classification": "text-classification",
+    "causal-lm": "text-generation",
+    "seq2seq-lm": "text2text-generation",
+    "masked-lm": "fill-mask",
+    "vision2seq-lm": "image-to-text",
+    "speech2seq-lm": "automatic-speech-recognition",
 }
 
-# The class name's ending in ``architectures`` -> the task it was saved for.
-_HEADS = (
-    ("ForCausalLM", "text-generation"),
-    ("LMHeadModel", "text-generation"),
-    ("ForSequenceClassification", "text-classification"),
-    ("ForImageClassification", "image-classification"),
-    ("ForSpeechSeq2Seq", "automatic-speech-recognition"),
-    ("Model", "feature-extraction"),
+_BY_TASK: Mapping[str, Mapping[str, str]] = TABLE["tasks"]
+
+
+# Model types whose cache is not a list of key/value layers (recurrent or convolution
+# states): the text-generation graph carries keys and values only.
+_RECURRENT = (
+    "mamba", "mamba2", "falcon_mamba", "rwkv", "jamba", "zamba", "zamba2", "bamba",
+    "falcon_h1", "granitemoehybrid", "lfm2", "lfm2_moe", "qwen3_next", "recurrent_gemma",
+    "xlstm", "nemotron_h", "plamo2", "minimax", "mamba3",
+)  # fmt: skip
+_RECURRENT_WHY = (
+    "its cache holds recurrent (state-space / linear-attention) states, not only keys and "
+    "values, and the text-generation graph carries keys and values; export the model "
+    "with onnx_export.dynamo_export and use_cache=False, or use feature-extraction"
 )
+
+# (model_type, task or "*") -> why it cannot work and what to try. Origin: the failures
+# measured on transformers' ModelTester configs (issue 21).
+_REFUSED: Mapping[tuple[str, str], str] = {
+    **{(m, "text-generation"): _RECURRENT_WHY for m in _RECURRENT},
+    ("longformer", "*"): "its attention branches on a tensor's value (`if` on "
+    "is_global_attn.any()), which torch.export cannot capture; use roberta or bert",
+    ("led", "*"): "its Longformer attention branches on a tensor's value, which "
+    "torch.export cannot capture; use bart",
+    ("ibert", "*"): "its quantizer calls numpy (frexp) on tensors at run time; use roberta",
+    ("encodec", "*"): "its forward branches on a tensor's value, which torch.export cannot capture",
+}
+
+
+def _refused(model_type: str, task: str) -> str | None:
+    return _REFUSED.get((model_type, task)) or _REFUSED.get((model_type, "*"))
+
+
+def _is_encoder(model_type: str) -> bool:
+    """A text encoder (BERT & co.): a masked-LM head, no encoder-decoder head."""
+    return (
+        model_type in _BY_TASK["fill-mask"] and model_type not in _BY_TASK["text2text-generation"]
+    )
+
+
+def _heads(model_type: str) -> tuple[str, ...]:
+    """The tasks transformers has a head (an Auto mapping entry) for ``model_type``."""
+    return tuple(t for t in TASKS if model_type in _BY_TASK[t])
+
+
+#: ``model_type`` -> the tasks it exports to (transformers' Auto mappings, less the pairs
+#: refused below), the task a bare ``model_type`` gets first.
+SUPPORTED_ARCHITECTURES: Mapping[str, tuple[str, ...]] = {
+    model_type: tasks
+    for model_type in sorted({m for table in _BY_TASK.values() for m in table})
+    if (tasks := tuple(t for t in _heads(model_type) if _refused(model_type, t) is None))
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,33 +160,109 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     return Checkpoint(folder, config, model_type, architectures)
 
 
-def _task_of_architecture(model_type: str, architectures: tuple[str, ...]) -> str | None:
-    tasks = SUPPORTED_ARCHITECTURES[model_type]
-    for architecture in architectures:
-        if architecture.endswith("ForConditionalGeneration"):
-            return tasks[0]
-        for ending, task in _HEADS:
-            if architecture.endswith(ending) and task in tasks:
-                return task
+def refusal(model_type: str, task: str, config: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``model_type`` cannot be exported for ``task`` (``None`` when it can)."""
+    why = _refused(model_type, task)
+    if why is not None:
+        return why
+    if (
+        task == "text-generation"
+        and _is_encoder(model_type)
+        and not (config or {}).get("is_decoder")
+    ):
+        return (
+            f"{model_type} is an encoder: its causal-LM head needs is_decoder=true in "
+            "config.json; use fill-mask or feature-extraction"
+        )
     return None
 
 
-def resolve_task(model_type: str, architectures: tuple[str, ...], task: str | None) -> str:
-    """The task to export: ``task`` checked against the architecture, or inferred from it."""
-    supported = SUPPORTED_ARCHITECTURES.get(model_type)
-    if supported is None:
-        raise CheckpointError(
-            f"Architecture {model_type!r} (config.json 'model_type') cannot be exported by "
-            f"`onnx_export.hf`; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}. "
-            "Export the model yourself with onnx_export.dynamo_export."
-        )
+def model_class(model_type: str, task: str) -> str | None:
+    """The transformers class that loads ``model_type`` for ``task`` (``None``: use Auto)."""
+    return _BY_TASK.get(task, {}).get(model_type)
+
+
+# The class name's ending in ``architectures`` -> the task it was saved for, for classes
+# the table does not name (heads transformers' Auto mappings leave out).
+_HEADS = (
+    ("ForCausalLM", "text-generation"),
+    ("LMHeadModel", "text-generation"),
+    ("ForMaskedLM", "fill-mask"),
+    ("ForSequenceClassification", "text-classification"),
+    ("ForTokenClassification", "token-classification"),
+    ("ForQuestionAnswering", "question-answering"),
+    ("ForMultipleChoice", "multiple-choice"),
+    ("ForImageClassification", "image-classification"),
+    ("ForSemanticSegmentation", "semantic-segmentation"),
+    ("ForObjectDetection", "object-detection"),
+    ("ForDepthEstimation", "depth-estimation"),
+    ("ForAudioClassification", "audio-classification"),
+    ("ForSequenceClassification", "audio-classification"),
+    ("ForCTC", "automatic-speech-recognition"),
+    ("ForSpeechSeq2Seq", "automatic-speech-recognition"),
+    ("ForConditionalGeneration", "text2text-generation"),
+    ("Model", "feature-extraction"),
+)
+
+
+def _inferred(model_type: str, architectures: tuple[str, ...]) -> str | None:
+    tasks = _heads(model_type)
+    for architecture in architectures:
+        for task in TASKS:  # the class transformers' mapping names for a task
+            if _BY_TASK[task].get(model_type) == architecture:
+                return task
+        for ending, task in _HEADS:
+            if architecture.endswith(ending) and (task in tasks or not tasks):
+                return task
+    if _is_encoder(model_type):
+        return "feature-extraction"  # an encoder: its bare model
+    return tasks[0] if tasks else None
+
+
+def _unknown(model_type: str, task: str | None) -> CheckpointError:
+    version = TABLE["transformers_version"]
+    return CheckpointError(
+        f"Architecture {model_type!r} (config.json 'model_type') is not in transformers "
+        f"{version}'s Auto mappings for {task or 'any task'!r} (onnx_export/hf/_architectures.py)"
+        f", and config.json's 'architectures' does not name a head this exporter knows. "
+        "Pass --task (one of: " + ", ".join(TASKS) + "), or export the model yourself with "
+        "onnx_export.dynamo_export."
+    )
+
+
+def resolve_task(
+    model_type: str,
+    architectures: tuple[str, ...],
+    task: str | None,
+    config: Mapping[str, Any] | None = None,
+) -> str:
+    """The task to export: ``task`` checked against the architecture, or inferred from it.
+
+    Refuses, from the config alone, a task that is unknown, one the architecture has no
+    transformers head for, and the pairs this exporter knows cannot work (with why).
+    """
+    if task is not None:
+        task = TASK_ALIASES.get(task, task)
+        if task not in TASKS:
+            raise CheckpointError(f"Unknown task {task!r}; the tasks are: {', '.join(TASKS)}.")
+    everything = _REFUSED.get((model_type, "*"))
+    if everything is not None:
+        raise CheckpointError(f"Architecture {model_type!r} cannot be exported: {everything}.")
+    supported = _heads(model_type)
     if task is None:
-        return _task_of_architecture(model_type, architectures) or supported[0]
-    if task not in TASKS:
-        raise CheckpointError(f"Unknown task {task!r}; the tasks are: {', '.join(TASKS)}.")
-    if task not in supported:
+        task = _inferred(model_type, architectures)
+        if task is None:
+            raise _unknown(model_type, None)
+    elif supported and task not in supported:
         raise CheckpointError(
-            f"Task {task!r} does not fit architecture {model_type!r}, which exports to: "
-            f"{', '.join(supported)}. Leave the task out to use {supported[0]!r}."
+            f"Task {task!r} does not fit architecture {model_type!r}: transformers has no "
+            f"{task} head for it. It exports to: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES.get(model_type, supported))}. Leave the task "
+            f"out to use {_inferred(model_type, architectures)!r}."
+        )
+    why = refusal(model_type, task, config)
+    if why is not None:
+        raise CheckpointError(
+            f"Architecture {model_type!r} cannot be exported for {task!r}: {why}."
         )
     return task

@@ -63,7 +63,7 @@ def _bert_config(folder: pathlib.Path) -> pathlib.Path:
     ("argv", "fragment"),
     [
         (["hf", "nowhere", "-o", "out"], "'nowhere' does not exist"),
-        (["hf", "bert", "-o", "out", "--task", "text-generation"], "does not fit"),
+        (["hf", "bert", "-o", "out", "--task", "depth-estimation"], "does not fit"),
         (["hf", "bert", "-o", "out", "--opset", "7"], "supported opsets"),
         (["hf", "bert", "-o", "out", "--task", "chat"], "invalid choice: 'chat'"),
         (["hf", "empty", "-o", "out"], "config.json' is missing"),

@@ -37,14 +37,24 @@ def test_unsupported_architecture(tmp_path: pathlib.Path) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "mamba"}))
-    with pytest.raises(hf.CheckpointError, match=r"Architecture 'mamba'.*supported: bart"):
+    with pytest.raises(hf.CheckpointError, match=r"'mamba' cannot be exported for 'text-gen.*rec"):
+        hf.export_pretrained(folder, tmp_path / "out")
+
+
+def test_unknown_architecture(tmp_path: pathlib.Path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "no_such_model"}))
+    with pytest.raises(hf.CheckpointError, match=r"'no_such_model'.*not in transformers.*--task"):
         hf.export_pretrained(folder, tmp_path / "out")
 
 
 def test_task_that_does_not_fit(tmp_path: pathlib.Path) -> None:
     folder = _config_only(tmp_path / "bert", tf.BertConfig())
-    with pytest.raises(hf.CheckpointError, match=r"'text-generation' does not fit.*'bert'"):
+    with pytest.raises(hf.CheckpointError, match=r"'bert'.*'text-generation'.*is_decoder=true"):
         hf.export_pretrained(folder, tmp_path / "out", task="text-generation")
+    with pytest.raises(hf.CheckpointError, match=r"'object-detection' does not fit.*'bert'"):
+        hf.export_pretrained(folder, tmp_path / "out", task="object-detection")
 
 
 def test_unknown_task(tmp_path: pathlib.Path) -> None:
@@ -63,7 +73,7 @@ def test_failed_export_leaves_output_as_it_was(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _config_only(tmp_path / "bert", tf.BertConfig(num_hidden_layers=1))
-    monkeypatch.setattr(_export, "_load_model", lambda path, task: tf.BertModel(tf.BertConfig()))
+    monkeypatch.setattr(_export, "_load_model", lambda *_: tf.BertModel(tf.BertConfig()))
 
     def half_written(model: Any, task: str, staged: pathlib.Path, *args: Any) -> list[str]:
         (staged / "model.onnx").write_bytes(b"half")
