@@ -19,9 +19,9 @@ from onnx_export.ops._common import (
     empty,
     ints,
     known_rank,
+    known_shape,
     op,
     output_dtype,
-    static_shape,
     unsupported,
 )
 from onnx_export.ops._registration import onnx_op
@@ -246,13 +246,33 @@ def aten_batch_norm_with_update_functional(
 # -- padding -----------------------------------------------------------------------------
 
 
+def _static_amount(amount: Any) -> int | None:
+    """A pad amount as an int when it is one (or a constant), None when it is symbolic."""
+    if isinstance(amount, ir.Value):
+        tensor = amount.const_value
+        return int(tensor.numpy().reshape(-1)[0]) if tensor is not None else None
+    return int(amount)
+
+
+def _amount(amount: Any) -> ir.Value:
+    """A pad amount (an int or a symbolic INT64 scalar) as a 1-D INT64 value of one."""
+    if isinstance(amount, ir.Value):
+        return op.Reshape(cast_to(amount, ir.DataType.INT64), ints([1]))
+    return ints([int(amount)])
+
+
+def _static_pads(pad: Sequence[Any]) -> list[int] | None:
+    amounts = [_static_amount(p) for p in pad]
+    return None if any(a is None for a in amounts) else amounts  # type: ignore[return-value]
+
+
 def _crop_negative(x: ir.Value, pad: Sequence[int], r: int) -> tuple[Any, list[int]]:
     """Slice away negative pads; return the rest as ONNX pads (begins, then ends)."""
     begins, ends = [0] * r, [0] * r
     starts, stops, axes = [], [], []
     for i in range(len(pad) // 2):
         axis = r - 1 - i
-        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        left, right = pad[2 * i], pad[2 * i + 1]
         if left < 0 or right < 0:
             starts.append(max(0, -left))
             stops.append(right if right < 0 else 2**62)
@@ -263,38 +283,55 @@ def _crop_negative(x: ir.Value, pad: Sequence[int], r: int) -> tuple[Any, list[i
     return x, begins + ends
 
 
-def _circular(x: ir.Value, pad: Sequence[int], r: int) -> ir.Value:
+def _crop_symbolic(x: ir.Value, pad: Sequence[Any], r: int) -> tuple[ir.Value, ir.Value]:
+    """``_crop_negative`` for symbolic amounts: the ONNX pads are a computed INT64 tensor."""
+    zero, big = ints([0]), ints([2**62])
+    begins: list[ir.Value] = [zero] * r
+    ends: list[ir.Value] = [zero] * r
+    starts, stops = [], []
+    axes = [r - 1 - i for i in range(len(pad) // 2)]
+    for i, axis in enumerate(axes):
+        left, right = _amount(pad[2 * i]), _amount(pad[2 * i + 1])
+        starts.append(op.Max(op.Neg(left), zero))
+        stops.append(op.Where(op.Less(right, zero), right, big))
+        begins[axis], ends[axis] = op.Max(left, zero), op.Max(right, zero)
+    if axes:
+        x = op.Slice(x, op.Concat(*starts, axis=0), op.Concat(*stops, axis=0), ints(axes))
+    return x, op.Concat(*begins, *ends, axis=0)
+
+
+def _circular(x: ir.Value, pad: Sequence[Any], r: int) -> ir.Value:
+    """Wrap-around padding: the tail before, the head after (negative amounts crop)."""
+    zero, big = ints([0]), ints([2**62])
     for i in range(len(pad) // 2):
         axis = r - 1 - i
-        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        left_static, right_static = _static_amount(pad[2 * i]), _static_amount(pad[2 * i + 1])
+        if left_static == 0 and right_static == 0:
+            continue
+        left, right = _amount(pad[2 * i]), _amount(pad[2 * i + 1])
+        size = op.Shape(x, start=axis, end=axis + 1)
+        axes = ints([axis])
         parts = []
-        if left > 0:
-            parts.append(op.Slice(x, ints([-left]), ints([2**62]), ints([axis])))
-        core = x
-        if left < 0 or right < 0:
-            core = op.Slice(
-                x, ints([max(0, -left)]), ints([right if right < 0 else 2**62]), ints([axis])
-            )
-        parts.append(core)
-        if right > 0:
-            parts.append(op.Slice(x, ints([0]), ints([right]), ints([axis])))
-        x = op.Concat(*parts, axis=axis) if len(parts) > 1 else core
+        if left_static is None or left_static > 0:  # the last `left` items (none if <= 0)
+            parts.append(op.Slice(x, op.Sub(size, op.Max(left, zero)), big, axes))
+        stop = op.Where(op.Less(right, zero), right, big)
+        parts.append(op.Slice(x, op.Max(op.Neg(left), zero), stop, axes))
+        if right_static is None or right_static > 0:  # the first `right` items
+            parts.append(op.Slice(x, zero, op.Max(right, zero), axes))
+        x = op.Concat(*parts, axis=axis) if len(parts) > 1 else parts[0]
     return x
 
 
-def _replicate(x: ir.Value, pad: Sequence[int], r: int) -> ir.Value:
+def _replicate(x: ir.Value, pad: Sequence[Any], r: int) -> ir.Value:
     """Edge padding as a gather of clamped indices (negative pads crop, as in torch)."""
     for i in range(len(pad) // 2):
         axis = r - 1 - i
-        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
-        if left == 0 and right == 0:
+        if _static_amount(pad[2 * i]) == 0 and _static_amount(pad[2 * i + 1]) == 0:
             continue
+        left = op.Reshape(_amount(pad[2 * i]), ints([]))
+        right = op.Reshape(_amount(pad[2 * i + 1]), ints([]))
         size = op.Reshape(op.Shape(x, start=axis, end=axis + 1), ints([]))
-        positions = op.Range(
-            op.Constant(value_int=-left),
-            op.Add(size, op.Constant(value_int=right)),
-            op.Constant(value_int=1),
-        )
+        positions = op.Range(op.Neg(left), op.Add(size, right), op.Constant(value_int=1))
         last = op.Sub(size, op.Constant(value_int=1))
         clamped = op.Min(op.Max(positions, op.Constant(value_int=0)), last)
         x = op.Gather(x, clamped, axis=axis)
@@ -303,22 +340,34 @@ def _replicate(x: ir.Value, pad: Sequence[int], r: int) -> ir.Value:
 
 @onnx_op("aten::pad")
 def aten_pad(
-    self: ir.Value, pad: Sequence[int], mode: str = "constant", value: float | None = None
+    self: ir.Value, pad: Sequence[Any], mode: str = "constant", value: float | None = None
 ) -> ir.Value:
-    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor."""
+    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor.
+
+    Amounts may be symbolic (``F.pad(x, (0, 0, 0, x.shape[2]))``, padding to a multiple
+    of 32 of a dynamic size); negative amounts crop, in every mode.
+    """
     r = known_rank(self)
     if mode == "circular":
         return _circular(self, pad, r)
     if mode == "replicate":
         return _replicate(self, pad, r)
-    cropped, pads = _crop_negative(self, pad, r)
-    if not any(pads):
-        return op.Identity(cropped)
-    onnx_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[mode]
+    onnx_mode = {"constant": "constant", "reflect": "reflect"}.get(mode)
+    if onnx_mode is None:
+        raise unsupported("mode constant, reflect, replicate or circular", repr(mode))
+    static = _static_pads(pad)
+    pads: Any
+    if static is not None:
+        cropped, static_pads = _crop_negative(self, static, r)
+        if not any(static_pads):
+            return op.Identity(cropped)
+        pads = ints(static_pads)
+    else:
+        cropped, pads = _crop_symbolic(self, pad, r)
     if onnx_mode == "constant":
         fill = const(0 if value is None else value, self)
-        return op.Pad(cropped, ints(pads), fill, mode="constant")
-    return op.Pad(cropped, ints(pads), mode=onnx_mode)
+        return op.Pad(cropped, pads, fill, mode="constant")
+    return op.Pad(cropped, pads, mode=onnx_mode)
 
 
 # -- attention, losses, upsampling -------------------------------------------------------
@@ -365,30 +414,31 @@ def aten_im2col(
 ) -> ir.Value:
     """im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride).
 
-    One strided slice per kernel position, stacked; the shapes are static (any batch size,
-    zero included).
+    One strided slice per kernel position, stacked; any batch size (zero included), any
+    (symbolic) height and width, batched or not.
     """
-    dims = static_shape(self)
+    r = known_rank(self)
     kh, kw = expand_param(kernel_size, 2, [])
     dh, dw = expand_param(dilation, 2, [1, 1])
     ph, pw = expand_param(padding, 2, [0, 0])
     sh, sw = expand_param(stride, 2, [1, 1])
-    lead = len(dims) - 2
-    height, width = dims[-2] + 2 * ph, dims[-1] + 2 * pw
-    out_h = (height - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width - dw * (kw - 1) - 1) // sw + 1
+    lead = r - 2
     padded = op.Pad(self, ints([0] * lead + [ph, pw] + [0] * lead + [ph, pw]))
+    # The last window's start along each axis: ((size + 2p - d(k-1) - 1) // s) * s.
+    spans = op.Sub(op.Shape(padded, start=-2), ints([dh * (kh - 1) + 1, dw * (kw - 1) + 1]))
+    last = op.Mul(op.Div(spans, ints([sh, sw])), ints([sh, sw]))
     patches = []
     for i in range(kh):
         for j in range(kw):
-            starts = [i * dh, j * dw]
-            ends = [starts[0] + (out_h - 1) * sh + 1, starts[1] + (out_w - 1) * sw + 1]
-            window = op.Slice(padded, ints(starts), ints(ends), ints([-2, -1]), ints([sh, sw]))
+            starts = ints([i * dh, j * dw])
+            ends = op.Add(last, ints([i * dh + 1, j * dw + 1]))
+            window = op.Slice(padded, starts, ends, ints([-2, -1]), ints([sh, sw]))
             patches.append(op.Unsqueeze(window, ints([lead])))
     stacked = op.Concat(*patches, axis=lead)  # [..., C, kh*kw, out_h, out_w] with C at lead-1
-    channels = dims[lead - 1] if lead >= 1 else 1
-    shape = [channels * kh * kw, out_h * out_w]
+    blocks = op.Mul(op.Shape(stacked, start=-2, end=-1), op.Shape(stacked, start=-1))
+    channels = known_shape(self)[lead - 1] if lead >= 1 else 1
+    rows = ints([channels * kh * kw if isinstance(channels, int) else -1])  # -1: empty batch
     if lead >= 2:
         batch = op.Shape(self, start=0, end=lead - 1)
-        return op.Reshape(stacked, op.Concat(batch, ints(shape), axis=0))
-    return op.Reshape(stacked, ints(shape))
+        return op.Reshape(stacked, op.Concat(batch, rows, blocks, axis=0))
+    return op.Reshape(stacked, op.Concat(rows, blocks, axis=0))

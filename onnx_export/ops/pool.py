@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_export.ops._common import const, ints, op, static_dims, static_shape, unsupported
+from onnx_export.ops._common import (
+    const,
+    ints,
+    op,
+    rank,
+    static_dims,
+    static_shape,
+    unsupported,
+)
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
@@ -66,6 +74,13 @@ def _avg_pool(
     divisor_override: int | None,
     spatial: int,
 ) -> ir.Value:
+    if rank(self) == spatial + 1:  # unbatched (C, *spatial): ONNX pools want a batch axis
+        batched = op.Unsqueeze(self, ints([0]))
+        pooled = _avg_pool(
+            batched, kernel_size, stride, padding, ceil_mode, count_include_pad,
+            divisor_override, spatial,
+        )  # fmt: skip
+        return op.Squeeze(pooled, ints([0]))
     kernel = expand_param(kernel_size, spatial, [])
     strides = expand_param(stride, spatial, kernel)
     pads = expand_param(padding, spatial, [0] * spatial)
@@ -78,7 +93,11 @@ def _avg_pool(
             pads=pads + pads,
             count_include_pad=int(bool(count_include_pad)),
         )
-    dims = static_shape(self)
+    dims = static_dims(self)
+    if dims is None:
+        return _avg_pool_dynamic(
+            self, kernel, strides, pads, ceil_mode, count_include_pad, divisor_override
+        )
     lead = len(dims) - spatial
     extra = _pool_geometry(dims[lead:], kernel, strides, pads, ceil_mode)
     zeros = [0] * lead
@@ -96,6 +115,53 @@ def _avg_pool(
     windows = op.AveragePool(
         op.Constant(value=ir.tensor(counts)), kernel_shape=kernel, strides=strides
     )
+    divisor = op.Mul(op.CastLike(windows, self), const(volume, self))
+    return op.Div(sums, divisor)
+
+
+def _extra_dynamic(size: ir.Value, k: int, s: int, p: int, ceil_mode: bool) -> ir.Value:
+    """``_pool_geometry`` for one axis whose size (1-D INT64) is known only at run time."""
+    span = op.Add(size, ints([2 * p - k]))
+    steps = op.Div(op.Add(span, ints([s - 1])), ints([s])) if ceil_mode else op.Div(span, ints([s]))
+    if ceil_mode:  # the last window must start inside the input or its left padding
+        outside = op.GreaterOrEqual(op.Mul(steps, ints([s])), op.Add(size, ints([p])))
+        steps = op.Sub(steps, op.Cast(outside, to=int(ir.DataType.INT64)))
+    reach = op.Add(op.Mul(steps, ints([s])), ints([k - 2 * p]))
+    return op.Max(op.Sub(reach, size), ints([0]))
+
+
+def _avg_pool_dynamic(
+    self: ir.Value,
+    kernel: list[int],
+    strides: list[int],
+    pads: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> ir.Value:
+    """ATen's average pooling (``ceil_mode``, exact divisors) for sizes known at run time."""
+    spatial = len(kernel)
+    sizes = [op.Shape(self, start=i - spatial, end=i - spatial + 1 or None) for i in range(spatial)]
+    extra = [
+        _extra_dynamic(size, k, s, p, ceil_mode)
+        for size, k, s, p in zip(sizes, kernel, strides, pads, strict=True)
+    ]
+    zeros = [ints([0, 0])]
+    begins = op.Concat(*zeros, ints(pads), axis=0)
+    ends = op.Concat(*zeros, op.Add(ints(pads), op.Concat(*extra, axis=0)), axis=0)
+    padded = op.Pad(self, op.Concat(begins, ends, axis=0))
+    volume = float(math.prod(kernel))
+    sums = op.Mul(op.AveragePool(padded, kernel_shape=kernel, strides=strides), const(volume, self))
+    if divisor_override:
+        return op.Div(sums, const(float(divisor_override), self))
+    ones = op.ConstantOfShape(
+        op.Concat(ints([1, 1]), *sizes, axis=0), value=ir.tensor([1.0], dtype=ir.DataType.FLOAT)
+    )
+    pad_value = const(1.0 if count_include_pad else 0.0, ones)
+    counts = op.Pad(ones, op.Concat(ints([0, 0, *pads, 0, 0, *pads]), axis=0), pad_value)
+    tail = op.Concat(ints([0] * (spatial + 2)), ints([0, 0]), op.Concat(*extra, axis=0), axis=0)
+    counts = op.Pad(counts, tail)
+    windows = op.AveragePool(counts, kernel_shape=kernel, strides=strides)
     divisor = op.Mul(op.CastLike(windows, self), const(volume, self))
     return op.Div(sums, divisor)
 

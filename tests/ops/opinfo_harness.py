@@ -174,6 +174,10 @@ def _leaves(outputs: Any) -> list[torch.Tensor]:
 # -- the exporters ---------------------------------------------------------------------
 
 
+#: The reason ``translation._symbolic.symbolic_dispatch`` gives (its functions are wrapped).
+_SYMBOLIC_REASON = "onnx-export symbolic scalar function"
+
+
 def own_op_keys(program: Any) -> frozenset[str]:
     """The op keys an ``onnx_export`` program's export dispatched to our own functions.
 
@@ -190,7 +194,11 @@ def own_op_keys(program: Any) -> frozenset[str]:
         d.target + (" (complex)" if d.entry.is_complex else "")
         for d in decisions.values()
         if d.entry is not None
-        and (d.entry.is_own or registered.get((d.target, d.entry.is_complex)) is d.entry.function)
+        and (
+            d.entry.is_own
+            or registered.get((d.target, d.entry.is_complex)) is d.entry.function
+            or (d.reason == _SYMBOLIC_REASON and (d.target, False) in registered)
+        )
     )
 
 

@@ -1,0 +1,357 @@
+"""Our own functions are never narrower than torchlib's for the keys where ours win.
+
+For every key where we register a function over one of torchlib's (``OVERLAP``, read from
+both registries), a small module calls the op with dynamic (symbolic) sizes and, where
+the op allows it, with unbatched inputs; the export runs in ONNX Runtime at sizes the
+example did not have and is compared with eager PyTorch. ``test_every_overlap_has_cases``
+fails when a key gains an own function without a case here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import Dim
+
+import onnx_export
+from tests.helpers import assert_onnx_program_close
+from tests.ops.opinfo_harness import own_op_keys
+
+aten = torch.ops.aten
+DYN = Dim.DYNAMIC
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+def _overlap() -> frozenset[str]:
+    """Keys (``" (complex)"`` for complex variants) where ours overrides one of torchlib's."""
+    import onnxscript.function_libs.torch_lib.ops  # noqa: F401  (registers torchlib)
+    from onnxscript.function_libs.torch_lib.registration import default_registry
+
+    import onnx_export.ops  # noqa: F401  (registers ours)
+    from onnx_export.ops._registration import registered_ops
+
+    torchlib = dict(default_registry.items())
+    keys = set()
+    for own in registered_ops():
+        theirs = torchlib.get(own.target)
+        if theirs is not None and (theirs.complex if own.is_complex else theirs.overloads):
+            keys.add(own.target + (" (complex)" if own.is_complex else ""))
+    return frozenset(keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One call of an overlapping key with symbolic sizes (or an unbatched input).
+
+    Attributes:
+        key: The key (as in ``OVERLAP``) the case must dispatch to our function.
+        name: The test id.
+        forward: The module's ``forward`` body.
+        example: The export's example inputs.
+        other: Inputs at other sizes (the dynamic axes changed), compared after export.
+        dynamic: ``dynamic_shapes`` (one entry per input), None for a static export.
+        xfail: Why the case is expected to fail (None: it must pass).
+        atol: Absolute tolerance.
+    """
+
+    key: str
+    name: str
+    forward: Callable[..., Any]
+    example: Callable[[], tuple[Any, ...]]
+    other: Callable[[], tuple[Any, ...]] | None = None
+    dynamic: tuple[Any, ...] | None = None
+    xfail: str | None = None
+    atol: float = 1e-5
+
+
+class _Module(torch.nn.Module):
+    def __init__(self, forward: Callable[..., Any], arity: int) -> None:
+        super().__init__()
+        self.fn = forward
+        self.arity = arity
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def _module(forward: Callable[..., Any], arity: int) -> torch.nn.Module:
+    # torch.export needs named parameters to match dynamic_shapes: one class per arity.
+    names = ", ".join(f"a{i}" for i in range(arity))
+    namespace: dict[str, Any] = {}
+    exec(f"def forward(self, {names}):\n    return self.fn({names})", namespace)
+    cls = type(f"Call{arity}", (_Module,), {"forward": namespace["forward"]})
+    return cls(forward, arity)  # type: ignore[no-any-return]
+
+
+def _r(*shape: int, seed: int = 0, low: float = -2.0, high: float = 2.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) * (high - low) + low
+
+
+def _i(*shape: int, seed: int = 0, low: int = 0, high: int = 4) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=g)
+
+
+def _d(*axes: int) -> dict[int, Any]:
+    return dict.fromkeys(axes, DYN)
+
+
+def _bn_stats(c: int) -> tuple[torch.Tensor, ...]:
+    return _r(c, seed=1), _r(c, seed=2), _r(c, seed=3), _r(c, seed=4, low=0.5, high=1.5)
+
+
+def _pad_to_32(x: torch.Tensor) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    return F.pad(x, (0, (32 - w % 32) % 32, 0, (32 - h % 32) % 32))
+
+
+def _view_complex(x: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(x)
+
+
+_NORM = [
+    Case(
+        "aten::_native_batch_norm_legit.no_stats",
+        "bn_no_stats",
+        lambda x, w, b: aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
+        lambda: (_r(2, 3, 4, 5), _r(3, seed=1), _r(3, seed=2)),
+        lambda: (_r(4, 3, 6, 3), _r(3, seed=1), _r(3, seed=2)),
+        (_d(0, 2, 3), None, None),
+        atol=1e-4,
+    ),
+    Case(
+        "aten::_native_batch_norm_legit_functional",
+        "bn_functional",
+        lambda x, w, b, m, v: aten._native_batch_norm_legit_functional(
+            x, w, b, m, v, True, 0.1, 1e-5
+        ),
+        lambda: (_r(2, 3, 4, 5), *_bn_stats(3)),
+        lambda: (_r(5, 3, 2, 7), *_bn_stats(3)),
+        (_d(0, 2, 3), None, None, None, None),
+        atol=1e-4,
+    ),
+    Case(
+        "aten::native_batch_norm",
+        "native_bn_train",
+        lambda x, w, b, m, v: aten.native_batch_norm(x, w, b, m, v, True, 0.1, 1e-5),
+        lambda: (_r(2, 3, 5), *_bn_stats(3)),
+        lambda: (_r(4, 3, 9), *_bn_stats(3)),
+        (_d(0, 2), None, None, None, None),
+        atol=1e-4,
+    ),
+    Case(
+        "aten::native_batch_norm",
+        "native_bn_eval",
+        lambda x, w, b, m, v: aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5)[0],
+        lambda: (_r(2, 3, 5), *_bn_stats(3)),
+        lambda: (_r(4, 3, 9), *_bn_stats(3)),
+        (_d(0, 2), None, None, None, None),
+        atol=1e-4,
+    ),
+]
+
+_ELEMENTWISE = [
+    Case(
+        f"aten::{name}",
+        f"{name}_dynamic",
+        getattr(aten, name).default,
+        lambda: (_r(3, 4) * 3,),
+        lambda: (_r(5, 7, seed=1) * 3,),
+        (_d(0, 1),),
+    )
+    for name in ("ceil", "floor", "round", "trunc", "logit", "special_erfcx")
+] + [
+    Case(
+        f"aten::{name}",
+        f"{name}_dynamic",
+        getattr(aten, name).default,
+        lambda: (torch.tensor([[1.0, float("inf")], [float("nan"), -float("inf")]]).repeat(2, 2),),
+        lambda: (torch.tensor([[1.0, float("nan")], [3.0, -float("inf")]]).repeat(3, 1),),
+        (_d(0, 1),),
+    )
+    for name in ("isfinite", "isinf", "isnan")
+] + [
+    Case("aten::round", "round_int_dynamic", aten.round.default, lambda: (_i(5),),
+         lambda: (_i(8, seed=1),), (_d(0),)),
+    Case("aten::logit", "logit_eps_dynamic", lambda x: aten.logit(x, 0.1),
+         lambda: (_r(6, low=0, high=1),), lambda: (_r(9, low=0, high=1),), (_d(0),)),
+    Case("aten::_to_copy", "to_copy_dynamic",
+         lambda x: aten._to_copy(x, dtype=torch.float64),
+         lambda: (_r(3, 4),), lambda: (_r(6, 2),), (_d(0, 1),)),
+]  # fmt: skip
+
+_REDUCE = [
+    Case("aten::all", "all_dynamic", aten.all.default, lambda: (_i(3, 4) > 0,),
+         lambda: (_i(5, 6, seed=1) > 0,), (_d(0, 1),)),
+    Case("aten::all.dim", "all_dim_dynamic", lambda x: aten.all.dim(x, 1),
+         lambda: (_i(3, 4),), lambda: (_i(5, 6, seed=1),), (_d(0, 1),)),
+    Case("aten::all.dims", "all_dims_dynamic", lambda x: aten.all.dims(x, [0, 2]),
+         lambda: (_r(3, 4, 2),), lambda: (_r(5, 6, 3, seed=1),), (_d(0, 1, 2),)),
+    Case("aten::any", "any_dynamic", aten.any.default, lambda: (_i(3, 4) > 2,),
+         lambda: (_i(5, 6, seed=1) > 2,), (_d(0, 1),)),
+    Case("aten::any.dim", "any_dim_dynamic", lambda x: aten.any.dim(x, 0, True),
+         lambda: (_i(3, 4),), lambda: (_i(5, 6, seed=1),), (_d(0, 1),)),
+    Case("aten::any.dims", "any_dims_dynamic", lambda x: aten.any.dims(x, [1]),
+         lambda: (_i(3, 4) > 2,), lambda: (_i(5, 6, seed=1) > 2,), (_d(0, 1),)),
+    Case("aten::amax", "amax_dynamic", lambda x: aten.amax(x, [0, -1]),
+         lambda: (_r(3, 4, 5),), lambda: (_r(6, 2, 3, seed=1),), (_d(0, 1, 2),)),
+    Case("aten::amin", "amin_dynamic", lambda x: aten.amin(x, [1], True),
+         lambda: (_r(3, 4),), lambda: (_r(6, 2, seed=1),), (_d(0, 1),)),
+    Case("aten::unique_consecutive", "unique_consecutive_dynamic",
+         lambda x: aten.unique_consecutive(x, return_inverse=True, return_counts=True),
+         lambda: (torch.tensor([1, 1, 2, 2, 3, 1, 1]),),
+         lambda: (torch.tensor([4, 4, 4, 0, 0, 7, 7, 7, 7, 1]),), (_d(0),)),
+    Case("aten::nonzero", "nonzero_dynamic", aten.nonzero.default,
+         lambda: (_i(3, 4, low=0, high=2),), lambda: (_i(5, 2, low=0, high=2, seed=1),),
+         (_d(0, 1),)),
+    Case("aten::scatter_reduce.two", "scatter_reduce_dynamic",
+         lambda x, i, s: aten.scatter_reduce.two(x, 0, i, s, "amax", include_self=False),
+         lambda: (_r(4, 3), _i(6, 3), _r(6, 3, seed=1)),
+         lambda: (_r(4, 5), _i(9, 5, seed=2), _r(9, 5, seed=3)),
+         (_d(1), _d(0, 1), _d(0, 1))),
+]  # fmt: skip
+
+_SHAPES = [
+    Case("aten::atleast_1d.Sequence", "atleast_1d_dynamic",
+         lambda a, b: aten.atleast_1d.Sequence([a, b]),
+         lambda: (_r(3), _r(2, 4)), lambda: (_r(5), _r(3, 2)), (_d(0), _d(0, 1))),
+    Case("aten::atleast_2d.Sequence", "atleast_2d_dynamic",
+         lambda a, b: aten.atleast_2d.Sequence([a, b]),
+         lambda: (_r(3), _r(2, 4)), lambda: (_r(5), _r(3, 2)), (_d(0), _d(0, 1))),
+    Case("aten::atleast_3d.Sequence", "atleast_3d_dynamic",
+         lambda a, b: aten.atleast_3d.Sequence([a, b]),
+         lambda: (_r(3), _r(2, 4)), lambda: (_r(5), _r(3, 2)), (_d(0), _d(0, 1))),
+    Case("aten::sym_size.int", "sym_size_reshape",
+         lambda x: x.reshape(aten.sym_size.int(x, 0) * aten.sym_size.int(x, -2), -1)
+         + aten.sym_size.int(x, 2),
+         lambda: (_r(2, 3, 4),), lambda: (_r(3, 5, 2),), (_d(0, 1, 2),)),
+    Case("aten::sym_storage_offset", "storage_offset_of_slice",
+         lambda x: aten.sym_storage_offset(x[1:]) + x,
+         lambda: (_r(4, 3),), lambda: (_r(6, 3),), (_d(0),),
+         xfail="torch.export folds storage_offset() to a constant; no node reaches us"),
+    Case("aten::linspace", "linspace_in_dynamic_model",
+         lambda x: x * torch.linspace(-1.0, 2.0, 6),
+         lambda: (_r(5, 6),), lambda: (_r(9, 6),), (_d(0),)),
+    Case("aten::linspace", "linspace_symbolic_steps",
+         lambda x: x + torch.linspace(0.0, 1.0, x.shape[0]),
+         lambda: (_r(5),), lambda: (_r(9),), (_d(0),),
+         xfail="torch.export specialises linspace's steps (a SymInt) to the example's size"),
+    Case("aten::im2col", "im2col_dynamic",
+         lambda x: aten.im2col(x, [2, 2], [1, 1], [1, 0], [1, 2]),
+         lambda: (_r(2, 3, 5, 6),), lambda: (_r(3, 3, 7, 4),), (_d(0, 2, 3),)),
+    Case("aten::im2col", "im2col_unbatched",
+         lambda x: aten.im2col(x, [2, 3], [1, 1], [0, 1], [2, 1]),
+         lambda: (_r(3, 5, 6),), lambda: (_r(3, 8, 4),), (_d(1, 2),)),
+    Case("aten::im2col", "im2col_empty_batch",
+         lambda x: aten.im2col(x, [2, 2], [2, 1], [0, 0], [1, 1]), lambda: (_r(0, 2, 5, 4),)),
+    Case("aten::clone (complex)", "clone_complex_dynamic",
+         lambda x: torch.view_as_real(aten.clone(_view_complex(x))) * 2,
+         lambda: (_r(3, 4, 2),), lambda: (_r(5, 7, 2),), (_d(0, 1),)),
+]  # fmt: skip
+
+_POOL = [
+    Case("aten::avg_pool2d", "avg_pool2d_dynamic", lambda x: aten.avg_pool2d(x, [2, 2]),
+         lambda: (_r(2, 3, 8, 6),), lambda: (_r(3, 3, 10, 12),), (_d(0, 2, 3),)),
+    Case("aten::avg_pool2d", "avg_pool2d_ceil_dynamic",
+         lambda x: aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1], True, False),
+         lambda: (_r(2, 3, 8, 7),), lambda: (_r(1, 3, 11, 10),), (_d(0, 2, 3),)),
+    Case("aten::avg_pool2d", "avg_pool2d_divisor_dynamic",
+         lambda x: aten.avg_pool2d(x, [2, 3], [1, 2], [0, 1], False, True, 5),
+         lambda: (_r(2, 3, 8, 7),), lambda: (_r(1, 3, 5, 10),), (_d(0, 2, 3),)),
+    Case("aten::avg_pool2d", "avg_pool2d_unbatched", lambda x: aten.avg_pool2d(x, [2, 2]),
+         lambda: (_r(3, 8, 6),), lambda: (_r(3, 10, 4),), (_d(1, 2),)),
+    Case("aten::avg_pool2d", "avg_pool2d_unbatched_ceil",
+         lambda x: aten.avg_pool2d(x, [3, 2], [2, 2], [1, 0], True),
+         lambda: (_r(3, 8, 7),), lambda: (_r(3, 9, 5),), (_d(1, 2),)),
+    Case("aten::avg_pool3d", "avg_pool3d_dynamic", lambda x: aten.avg_pool3d(x, [2, 2, 2]),
+         lambda: (_r(2, 2, 4, 6, 6),), lambda: (_r(1, 2, 6, 4, 8),), (_d(0, 2, 3, 4),)),
+    Case("aten::avg_pool3d", "avg_pool3d_ceil_dynamic",
+         lambda x: aten.avg_pool3d(x, [2, 3, 2], [2, 2, 2], [0, 1, 1], True, True),
+         lambda: (_r(1, 2, 5, 6, 7),), lambda: (_r(2, 2, 7, 5, 6),), (_d(0, 2, 3, 4),)),
+    Case("aten::avg_pool3d", "avg_pool3d_unbatched", lambda x: aten.avg_pool3d(x, [2, 2, 2]),
+         lambda: (_r(2, 4, 6, 6),), lambda: (_r(2, 6, 4, 8),), (_d(1, 2, 3),)),
+]  # fmt: skip
+
+_PAD = [
+    Case("aten::pad", "pad_replicate_by_height",
+         lambda x: F.pad(x, (0, 0, 0, x.shape[2]), "replicate"),
+         lambda: (_r(1, 2, 5, 6),), lambda: (_r(2, 2, 3, 4),), (_d(0, 2, 3),)),
+    Case("aten::pad", "pad_to_multiple_of_32", _pad_to_32,
+         lambda: (_r(1, 2, 33, 40),), lambda: (_r(2, 2, 20, 64),), (_d(0, 2, 3),)),
+    Case("aten::pad", "pad_reflect_symbolic",
+         lambda x: F.pad(x, (x.shape[-1] // 2, 1), "reflect"),
+         lambda: (_r(2, 3, 6),), lambda: (_r(3, 3, 9),), (_d(0, 2),)),
+    Case("aten::pad", "pad_circular_symbolic",
+         lambda x: F.pad(x, (1, x.shape[-1] // 3, x.shape[-2] // 2, 0), "circular"),
+         lambda: (_r(1, 2, 4, 6),), lambda: (_r(2, 2, 6, 9),), (_d(0, 2, 3),)),
+    Case("aten::pad", "pad_constant_negative_symbolic",
+         lambda x: F.pad(x, (-(x.shape[-1] // 3), 2), value=1.5),
+         lambda: (_r(2, 6),), lambda: (_r(3, 9),), (_d(0, 1),)),
+    Case("aten::pad", "pad_replicate_unbatched",
+         lambda x: F.pad(x, (2, 1, 0, 3), "replicate"), lambda: (_r(3, 4, 5),)),
+    Case("aten::pad", "pad_reflect_unbatched",
+         lambda x: F.pad(x, (2, 1), "reflect"), lambda: (_r(3, 5),)),
+]  # fmt: skip
+
+_ATTENTION = [
+    Case("aten::scaled_dot_product_attention", "sdpa_dynamic_seq",
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         lambda: (_r(2, 2, 5, 4), _r(2, 2, 5, 4, seed=1), _r(2, 2, 5, 4, seed=2)),
+         lambda: (_r(3, 2, 7, 4), _r(3, 2, 7, 4, seed=1), _r(3, 2, 7, 4, seed=2)),
+         (_d(0, 2), _d(0, 2), _d(0, 2)), atol=1e-4),
+    Case("aten::scaled_dot_product_attention", "sdpa_mask_dynamic",
+         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+         lambda: (_r(2, 3, 4), _r(2, 6, 4, seed=1), _r(2, 6, 4, seed=2), _r(3, 6, seed=3)),
+         lambda: (_r(1, 5, 4), _r(1, 2, 4, seed=1), _r(1, 2, 4, seed=2), _r(5, 2, seed=3)),
+         (_d(0, 1), _d(0, 1), _d(0, 1), _d(0, 1)), atol=1e-4),
+    Case("aten::cross_entropy_loss", "cross_entropy_dynamic",
+         F.cross_entropy,
+         lambda: (_r(4, 5), _i(4, high=5)), lambda: (_r(7, 5), _i(7, high=5, seed=1)),
+         (_d(0), _d(0)), atol=1e-4),
+    Case("aten::cross_entropy_loss", "cross_entropy_spatial_dynamic",
+         lambda x, t: F.cross_entropy(x, t, reduction="none", ignore_index=1),
+         lambda: (_r(2, 4, 3), _i(2, 3, high=4)), lambda: (_r(3, 4, 6), _i(3, 6, high=4)),
+         (_d(0, 2), _d(0, 1)), atol=1e-4),
+    Case("aten::cross_entropy_loss", "cross_entropy_unbatched",
+         lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+         lambda: (_r(5), torch.tensor(3)), atol=1e-4),
+    Case("aten::cross_entropy_loss", "cross_entropy_probabilities_dynamic",
+         lambda x, t: F.cross_entropy(x, t.softmax(-1)),
+         lambda: (_r(4, 5), _r(4, 5, seed=1)), lambda: (_r(6, 5), _r(6, 5, seed=2)),
+         (_d(0), _d(0)), atol=1e-4),
+]  # fmt: skip
+
+CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION]
+
+
+def test_every_overlap_has_cases() -> None:
+    covered = {case.key for case in CASES}
+    missing = sorted(_overlap() - covered)
+    assert not missing, f"own functions over torchlib's without a case here: {missing}"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=c.xfail, strict=True)])
+        if c.xfail
+        else pytest.param(c, id=c.name)
+        for c in CASES
+    ],
+)
+def test_own_function_takes_what_torchlib_takes(case: Case) -> None:
+    example = case.example()
+    model = _module(case.forward, len(example))
+    options = onnx_export.ExportOptions(dynamic_shapes=case.dynamic)
+    program = onnx_export.dynamo_export(model, *example, export_options=options)
+    assert case.key in own_op_keys(program), f"{case.key} did not dispatch to our function"
+    assert_onnx_program_close(program, model, *example, atol=case.atol)
+    if case.other is not None:
+        assert_onnx_program_close(program, model, *case.other(), atol=case.atol)
