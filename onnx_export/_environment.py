@@ -12,10 +12,26 @@ import platform
 import re
 from collections.abc import Mapping
 
-__all__ = ["EnvironmentReport", "check_environment", "MIN_TORCH", "MIN_ONNXSCRIPT"]
+__all__ = [
+    "EnvironmentReport",
+    "check_environment",
+    "MIN_TORCH",
+    "MIN_ONNXSCRIPT",
+    "TESTED_TORCH",
+    "TORCH_INSTALL",
+]
 
 MIN_TORCH = (2, 13)
 """The oldest torch release the exporter supports (it relies on torch.export's API)."""
+
+TESTED_TORCH = "2.13.0"
+"""The torch release the exporter's test suite runs on."""
+
+TORCH_INSTALL = (
+    f"pip install torch=={TESTED_TORCH} --index-url https://download.pytorch.org/whl/cpu"
+)
+"""How to install the tested torch, CPU build (a plain ``pip install torch`` on Linux brings
+the multi-GB CUDA build; for a GPU, use the CUDA index of https://pytorch.org instead)."""
 
 MIN_ONNXSCRIPT = (0, 7)
 """The oldest onnxscript release whose torchlib and optimizer the exporter supports."""
@@ -148,10 +164,7 @@ def _import_version(label: str, module_name: str) -> tuple[str | None, str | Non
         module = importlib.import_module(module_name)
     except Exception as e:  # any import failure means "not usable here"
         reason = f"{type(e).__name__}: {e}".splitlines()[0]
-        return (
-            None,
-            f"{label} cannot be imported ({reason}); install it with `pip install {label}`.",
-        )
+        return None, f"{label} cannot be imported ({reason}); install it with `{_install(label)}`."
     return str(getattr(module, "__version__", "unknown")), None
 
 
@@ -177,6 +190,13 @@ def _version_problems(versions: Mapping[str, str | None]) -> list[str]:
             wanted = ".".join(map(str, minimum))
             problems.append(
                 f"{label} {version} is older than {wanted}, the oldest onnx-export supports; "
-                f"upgrade with `pip install '{label}>={wanted}'`."
+                f"upgrade with `{_install(label, wanted)}`."
             )
     return problems
+
+
+def _install(label: str, wanted: str = "") -> str:
+    """The pip command line that installs ``label``: torch's tested CPU build for torch."""
+    if label == "torch":
+        return TORCH_INSTALL
+    return f"pip install '{label}>={wanted}'" if wanted else f"pip install {label}"

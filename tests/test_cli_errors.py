@@ -141,7 +141,9 @@ def _nested_model() -> torch.nn.Module:
 CASES = {
     # the command line itself
     "no command": ("", 2, "required: COMMAND"),
-    "unknown command": ("bogus", 2, "invalid choice"),
+    "unknown command": ("bogus", 2, "unknown command 'bogus'; the commands are export"),
+    "mistyped command": ("exprot factories:linear -o m.onnx", 2, "did you mean 'export'?"),
+    "mistyped command after -v": ("-v dcotor", 2, "did you mean 'doctor'?"),
     "unknown option": ("info linear.onnx --bogus", 2, "onnx-export info: error: unrecognized"),
     "doctor extra argument": ("doctor now", 2, "unrecognized arguments"),
     # export
@@ -150,13 +152,13 @@ CASES = {
     "export factory missing": ("export factories:nope -o m.onnx", 2, "no attribute"),
     "export factory raises": ("export factories:raises -o m.onnx", 2, "ZeroDivision"),
     "export -o folder": ("export factories:linear -o a_folder", 2, "a_folder' is a folder"),
-    "export -o in missing folder": (
-        "export factories:linear -o no/such/m.onnx",
+    "export -o under a file": (
+        "export factories:linear -o linear.npz/m.onnx",
         2,
-        "no/such' does not exist",
+        "linear.npz' is a file, not a folder",
     ),
-    "export --report in missing folder": (
-        "export factories:linear -o m.onnx --report no/r.sarif",
+    "export --report under a file": (
+        "export factories:linear -o m.onnx --report linear.npz/r.sarif",
         2,
         "--report",
     ),
@@ -204,10 +206,10 @@ CASES = {
         1,
         "scale = 3.0 baked in",
     ),
-    "run --output in missing folder": (
-        "run linear.onnx --inputs linear.npz --output no/such/dir/out.npz",
+    "run --output under a file": (
+        "run linear.onnx --inputs linear.npz --output linear.npz/dir/out.npz",
         2,
-        "no/such/dir' does not exist",
+        "linear.npz' is a file, not a folder",
     ),
     "run --output folder": (
         "run linear.onnx --inputs linear.npz --output a_folder",
@@ -226,7 +228,7 @@ CASES = {
     "diagnostics not json": ("diagnostics garbage.sarif", 2, "garbage.sarif"),
     "diagnostics folder": ("diagnostics a_folder", 2, "is a folder"),
     # demo
-    "demo -o in missing folder": ("demo -o no/such/m.onnx", 2, "does not exist"),
+    "demo -o under a file": ("demo -o linear.npz/m.onnx", 2, "is a file, not a folder"),
     "demo -o folder": ("demo -o a_folder", 2, "is a folder"),
 }
 

@@ -9,20 +9,25 @@ Exit codes: 0 success; 1 the work failed (export error, mismatch, a run that rai
 command line or an input file cannot be used (bad option or number, missing, empty or
 unreadable file, an output that cannot be written, a ``MODULE:FACTORY`` that cannot be
 imported or called, or the ``export`` extra missing for ``export``, ``verify``, ``demo``).
-Every error is one line on stderr, without a traceback; ``--verbose`` adds the details.
-``run``, ``info``, ``diagnostics`` and ``doctor`` need no torch.
+Every error is one line on stderr, without a traceback; ``-v``/``--verbose`` (before or
+after the command name) adds the details and lets torch's logs through. ``--version`` prints
+the version; a mistyped command gets a "did you mean". ``run``, ``info``, ``diagnostics`` and
+``doctor`` need no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import functools
 import importlib
+import logging
 import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from onnx_export.cli._common import (
@@ -49,16 +54,46 @@ _COMMANDS = (
 
 
 def _parser() -> OneLineParser:
+    from onnx_export import __version__
+
     parser = OneLineParser(
         prog="onnx-export",
         description="Export PyTorch models to ONNX with torch.export and onnxscript's torchlib.",
         epilog="Exit codes: 0 success, 1 the work failed, 2 the command line or an input "
         "file cannot be used. Run `onnx-export COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"onnx-export {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        dest="global_verbose",  # the command's own -v would overwrite a shared dest
+        help="on failure, also print the details (traceback, torch's logs); also accepted "
+        "after the command name",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(commands)
     return parser
+
+
+def _command_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The commands and aliases the parser knows."""
+    for action in parser._actions:  # argparse has no public accessor for subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
+def _unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """``error: ...; did you mean ...?`` when the first word is not a command, else None."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    names = _command_names(parser)
+    if word is None or word in names:
+        return None
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; the commands are {', '.join(names)}"
+    return f"onnx-export: error: unknown command {word!r}{hint} (see onnx-export -h)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,8 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parse(argv: list[str]) -> argparse.Namespace | int:
     """The parsed command line, or the exit code when it is help or a usage error."""
+    parser = _parser()
+    mistyped = _unknown_command(parser, argv)
+    if mistyped is not None:
+        print(mistyped, file=sys.stderr)
+        return EXIT_USAGE
     try:
-        args, unknown = _parser().parse_known_args(argv)
+        args, unknown = parser.parse_known_args(argv)
     except SystemExit as exit_request:  # --help (0) or a usage error (2, already printed)
         return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
     if unknown:
@@ -91,6 +131,7 @@ def _parse(argv: list[str]) -> argparse.Namespace | int:
         message = f"unrecognized arguments: {' '.join(unknown)} (see {prog} -h)"
         print(f"{prog}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    args.verbose = bool(getattr(args, "verbose", False) or args.global_verbose)
     return args
 
 
@@ -99,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     prog = f"onnx-export {args.command}"
     verbose = bool(getattr(args, "verbose", False))
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _logs_shown(verbose):
             warnings.showwarning = functools.partial(_show_warning, prog)
             return int(args.handler(args))
     except CommandError as e:
@@ -120,6 +161,19 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+
+
+@contextlib.contextmanager
+def _logs_shown(verbose: bool) -> Iterator[None]:
+    """With ``verbose``, the ``onnx_export`` logger at INFO: the export shows torch's logs."""
+    logger = logging.getLogger("onnx_export")
+    saved = logger.level
+    if verbose:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 def _silence_stdout() -> None:

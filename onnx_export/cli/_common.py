@@ -31,6 +31,8 @@ __all__ = [
     "add_command",
     "existing_file",
     "writable_output",
+    "writable_folder",
+    "require_extra",
     "require_export_extra",
     "one_line",
     "quiet_stderr",
@@ -42,6 +44,12 @@ EXIT_USAGE = 2
 #: What ``pip`` installs for the commands that need torch.
 EXPORT_EXTRA = "pip install 'onnx-export[export]'"
 _EXPORT_MODULES = ("torch", "onnxscript", "onnx_ir")
+#: The modules each extra installs, as imported.
+_EXTRA_MODULES = {
+    "export": _EXPORT_MODULES,
+    "hf": (*_EXPORT_MODULES, "transformers", "safetensors"),
+}
+_PIP_NAMES = {"onnx_ir": "onnx-ir"}
 
 Subcommands = Any  # what ArgumentParser.add_subparsers returns (argparse's private class)
 #: A command's handler: the parsed arguments -> the exit code.
@@ -132,35 +140,82 @@ def existing_file(path: str | os.PathLike[str], what: str) -> pathlib.Path:
 def writable_output(
     path: str | os.PathLike[str], option: str, example: str = "model.onnx"
 ) -> pathlib.Path:
-    """``path`` as a ``Path``; a :class:`UsageError` when a file cannot be written there."""
+    """``path`` as a ``Path``; a :class:`UsageError` when a file cannot be written there.
+
+    Checked before any work runs. Missing folders are fine (the writer creates them, as
+    ``ONNXProgram.save`` does) when the closest existing one is a writable folder.
+    """
     result = pathlib.Path(path)
-    folder = result.parent
     if result.is_dir():
         raise UsageError(
             f"{option} {os.fspath(path)!r} is a folder; give a file name, "
             f"e.g. {os.fspath(result / example)!r}."
         )
+    _check_folder_can_hold(result, option, path)
+    return result
+
+
+def writable_folder(path: str | os.PathLike[str], option: str) -> pathlib.Path:
+    """``path`` as a ``Path``; a :class:`UsageError` when a folder cannot be written there.
+
+    The folder is written beside itself and renamed into place, so the closest existing
+    folder above it must be writable (missing folders are created).
+    """
+    result = pathlib.Path(path)
+    if result.exists() and not result.is_dir():
+        raise UsageError(
+            f"{option} {os.fspath(path)!r} is a file; give a folder to write (it is created "
+            "if missing)."
+        )
+    _check_folder_can_hold(result, option, path)
+    return result
+
+
+def _check_folder_can_hold(result: pathlib.Path, option: str, path: str | os.PathLike[str]) -> None:
+    """The closest existing folder above ``result`` is a writable folder (not a file)."""
+    folder = result.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     if not folder.is_dir():
         raise UsageError(
-            f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} does not exist; "
-            "create it first."
+            f"{option} {os.fspath(path)!r}: {os.fspath(folder)!r} is a file, not a folder, so "
+            "nothing can be written under it."
         )
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} "
-                         "is not writable.")  # fmt: skip
-    return result
+        raise UsageError(
+            f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} is not writable."
+        )
+
+
+def require_extra(command: str, extra: str = "export") -> None:
+    """A :class:`UsageError` naming ``extra`` when a module it installs cannot be imported.
+
+    Args:
+        command: The command that needs them (``"export"``, ``"hf"``...).
+        extra: ``"export"`` (torch, onnxscript, onnx-ir) or ``"hf"`` (those and transformers,
+            safetensors): the extra that installs everything the command needs.
+    """
+    modules = _EXTRA_MODULES[extra]
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            names = ", ".join(_PIP_NAMES.get(m, m) for m in modules)
+            torch_first = ""
+            if module == "torch":
+                from onnx_export._environment import TORCH_INSTALL
+
+                torch_first = f" (torch's CPU build first: {TORCH_INSTALL})"
+            raise UsageError(
+                f"`onnx-export {command}` needs {names} ({module} cannot be imported: "
+                f"{one_line(str(e))}); install them with pip install "
+                f"'onnx-export[{extra}]'{torch_first}."
+            ) from e
 
 
 def require_export_extra(command: str) -> None:
     """A :class:`UsageError` naming the ``export`` extra when torch & co. cannot be imported."""
-    for module in _EXPORT_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise UsageError(
-                f"`onnx-export {command}` needs torch, onnxscript and onnx-ir ({module} cannot "
-                f"be imported: {one_line(str(e))}); install them with {EXPORT_EXTRA}."
-            ) from e
+    require_extra(command, "export")
 
 
 def one_line(text: str, limit: int = 600) -> str:

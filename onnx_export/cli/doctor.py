@@ -25,13 +25,15 @@ def register(commands: Subcommands) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from onnx_export._environment import check_environment
+    from onnx_export._environment import TORCH_INSTALL, check_environment
 
     report = check_environment()
     print(report)
     if not report.export_supported:
+        torch_first = "" if report.torch else f"`{TORCH_INSTALL}` (torch's CPU build), then "
         raise CommandError(
             f"export is not supported here ({len(report.problems)} problem(s) above); "
-            f"{EXPORT_EXTRA} installs what it needs, and run, info and diagnostics work as is."
+            f"{torch_first}`{EXPORT_EXTRA}` installs what it needs, and run, info and "
+            "diagnostics work as is."
         )
     return 0

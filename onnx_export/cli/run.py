@@ -112,6 +112,7 @@ def _save_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
     import os
     import tempfile
 
+    path.parent.mkdir(parents=True, exist_ok=True)  # as ONNXProgram.save does
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
     written = False
     try:
