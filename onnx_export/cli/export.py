@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +71,12 @@ def register(commands: Subcommands) -> None:
         "written only when the export fails, to a temporary file the error names)",
     )
     parser.add_argument("--no-optimize", action="store_true", help="skip onnxscript's optimizer")
+    parser.add_argument(
+        "--allow-static",
+        action="store_true",
+        help="when the model's code fixes the size of a --dynamic dimension, export it static "
+        "with a warning (one stderr line per dimension) instead of failing",
+    )
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
@@ -106,12 +114,20 @@ def export_quietly(
         CommandError: The export failed (exit code 1); the message names the SARIF report.
     """
     from onnx_export._export import dynamo_export
-    from onnx_export.errors import ExportInputError, OnnxExportError
+    from onnx_export.errors import ExportInputError, OnnxExportError, StaticDimensionWarning
 
     name = type(call.model).__name__
     try:
-        with quiet_stderr(verbose):
-            return dynamo_export(call.model, *call.args, export_options=options, **call.kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", StaticDimensionWarning)
+            with quiet_stderr(verbose):
+                program = dynamo_export(
+                    call.model, *call.args, export_options=options, **call.kwargs
+                )
+        for warning in caught:  # one line each (others were silenced with torch's logs)
+            if issubclass(warning.category, StaticDimensionWarning):
+                print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
+        return program
     except OnnxExportError as e:
         error = UsageError if isinstance(e, ExportInputError) else CommandError
         report = None
@@ -173,4 +189,5 @@ def _export_options(args: argparse.Namespace) -> ExportOptions:
         opset_version=args.opset if args.opset is not None else DEFAULT_OPSET,
         optimize=not args.no_optimize,
         diagnostic_options=diagnostic_options,
+        allow_static_fallback=getattr(args, "allow_static", False),
     )

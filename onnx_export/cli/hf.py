@@ -18,7 +18,8 @@ from onnx_export.cli._common import (
     require_extra,
     writable_folder,
 )
-from onnx_export.hf._tasks import TASKS
+from onnx_export.hf._errors import CheckpointError
+from onnx_export.hf._tasks import TASK_ALIASES, TASKS, read_checkpoint, resolve_task
 
 __all__ = ["register"]
 
@@ -43,7 +44,7 @@ def register(commands: Subcommands) -> None:
         help="the folder to write (replaced only once everything is written)",
     )  # fmt: skip
     parser.add_argument(
-        "--task", choices=TASKS, default=None, metavar="TASK",
+        "--task", choices=(*TASKS, *TASK_ALIASES), default=None, metavar="TASK",
         help=f"what to export: {', '.join(TASKS)}; by default inferred from config.json's "
         "architectures",
     )  # fmt: skip
@@ -61,7 +62,17 @@ def register(commands: Subcommands) -> None:
     )  # fmt: skip
 
 
+def _refuse_early(args: argparse.Namespace) -> None:
+    """The checkpoint's architecture and task checked from config.json alone (no torch)."""
+    try:
+        checkpoint = read_checkpoint(args.checkpoint)
+        resolve_task(checkpoint.model_type, checkpoint.architectures, args.task, checkpoint.config)
+    except CheckpointError as e:
+        raise UsageError(one_line(str(e))) from e
+
+
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    _refuse_early(args)
     require_extra("hf", "hf")  # the hf extra installs torch & co. too: name it alone
     writable_folder(args.output, "-o/--output")  # before the export, not after it
     from onnx_export._options import SUPPORTED_OPSETS
