@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from onnx_export.hf._generate import Stopping, as_ids, as_mask, check_max_new_tokens, decode
+from onnx_export.hf._beam import BeamSettings, beam_search
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf._generate import (
+    StopCheck,
+    Stopping,
+    Streamer,
+    as_ids,
+    as_mask,
+    as_rng,
+    check_max_new_tokens,
+    check_vocab,
+    decode,
+    decode_steps,
+)
+from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf._session import StepSession
+from onnx_export.hf._settings import GenerationSettings, resolve_settings
 
 __all__ = ["OrtModelForCausalLM"]
 
@@ -76,6 +92,21 @@ class OrtModelForCausalLM:
         session = StepSession(folder.path / "model.onnx", providers, session_options)
         return cls(folder, session)
 
+    def __repr__(self) -> str:
+        config = self.folder.config
+        layers = config.get("num_hidden_layers", config.get("n_layer"))
+        architecture = ",".join(config.get("architectures") or [str(config.get("model_type"))])
+        return (
+            f"OrtModelForCausalLM(folder={os.fspath(self.folder.path)!r}, "
+            f"architecture={architecture!r}, layers={layers}, "
+            f"providers={self.session.session.get_providers()})"
+        )
+
+    def _ids(self, input_ids: Any) -> npt.NDArray[np.int64]:
+        ids = as_ids(input_ids)
+        check_vocab(ids, self.folder.config.get("vocab_size"))
+        return ids
+
     def _prompt_feed(
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> dict[str, Any]:
@@ -91,7 +122,7 @@ class OrtModelForCausalLM:
             >>> model.logits([[1, 2, 3]]).shape  # doctest: +SKIP
             (1, 3, 32000)
         """
-        ids = as_ids(input_ids)
+        ids = self._ids(input_ids)
         feed = {**self._prompt_feed(ids, as_mask(attention_mask, ids))}
         results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
         return np.asarray(results["logits"].numpy())
@@ -102,46 +133,142 @@ class OrtModelForCausalLM:
         attention_mask: Any = None,
         *,
         max_new_tokens: int,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
-        seed: int | None = None,
+        seed: int | np.random.Generator | None = None,
+        streamer: Streamer | None = None,
+        **settings: Any,
     ) -> npt.NDArray[np.int64]:
-        """Continue each prompt by up to ``max_new_tokens`` tokens.
+        """Continue each prompt by up to ``max_new_tokens`` tokens, as transformers would.
 
-        Greedy decoding (the default) gives the tokens ``transformers``' ``generate()``
-        gives; left-padded batches are handled as it handles them (positions from the
-        attention mask).
+        Greedy decoding, beam search and every processor below give the tokens
+        ``transformers``' ``generate()`` gives, left-padded batches included (positions
+        come from the attention mask). A setting left ``None`` is taken from the folder's
+        ``generation_config.json``, else from transformers' defaults.
 
         Args:
             input_ids: Prompts, (batch, length) integers; left-pad prompts of different
                 lengths and mark the padding with 0 in ``attention_mask``.
             attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
             max_new_tokens: How many tokens to add at most.
-            do_sample: Sample instead of taking the most likely token.
-            temperature: Divides the logits before sampling.
-            top_k: Sample among the ``top_k`` most likely tokens.
-            top_p: Sample among the most likely tokens whose probabilities reach ``top_p``.
             eos_token_id: Token(s) that end a row; generation_config.json's by default.
             pad_token_id: Written after a row ended; the config's, else the first EOS.
-            seed: Seed of the sampling generator (same seed, same tokens).
+            seed: Seed of the sampling generator, or a ``numpy.random.Generator``.
+            streamer: Called with each step's new tokens, (batch,) int64, as they come
+                (not with beam search, whose beams change until the end).
+            **settings: transformers' names: ``do_sample``, ``temperature``, ``top_k``,
+                ``top_p``, ``num_beams``, ``num_return_sequences``, ``length_penalty``,
+                ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``,
+                ``min_new_tokens``, ``min_length``, ``bad_words_ids``, ``stop_strings``.
 
         Returns:
-            int64 array (batch, length + new tokens): the prompts and their continuations.
+            int64 array (batch * num_return_sequences, length + new tokens): the prompts
+            and their continuations (beam search: each prompt's best first).
 
         Raises:
-            GenerationError: Bad shapes or arguments, or a prompt (plus new tokens)
+            GenerationError: Bad shapes, ids or arguments, or a prompt (plus new tokens)
                 longer than the model's maximum positions.
 
         Example:
             >>> model.generate([[1, 2, 3]], max_new_tokens=2).shape  # doctest: +SKIP
             (1, 5)
+            >>> model.generate([[1, 2, 3]], max_new_tokens=2, num_beams=3)  # doctest: +SKIP
+            array([[1, 2, 3, 9, 4]])
         """
+        plan = self._plan(
+            input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
+        )
+        rng = as_rng(seed)
+        if plan.settings.num_beams > 1:
+            if streamer is not None:
+                raise GenerationError(
+                    "streamer works with greedy or sampled decoding, not with num_beams > 1 "
+                    "(beams change until the end): drop one of them."
+                )
+            beams = BeamSettings(
+                num_beams=plan.settings.num_beams,
+                length_penalty=plan.settings.length_penalty,
+                early_stopping=plan.settings.early_stopping,
+                num_return_sequences=plan.settings.num_return_sequences,
+                do_sample=plan.settings.do_sample,
+            )
+            first, next_feed = self._feeds(plan.ids, plan.mask)
+            return beam_search(
+                self.session,
+                first,
+                next_feed,
+                plan.ids,
+                plan.chooser,
+                plan.stopping,
+                beams,
+                rng,
+                plan.padding,
+            )
+        first, next_feed = self._feeds(plan.ids, plan.mask)
+        return decode(
+            self.session,
+            first,
+            next_feed,
+            plan.ids,
+            plan.chooser,
+            plan.stopping,
+            rng,
+            padding=plan.padding,
+            streamer=streamer,
+        )
+
+    def stream(
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        seed: int | np.random.Generator | None = None,
+        **settings: Any,
+    ) -> Iterator[npt.NDArray[np.int64]]:
+        """:meth:`generate`'s new tokens, one step at a time: (batch,) int64 each.
+
+        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`.
+
+        Example:
+            >>> for tokens in model.stream([[1, 2, 3]], max_new_tokens=3):  # doctest: +SKIP
+            ...     print(tokens)
+            [7]
+            [7]
+            [9]
+        """
+        plan = self._plan(
+            input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
+        )
+        if plan.settings.num_beams > 1:
+            raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
+        first, next_feed = self._feeds(plan.ids, plan.mask)
+        steps = decode_steps(
+            self.session,
+            first,
+            next_feed,
+            plan.ids,
+            plan.chooser,
+            plan.stopping,
+            as_rng(seed),
+            plan.padding,
+        )
+        for sequences in steps:
+            yield sequences[:, -1].copy()
+
+    def _plan(
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        max_new_tokens: int,
+        eos_token_id: Any,
+        pad_token_id: int | None,
+        given: dict[str, Any],
+    ) -> _Plan:
         max_new_tokens = check_max_new_tokens(max_new_tokens)
-        ids = as_ids(input_ids)
+        ids = self._ids(input_ids)
         mask = as_mask(attention_mask, ids)
         limit = self.folder.max_positions(*_POSITION_LIMITS)
         check_length("The prompt length", ids.shape[1], limit, "Shorten the prompt.")
@@ -151,14 +278,53 @@ class OrtModelForCausalLM:
             limit,
             "Lower max_new_tokens or shorten the prompt.",
         )
+        settings = resolve_settings(self.folder.generation, **given)
         stopping = Stopping.resolve(
             max_new_tokens,
             self.folder.setting("eos_token_id") if eos_token_id is None else eos_token_id,
             self.folder.setting("pad_token_id") if pad_token_id is None else pad_token_id,
+            self._stop_check(settings),
         )
-        chooser = self.folder.chooser(
-            do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p
+        expand = settings.expand
+        ids, mask = np.repeat(ids, expand, axis=0), np.repeat(mask, expand, axis=0)
+        padding = (mask != 0).argmax(axis=1).astype(np.int64) if (mask == 0).any() else None
+        chooser = self._chooser(settings, stopping, ids.shape[1])
+        return _Plan(ids, mask, settings, stopping, chooser, padding)
+
+    def _chooser(
+        self, settings: GenerationSettings, stopping: Stopping, prompt_length: int
+    ) -> TokenChooser:
+        eos = stopping.eos_token_id
+        keep = (len(eos) + 1 if eos else 2) if settings.num_beams > 1 else 1
+        return dataclasses.replace(
+            self.folder.chooser(
+                do_sample=settings.do_sample,
+                temperature=settings.temperature,
+                top_k=settings.top_k,
+                top_p=settings.top_p,
+            ),
+            repetition_penalty=settings.repetition_penalty,
+            no_repeat_ngram_size=settings.no_repeat_ngram_size,
+            bad_words_ids=settings.bad_words_ids,
+            min_length=settings.min_length,
+            min_new_tokens=settings.min_new_tokens,
+            eos_token_id=eos,
+            prompt_length=prompt_length,
+            min_tokens_to_keep=keep,
         )
+
+    def _stop_check(self, settings: GenerationSettings) -> StopCheck | None:
+        if not settings.stop_strings:
+            return None
+        raise GenerationError(
+            "stop_strings needs the model's tokenizer: export the checkpoint with its "
+            "tokenizer.json beside it."
+        )
+
+    def _feeds(
+        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
+    ) -> tuple[dict[str, Any], Any]:
+        """The prompt's feed and the function that builds each next step's feed."""
         state = {"mask": mask, "positions": _positions(mask)[:, -1:]}
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
@@ -171,5 +337,16 @@ class OrtModelForCausalLM:
                 feed["position_ids"] = state["positions"]
             return feed
 
-        first = self._prompt_feed(ids, mask)
-        return decode(self.session, first, next_feed, ids, chooser, stopping, seed)
+        return self._prompt_feed(ids, mask), next_feed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """One generate() call, checked: its (expanded) inputs, settings and processors."""
+
+    ids: npt.NDArray[np.int64]
+    mask: npt.NDArray[np.int64]
+    settings: GenerationSettings
+    stopping: Stopping
+    chooser: TokenChooser
+    padding: npt.NDArray[np.int64] | None

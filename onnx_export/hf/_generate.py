@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,11 +16,15 @@ from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import token_ids
 from onnx_export.hf._session import StepSession
 
-__all__ = ["Stopping", "decode", "as_ids", "as_mask"]
+__all__ = ["Stopping", "decode", "decode_steps", "as_ids", "as_mask", "as_rng", "check_vocab"]
 
 Feed = dict[str, "npt.NDArray[Any] | ort.OrtValue"]
 #: Builds the next step's inputs (without the past) from the tokens just chosen.
 NextFeed = Callable[[npt.NDArray[np.int64]], Feed]
+#: Which rows (batch, length) just completed a stop string: a bool per row.
+StopCheck = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
+#: Called with each step's new tokens (batch,), as they are chosen.
+Streamer = Callable[[npt.NDArray[np.int64]], object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,15 +34,26 @@ class Stopping:
     max_new_tokens: int
     eos_token_id: tuple[int, ...]
     pad_token_id: int | None
+    stop: StopCheck | None = None
 
     @classmethod
-    def resolve(cls, max_new_tokens: int, eos: Any, pad: int | None) -> Stopping:
+    def resolve(
+        cls, max_new_tokens: int, eos: Any, pad: int | None, stop: StopCheck | None = None
+    ) -> Stopping:
         """Like transformers: ``pad`` defaults to the first EOS token."""
         max_new_tokens = check_max_new_tokens(max_new_tokens)
         eos_ids = token_ids(eos)
         if pad is None and eos_ids:
             pad = eos_ids[0]
-        return cls(max_new_tokens, eos_ids, pad)
+        return cls(max_new_tokens, eos_ids, pad, stop)
+
+    def hits(self, sequences: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Rows whose last token ends them: an EOS token or a completed stop string."""
+        done = np.isin(sequences[:, -1], self.eos_token_id) if self.eos_token_id else None
+        if self.stop is not None:
+            stopped = self.stop(sequences)
+            done = stopped if done is None else done | stopped
+        return np.zeros(sequences.shape[0], bool) if done is None else done
 
 
 def check_max_new_tokens(value: object) -> int:
@@ -48,9 +63,29 @@ def check_max_new_tokens(value: object) -> int:
     return int(value)
 
 
+def _ragged(input_ids: Any) -> list[int] | None:
+    """The row lengths when ``input_ids`` is a list of rows of different lengths."""
+    if isinstance(input_ids, np.ndarray) or not isinstance(input_ids, list | tuple):
+        return None
+    rows = [r for r in input_ids if isinstance(r, list | tuple | np.ndarray)]
+    if len(rows) != len(input_ids):
+        return None
+    lengths = [len(r) for r in rows]
+    return lengths if len(set(lengths)) > 1 else None
+
+
 def as_ids(input_ids: Any, name: str = "input_ids") -> npt.NDArray[np.int64]:
     """Token ids as an int64 (batch, length) array; one prompt may be 1-D."""
-    ids = np.asarray(input_ids)
+    lengths = _ragged(input_ids)
+    if lengths is not None:
+        raise GenerationError(
+            f"{name} holds rows of different lengths {lengths}: left-pad them to one length "
+            "and pass attention_mask with 0 on the padding (or call generate once per prompt)."
+        )
+    try:
+        ids = np.asarray(input_ids)
+    except ValueError as e:
+        raise GenerationError(f"{name} must be a (batch, length) array of token ids: {e}") from e
     if ids.ndim == 1:
         ids = ids[None]
     if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
@@ -60,6 +95,18 @@ def as_ids(input_ids: Any, name: str = "input_ids") -> npt.NDArray[np.int64]:
     if not np.issubdtype(ids.dtype, np.integer):
         raise GenerationError(f"{name} must hold integer token ids, got dtype {ids.dtype}.")
     return ids.astype(np.int64)
+
+
+def check_vocab(ids: npt.NDArray[np.int64], vocab: int | None, name: str = "input_ids") -> None:
+    """A :class:`GenerationError` naming the ids outside ``[0, vocab)``."""
+    if ids.size == 0 or vocab is None:
+        return
+    bad = np.unique(ids[(ids < 0) | (ids >= vocab)])
+    if bad.size:
+        raise GenerationError(
+            f"{name} holds token ids {bad[:8].tolist()} outside the model's vocabulary "
+            f"[0, {vocab}): pass ids from this model's tokenizer."
+        )
 
 
 def as_mask(attention_mask: Any, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -76,6 +123,56 @@ def as_mask(attention_mask: Any, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.i
     return mask.astype(np.int64)
 
 
+def as_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
+    """A numpy Generator: ``seed`` itself when it is one, else seeded with it."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise GenerationError(f"seed must be an int or a numpy Generator, got {seed!r}.")
+    return np.random.default_rng(seed)
+
+
+def decode_steps(
+    session: StepSession,
+    first: Feed,
+    next_feed: NextFeed,
+    start: npt.NDArray[np.int64],
+    chooser: TokenChooser,
+    stopping: Stopping,
+    rng: np.random.Generator,
+    padding: npt.NDArray[np.int64] | None = None,
+) -> Iterator[npt.NDArray[np.int64]]:
+    """Greedy or sampled decoding, one step at a time: yields each step's sequences.
+
+    Rows that ended (EOS, a stop string) continue with ``pad_token_id`` when an EOS token
+    is set, as in transformers; the loop stops when every row has, or after
+    ``max_new_tokens``.
+    """
+    batch = start.shape[0]
+    past: Mapping[str, ort.OrtValue] = session.empty_past(batch)
+    feed: Feed = first
+    sequences = start
+    unfinished = np.ones(batch, dtype=bool)
+    max_length = start.shape[1] + stopping.max_new_tokens
+    pad = stopping.pad_token_id if stopping.eos_token_id else None
+    for step in range(stopping.max_new_tokens):
+        results = session.run({**feed, **past})
+        logits = session.last_logits(results)
+        scores = chooser.process(
+            logits, sequences, step=step, max_length=max_length, padding=padding
+        )
+        tokens = chooser.choose(scores, rng)
+        if pad is not None:
+            tokens = np.where(unfinished, tokens, pad).astype(np.int64)
+        sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
+        unfinished &= ~stopping.hits(sequences)
+        yield sequences
+        if not unfinished.any() or step == stopping.max_new_tokens - 1:
+            break
+        past = session.next_past(results)
+        feed = next_feed(tokens)
+
+
 def decode(
     session: StepSession,
     first: Feed,
@@ -83,34 +180,18 @@ def decode(
     start: npt.NDArray[np.int64],
     chooser: TokenChooser,
     stopping: Stopping,
-    seed: int | None,
+    seed: int | np.random.Generator | None,
+    *,
+    padding: npt.NDArray[np.int64] | None = None,
+    streamer: Streamer | None = None,
 ) -> npt.NDArray[np.int64]:
     """Greedy or sampled decoding: ``start`` followed by the new tokens of each row.
 
-    Rows that produced an EOS token continue with ``pad_token_id``; the loop stops when
-    every row has, or after ``max_new_tokens``.
+    ``streamer``, when given, is called with each step's new tokens (batch,).
     """
-    rng = np.random.default_rng(seed)
-    batch = start.shape[0]
-    past: Mapping[str, ort.OrtValue] = session.empty_past(batch)
-    feed: Feed = first
     sequences = start
-    unfinished = np.ones(batch, dtype=bool)
-    max_length = start.shape[1] + stopping.max_new_tokens
-    for step in range(stopping.max_new_tokens):
-        results = session.run({**feed, **past})
-        logits = np.array(results["logits"].numpy()[:, -1, :], dtype=np.float32)
-        scores = chooser.process(
-            logits, step=step, length=sequences.shape[1], max_length=max_length
-        )
-        tokens = chooser.choose(scores, rng)
-        if stopping.eos_token_id and stopping.pad_token_id is not None:
-            tokens = np.where(unfinished, tokens, stopping.pad_token_id).astype(np.int64)
-        sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
-        if stopping.eos_token_id:
-            unfinished &= ~np.isin(tokens, stopping.eos_token_id)
-        if not unfinished.any() or step == stopping.max_new_tokens - 1:
-            break
-        past = session.next_past(results)
-        feed = next_feed(tokens)
+    steps = decode_steps(session, first, next_feed, start, chooser, stopping, as_rng(seed), padding)
+    for sequences in steps:
+        if streamer is not None:
+            streamer(sequences[:, -1].copy())
     return sequences

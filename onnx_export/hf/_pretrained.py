@@ -95,17 +95,24 @@ def _read_json(path: pathlib.Path, *, required: bool) -> dict[str, Any]:
     return data
 
 
-def _warn_ignored(generation: Mapping[str, Any], path: pathlib.Path) -> None:
+# What OrtModelForCausalLM.generate() implements (and reads from generation_config.json).
+_CAUSAL_IMPLEMENTED = frozenset(
+    {"num_beams", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids"}
+    | {"min_length", "min_new_tokens"}
+)
+
+
+def _warn_ignored(generation: Mapping[str, Any], path: pathlib.Path, task: str) -> None:
+    implemented = _CAUSAL_IMPLEMENTED if task == "text-generation" else frozenset()
     set_fields = {
         k: generation[k]
         for k, default in _IGNORED_DEFAULTS.items()
-        if generation.get(k) is not None and generation.get(k) != default
+        if generation.get(k) is not None and generation.get(k) != default and k not in implemented
     }
     if set_fields:
         warnings.warn(
             f"{os.fspath(path)!r} sets {set_fields}, which onnx_export.hf's generate() does "
-            "not implement (it does greedy or sampled decoding with suppressed and forced "
-            "tokens only); its tokens will differ from transformers' generate().",
+            "not implement for this task; its tokens will differ from transformers' generate().",
             UserWarning,
             stacklevel=4,
         )
@@ -124,7 +131,7 @@ def read_exported_folder(path: str | os.PathLike[str], tasks: Sequence[str]) -> 
             f"{', '.join(tasks)}. Use the class for that task."
         )
     generation = _read_json(folder / "generation_config.json", required=False)
-    _warn_ignored(generation, folder / "generation_config.json")
+    _warn_ignored(generation, folder / "generation_config.json", task)
     return ExportedFolder(
         path=folder,
         task=task,

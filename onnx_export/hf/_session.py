@@ -107,3 +107,19 @@ class StepSession:
     def next_past(self, results: Mapping[str, ort.OrtValue]) -> dict[str, ort.OrtValue]:
         """The presents of a step, renamed as the next step's pasts."""
         return {p: results[q] for p, q in zip(self.past_names, self.present_names, strict=True)}
+
+    def last_logits(self, results: Mapping[str, ort.OrtValue]) -> npt.NDArray[np.float32]:
+        """The logits of each row's last position (batch, vocab), a float32 copy."""
+        return np.array(results["logits"].numpy()[:, -1, :], dtype=np.float32)
+
+    def reorder(
+        self, past: Mapping[str, ort.OrtValue], rows: npt.NDArray[np.int64]
+    ) -> dict[str, ort.OrtValue]:
+        """``past`` with its batch rows taken in the order ``rows`` (beam search)."""
+        if np.array_equal(rows, np.arange(len(rows))):
+            return dict(past)
+        return {n: self.to_device(np.take(v.numpy(), rows, axis=0)) for n, v in past.items()}
+
+    def slice_past(self, past: Mapping[str, ort.OrtValue], length: int) -> dict[str, ort.OrtValue]:
+        """``past`` cut to its first ``length`` positions (axis 2), to rewind a cache."""
+        return {n: self.to_device(v.numpy()[:, :, :length]) for n, v in past.items()}
