@@ -18,6 +18,7 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import Specialization, recording_specializations
 from onnx_export.capture._stack_traces import every_user_frame
@@ -126,7 +127,7 @@ def _export(
     # Deferred runtime asserts: a guard on a dynamic size (``x.view(x.size(1), -1)``
     # holds for batch % 6 != 0) becomes an assert node, which translation drops, instead
     # of a constraint violation.
-    with every_user_frame(not strict), forget_compiled_code():
+    with every_user_frame(not strict), forget_compiled_code(), recurrent_ops():
         return torch.export.export(
             model,
             args,
