@@ -13,8 +13,10 @@ Side-effect tokens that decompositions introduce (``_linalg_check_errors``) are 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.fx
@@ -23,6 +25,7 @@ from torch.export.graph_signature import InputKind
 
 from onnx_export._registry import OnnxRegistry
 from onnx_export.capture._inplace import is_mutating, rewrite_fresh_inplace
+from onnx_export.capture._local_decomp import decompose_locally
 from onnx_export.capture._strategies import EXPORT_LOCK
 
 __all__ = ["DecompositionReport", "decompose"]
@@ -86,6 +89,19 @@ def drop_metadata_only_inplace(program: ExportedProgram) -> int:
     return dropped
 
 
+def _missing(registry: OnnxRegistry) -> Callable[[object], bool]:
+    """Whether a node target is an ATen op without an ONNX function (assertions aside)."""
+
+    def missing(target: object) -> bool:
+        return (
+            isinstance(target, torch._ops.OpOverload)
+            and target not in _ASSERTIONS
+            and not registry.is_registered(target)
+        )
+
+    return missing
+
+
 def _needs(program: ExportedProgram, registry: OnnxRegistry) -> str:
     targets = set(_call_targets(program.graph_module))
     mutating = sorted(str(t) for t in targets if is_mutating(t))
@@ -103,6 +119,16 @@ def _needs(program: ExportedProgram, registry: OnnxRegistry) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=1)
+def _default_decompositions(op_count: int) -> dict[Any, Any]:
+    """torch.export's default table, built once per set of registered ops (``op_count``).
+
+    Building it walks every CompositeImplicitAutograd op (about a second); an op defined
+    later (a custom op) changes the count and so rebuilds it.
+    """
+    return dict(torch.export.default_decompositions())
+
+
 def _table(
     registry: OnnxRegistry, program: ExportedProgram | None = None
 ) -> dict[torch._ops.OperatorBase, object]:
@@ -112,7 +138,7 @@ def _table(
     takes torch's other registered decomposition when there is one (for example
     ``max_pool2d_with_indices_backward``).
     """
-    table = dict(torch.export.default_decompositions())
+    table = dict(_default_decompositions(len(torch._C._dispatch_get_all_op_names())))
     for op in list(table):
         if isinstance(op, torch._ops.OpOverload) and registry.is_registered(op):
             del table[op]
@@ -183,6 +209,12 @@ def decompose(
         remove_assertions(program)
         return program, DecompositionReport(False, "every op has an ONNX function")
     before = {str(t) for t in _call_targets(program.graph_module)}
+    if why.startswith("ops without"):  # nothing to functionalise: those nodes alone if we can
+        with EXPORT_LOCK:
+            local = decompose_locally(program, _missing(registry), _table(registry, program))
+        if local is not None:
+            remove_assertions(program)
+            return program, DecompositionReport(True, f"{why} (those nodes only)", local)
     # Inference semantics: ONNX graphs carry no autograd, and the model's train/eval
     # behaviour (dropout, batch norm) was fixed at capture. Re-tracing with grad mode on
     # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:

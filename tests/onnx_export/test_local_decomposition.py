@@ -1,0 +1,93 @@
+"""Ops without an ONNX function are decomposed node by node, not by re-tracing (#22).
+
+Each model is exported, run in ONNX Runtime and compared with eager PyTorch; whether
+``ExportedProgram.run_decompositions`` (the whole-graph re-trace) ran is counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import onnx_export
+from onnx_export.diagnostics import DiagnosticOptions, Level
+
+
+class _SameConv(torch.nn.Module):
+    """Depthwise ``padding="same"`` convolutions (``aten.conv2d.padding``), twice alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 4, 5, groups=4, padding="same")
+        self.b = torch.nn.Conv2d(4, 4, 5, groups=4, padding="same")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(F.gelu(self.a(x))) + x
+
+
+class _Standardised(torch.nn.Conv2d):
+    """Weight standardisation with ``var_mean`` (two outputs) and ``reshape_as``."""
+
+    def __init__(self) -> None:
+        super().__init__(3, 6, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var, mean = torch.var_mean(self.weight, dim=[1, 2, 3], keepdim=True, unbiased=False)
+        weight = ((self.weight - mean) / torch.sqrt(var + 1e-5)).reshape_as(self.weight)
+        return F.conv2d(x, weight, self.bias, padding=1)
+
+
+@pytest.fixture
+def retraces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = torch.export.ExportedProgram.run_decompositions
+
+    def counted(self: torch.export.ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    return calls
+
+
+def _export(model: torch.nn.Module, x: torch.Tensor, **options: Any) -> onnx_export.ONNXProgram:
+    notes = DiagnosticOptions(verbosity=Level.NOTE)
+    program = onnx_export.dynamo_export(
+        model, x, export_options=onnx_export.ExportOptions(diagnostic_options=notes, **options)
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    return program
+
+
+def _decomposition_note(program: onnx_export.ONNXProgram) -> str:
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule.id == "OXE0003"]
+    return " ".join(f"{d.message} {d.properties}" for d in notes)
+
+
+@pytest.mark.parametrize(
+    ("model", "op"),
+    [(_SameConv, "aten.conv2d.padding"), (_Standardised, "aten.var_mean.dim")],
+)
+def test_missing_ops_are_decomposed_in_place_without_a_retrace(
+    model: type[torch.nn.Module], op: str, retraces: list[int]
+) -> None:
+    torch.manual_seed(0)
+    program = _export(model().eval(), torch.randn(2, 3 if model is _Standardised else 4, 8, 8))
+    assert retraces == []
+    note = _decomposition_note(program)
+    assert op in note and "those nodes only" in note
+
+
+def test_dynamic_shapes_still_take_the_full_retrace(retraces: list[int]) -> None:
+    torch.manual_seed(0)
+    model = _SameConv().eval()
+    program = _export(model, torch.randn(2, 4, 8, 8), dynamic_shapes={"x": {0: "batch"}})
+    assert retraces == [1]
+    x = torch.randn(3, 4, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    assert "those nodes only" not in _decomposition_note(program)
