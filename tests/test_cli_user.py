@@ -12,6 +12,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import numpy as np
@@ -202,3 +203,110 @@ def test_missing_folders_are_created_by_the_cli_as_by_save(
     argv = ["run", "new/deep/m.onnx", "--inputs", "in.npz", "--output", "outs/a/o.npz"]
     assert main(argv) == 0
     assert (work / "outs/a/o.npz").is_file()
+
+
+REPORTED = """
+import torch
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        return x.nonzero() if x.sum() > 0 else x
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * 2
+
+
+def small():
+    torch.manual_seed(0)
+    return Small(), (torch.randn(2, 4),)
+
+
+def data_dependent():
+    return Branchy(), (torch.randn(3),)
+
+
+def fixed_batch():
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(2, 6)
+
+    return Fixed(), (torch.randn(2, 6),)
+"""
+
+
+def _results(path: pathlib.Path) -> list[dict[str, object]]:
+    log = json.loads(path.read_text())
+    assert_valid_sarif(log)
+    results: list[dict[str, object]] = log["runs"][0]["results"]
+    return results
+
+
+def _uris(results: list[dict[str, object]]) -> set[str]:
+    return {
+        loc["physicalLocation"]["artifactLocation"]["uri"]  # type: ignore[index]
+        for r in results
+        for loc in r.get("locations", [])  # type: ignore[attr-defined]
+    }
+
+
+def test_export_report_has_the_notes_and_locations_in_the_users_code(
+    work: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (work / "reported.py").write_text(REPORTED)
+    argv = ["export", "reported:small", "-o", "s.onnx", "--report", "s.sarif"]
+    assert main(argv) == 0, capfd.readouterr().err
+    results = _results(work / "s.sarif")
+    rules = {r["ruleId"] for r in results}
+    assert {"OXE0002", "OXE0003", "OXE0004", "OXE0010"} <= rules or {
+        "OXE0002",
+        "OXE0004",
+    } <= rules, rules  # capture, decomposition, each dispatch decision: as `demo` records
+    assert len(results) >= 5
+    uris = _uris(results)
+    assert uris and all(u.endswith("reported.py") for u in uris), uris
+    from onnx_export.cli._factory import call_factory
+
+    call = call_factory("reported:small")
+    model, (x,) = call.model, call.args
+    got = onnx_export.load(work / "s.onnx")(x)
+    np.testing.assert_allclose(np.asarray(got), model(x).detach().numpy(), atol=1e-5)
+
+
+def test_a_failed_cli_export_locates_at_the_users_code(work: pathlib.Path) -> None:
+    """Run as the console script is (no user frame on the stack): the model's own file."""
+    (work / "reported.py").write_text(REPORTED)
+    script = textwrap.dedent(
+        """
+        import sys
+        from onnx_export.cli import main
+        codes = [
+            main(["export", "reported:data_dependent", "-o", "a.onnx", "--report", "a.sarif"]),
+            main(["export", "reported:fixed_batch", "-o", "b.onnx", "--report", "b.sarif",
+                  "--dynamic", "x:0=b"]),
+        ]
+        print("codes:", codes)
+        """
+    )
+    script_path = pathlib.Path(sysconfig.get_paths()["scripts"]) / "onnx-export"
+    result = subprocess.run(  # frames: the command's, ours, torch's; none in a user file
+        [sys.executable, "-c", script],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": f"{PROJECT_ROOT}{os.pathsep}{work}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "codes: [1, 1]" in result.stdout, result.stdout + result.stderr
+    for report in ("a.sarif", "b.sarif"):
+        uris = _uris(_results(work / report))
+        assert uris, f"{report}: the failure has no location"
+        assert all(u.endswith("reported.py") for u in uris), (report, uris)
+        assert not any(str(script_path) in u or "contextlib" in u for u in uris)

@@ -173,7 +173,7 @@ def _save(program: ONNXProgram, output: pathlib.Path) -> pathlib.Path:
 
 def _export_options(args: argparse.Namespace) -> ExportOptions:
     from onnx_export._options import DEFAULT_OPSET, SUPPORTED_OPSETS, ExportOptions
-    from onnx_export.diagnostics import DiagnosticOptions
+    from onnx_export.diagnostics import DiagnosticOptions, Level
 
     dynamic = parse_dynamic(args.dynamic)
     if args.opset is not None and args.opset not in SUPPORTED_OPSETS:
@@ -183,7 +183,9 @@ def _export_options(args: argparse.Namespace) -> ExportOptions:
         )
     diagnostic_options = None
     if args.report is not None:
-        diagnostic_options = DiagnosticOptions(report_path=args.report, write_report="always")
+        diagnostic_options = DiagnosticOptions(  # the notes too, as `demo` writes them
+            report_path=args.report, write_report="always", verbosity=Level.NOTE
+        )
     return ExportOptions(
         dynamic_shapes=dynamic or None,
         opset_version=args.opset if args.opset is not None else DEFAULT_OPSET,

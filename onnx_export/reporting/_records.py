@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import pathlib
@@ -81,9 +82,22 @@ def new_context(options: DiagnosticOptions | None) -> DiagnosticContext:
     return DiagnosticContext(TOOL_NAME, TOOL_VERSION, options, source_root=os.getcwd())
 
 
+#: Where no user code lives: libraries, the standard library (``contextlib.py``...) and the
+#: scripts folder (``bin/onnx-export``), as given and with links resolved.
+_NOT_USER = tuple(
+    {
+        *LIBRARY_PATHS,
+        *(os.path.realpath(p) + os.sep for p in LIBRARY_PATHS),
+        sysconfig.get_paths()["scripts"] + os.sep,
+        os.path.join(sys.prefix, "bin") + os.sep,
+        os.path.join(sys.prefix, "Scripts") + os.sep,
+    }
+)
+
+
 def user_frame(path: str) -> bool:
-    """Whether a frame's file is the user's (not torch's, onnxscript's or ours)."""
-    return not path.startswith("<") and not path.startswith(_LIBRARY_DIRS)
+    """Whether a frame's file is the user's: not a library's, the stdlib's, a script's or ours."""
+    return not path.startswith("<") and not path.startswith(_NOT_USER)
 
 
 def origin_locations(origin: NodeOrigin) -> tuple[tuple[Location, ...], tuple[Stack, ...]]:
@@ -109,6 +123,7 @@ def call_site() -> tuple[Location, ...]:
     unsupported input type) has no frame in the model; the call is where to fix it.
     """
     frame: FrameType | None = sys._getframe(1)
+    model: torch.nn.Module | None = None
     while frame is not None:
         path = frame.f_code.co_filename
         if user_frame(path):
@@ -116,8 +131,37 @@ def call_site() -> tuple[Location, ...]:
             snippet = linecache.getline(path, line).strip() or None
             message = "the call that started the export"
             return (Location(path, line, snippet=snippet, message=message),)
+        if model is None:
+            model = _model_in(frame)
         frame = frame.f_back
-    return ()
+    return _model_source(model)  # no user code on the stack: a command-line run
+
+
+def _model_in(frame: FrameType) -> torch.nn.Module | None:
+    """The module an exporter frame is exporting (its ``module`` or ``model`` local)."""
+    if not frame.f_code.co_filename.startswith(_EXPORTER_DIR):
+        return None
+    for name in ("module", "model"):
+        value = frame.f_locals.get(name)
+        if isinstance(value, torch.nn.Module):
+            return value
+    return None
+
+
+def _model_source(model: torch.nn.Module | None) -> tuple[Location, ...]:
+    """Where the model's class is defined, if that is the user's code."""
+    if model is None:
+        return ()
+    try:
+        path = inspect.getsourcefile(type(model))
+        line = inspect.getsourcelines(type(model))[1]
+    except (OSError, TypeError):  # a class without a source file
+        return ()
+    if path is None or not user_frame(path):
+        return ()
+    snippet = linecache.getline(path, line).strip() or None
+    message = "the model exported (the export was started outside Python code of yours)"
+    return (Location(path, line, snippet=snippet, message=message),)
 
 
 def failure_info(error: BaseException) -> ExceptionInfo:
