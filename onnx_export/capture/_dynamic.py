@@ -178,11 +178,29 @@ def _check(where: str, spec: Any, value: Any) -> Any:
             for k, v in value.items()
         }
     if isinstance(value, (int, float, bool, str)) or value is None:
-        raise ValueError(
-            f"dynamic_shapes[{where!r}] is {spec!r}, but that input is {value!r}, not a "
-            "tensor: only tensor dimensions can be dynamic; leave it out."
-        )
+        return _scalar(where, spec, value)
     return spec  # a custom container: torch.export matches it
+
+
+def _scalar(where: str, spec: Any, value: Any) -> None:
+    """A Python scalar's spec: static (``None``, ``Dim.STATIC``, ``Dim.AUTO``) or refused.
+
+    A scalar's value is recorded in the adapter and checked on each call, so it is static;
+    ``Dim.AUTO`` (dynamic only where the model allows) is that too.
+    """
+    if spec is Dim.STATIC or spec is Dim.AUTO:
+        return None
+    if spec is Dim.DYNAMIC or _is_dim(spec) or isinstance(spec, str):
+        raise ValueError(
+            f"dynamic_shapes[{where!r}] is {spec!r} for the Python {type(value).__name__} "
+            f"{value!r}: a Python scalar input is exported at its value (the exported model "
+            "checks it on each call). To make it dynamic pass it as a 0-d tensor "
+            "(torch.tensor(value)); otherwise give None, Dim.STATIC or Dim.AUTO."
+        )
+    raise ValueError(
+        f"dynamic_shapes[{where!r}] is {spec!r}, but that input is {value!r}, not a "
+        "tensor: only tensor dimensions can be dynamic; leave it out."
+    )
 
 
 def _by_path(
