@@ -44,6 +44,7 @@ __all__ = ["main"]
 _COMMANDS = (
     "export",
     "hf",
+    "generate",
     "verify",
     "run",
     "info",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf._session import StepSession
 from onnx_export.hf._settings import GenerationSettings, resolve_settings
+from onnx_export.hf._text import TextTokenizer, left_pad
 
 __all__ = ["OrtModelForCausalLM"]
 
@@ -61,6 +62,7 @@ class OrtModelForCausalLM:
         self.folder = folder
         self.session = session
         self._uses_positions = "position_ids" in session.input_names
+        self._tokenizer: TextTokenizer | None = None
 
     @classmethod
     def from_pretrained(
@@ -148,7 +150,9 @@ class OrtModelForCausalLM:
 
         Args:
             input_ids: Prompts, (batch, length) integers; left-pad prompts of different
-                lengths and mark the padding with 0 in ``attention_mask``.
+                lengths and mark the padding with 0 in ``attention_mask``. A text (or a
+                list of texts, or chat messages) goes to :meth:`generate_text` and the
+                result is text.
             attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
             max_new_tokens: How many tokens to add at most.
             eos_token_id: Token(s) that end a row; generation_config.json's by default.
@@ -175,6 +179,16 @@ class OrtModelForCausalLM:
             >>> model.generate([[1, 2, 3]], max_new_tokens=2, num_beams=3)  # doctest: +SKIP
             array([[1, 2, 3, 9, 4]])
         """
+        if _is_text(input_ids):
+            return self.generate_text(  # type: ignore[return-value]
+                input_ids,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id,
+                seed=seed,
+                streamer=streamer,
+                **settings,
+            )
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
@@ -316,10 +330,64 @@ class OrtModelForCausalLM:
     def _stop_check(self, settings: GenerationSettings) -> StopCheck | None:
         if not settings.stop_strings:
             return None
-        raise GenerationError(
-            "stop_strings needs the model's tokenizer: export the checkpoint with its "
-            "tokenizer.json beside it."
-        )
+        check: StopCheck = self.tokenizer.stop_check(settings.stop_strings)
+        return check
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The folder's ``tokenizer.json`` and chat template (the ``text`` extra), loaded once.
+
+        Example:
+            >>> model.tokenizer.decode([5, 6])  # doctest: +SKIP
+            'hello world'
+        """
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer.from_folder(self.folder.path)
+        return self._tokenizer
+
+    def generate_text(
+        self,
+        prompt: str | Sequence[str] | Sequence[Mapping[str, Any]],
+        *,
+        max_new_tokens: int,
+        skip_special_tokens: bool = True,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """Text in, text out: tokenize, :meth:`generate`, decode the new tokens.
+
+        Uses the folder's ``tokenizer.json`` (the ``tokenizers`` library) and, for chat
+        messages, its chat template (``jinja2``, as transformers renders it); no torch.
+
+        Args:
+            prompt: A text, a list of texts (left-padded into one batch), or chat messages
+                (``[{"role": "user", "content": "..."}]``) put through the chat template
+                with the generation prompt added.
+            max_new_tokens: How many tokens to add at most.
+            skip_special_tokens: Leave special tokens (EOS, padding) out of the text.
+            **kwargs: :meth:`generate`'s other arguments (``num_beams``, ``stop_strings``...).
+
+        Returns:
+            The continuation's text for one prompt or messages, a list for a list of texts
+            (``num_return_sequences`` per prompt, in order).
+
+        Raises:
+            GenerationError: No ``tokenizer.json`` (or chat template), the ``text`` extra
+                missing, or what :meth:`generate` raises.
+
+        Example:
+            >>> model.generate_text("Once upon a time", max_new_tokens=8)  # doctest: +SKIP
+            ' there was a little girl'
+        """
+        tokenizer = self.tokenizer
+        rows, single = tokenizer.encode_prompt(prompt)
+        pad = self.folder.setting("pad_token_id")
+        ids, mask = left_pad(rows, tokenizer.token_id("pad_token") if pad is None else int(pad))
+        sequences = self.generate(ids, mask, max_new_tokens=max_new_tokens, **kwargs)
+        texts = [
+            tokenizer.decode(row[ids.shape[1] :], skip_special_tokens=skip_special_tokens)
+            for row in sequences
+        ]
+        return texts[0] if single and len(texts) == 1 else texts
 
     def _feeds(
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
@@ -338,6 +406,15 @@ class OrtModelForCausalLM:
             return feed
 
         return self._prompt_feed(ids, mask), next_feed
+
+
+def _is_text(value: Any) -> bool:
+    """A text, a list of texts, or chat messages (rather than token ids)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, list | tuple) and value:
+        return all(isinstance(v, str) for v in value) or all(isinstance(v, Mapping) for v in value)
+    return False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,89 @@
+"""``onnx-export generate``: text in, text out with an exported decoder, without torch.
+
+Reads the folder's ``tokenizer.json`` with the ``tokenizers`` library (and its chat template
+with ``jinja2`` for ``--chat``): the ``text`` extra, ``pip install 'onnx-export[text]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from onnx_export.cli._common import CommandError, Subcommands, UsageError, add_command, one_line
+
+__all__ = ["register"]
+
+
+def register(commands: Subcommands) -> None:
+    """Add ``generate FOLDER PROMPT [--max-new-tokens N] [--chat] [--num-beams N] ...``."""
+    parser = add_command(
+        commands,
+        "generate",
+        help="continue a prompt with a folder `onnx-export hf` wrote (text in, text out)",
+        description="Tokenize PROMPT with the folder's tokenizer.json, generate with "
+        "OrtModelForCausalLM (greedy unless --do-sample or --num-beams) and print the new "
+        "text. --chat puts PROMPT through the chat template as a user message. Needs no "
+        "torch; needs the text extra (pip install 'onnx-export[text]'). Exits 1 when "
+        "generation fails, 2 when the folder or an option cannot be used.",
+        handler=_run,
+    )
+    parser.add_argument("folder", type=pathlib.Path, metavar="FOLDER", help="the exported folder")
+    parser.add_argument("prompt", metavar="PROMPT", help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="new tokens at most (32)")
+    parser.add_argument("--chat", action="store_true", help="apply the chat template")
+    parser.add_argument("--num-beams", type=int, default=None, help="beam search with N beams")
+    parser.add_argument("--do-sample", action="store_true", default=None, help="sample")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the top k")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    parser.add_argument("--repetition-penalty", type=float, default=None, help="e.g. 1.2")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed")
+    parser.add_argument(
+        "--stop", action="append", default=None, metavar="TEXT", help="a stop string (repeat)"
+    )
+    parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="(cpu)")
+    parser.add_argument("--stream", action="store_true", help="print tokens as they come")
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("num_beams", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty")
+    settings = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    if args.stop:
+        settings["stop_strings"] = list(args.stop)
+    return settings
+
+
+def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    from onnx_export.hf import CheckpointError, GenerationError, OrtModelForCausalLM
+
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
+    try:
+        model = OrtModelForCausalLM.from_pretrained(args.folder, providers=[args.provider])
+    except CheckpointError as e:
+        raise UsageError(one_line(str(e))) from e
+    prompt: Any = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
+    kwargs: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "seed": args.seed}
+    if args.stream:
+        tokenizer = model.tokenizer
+        shown: list[int] = []
+
+        def show(tokens: Any) -> None:
+            before = tokenizer.decode(shown)
+            shown.append(int(tokens[0]))
+            sys.stdout.write(tokenizer.decode(shown)[len(before) :])
+            sys.stdout.flush()
+
+        kwargs["streamer"] = show
+    try:
+        text = model.generate_text(prompt, **kwargs, **_settings(args))
+    except GenerationError as e:
+        raise CommandError(one_line(str(e))) from e
+    if args.stream:
+        echo("")
+    else:
+        echo(text if isinstance(text, str) else "\n".join(text))
+    return 0
