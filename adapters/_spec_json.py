@@ -87,6 +87,8 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
     if leaf.tensor is not None:
         t = leaf.tensor
         obj["tensor"] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+        if t.made_static:  # only then: older readers read the other specs unchanged
+            obj["tensor"]["made_static"] = list(t.made_static)  # type: ignore[index]
     else:
         obj["value"] = leaf.value
     return obj
@@ -165,15 +167,20 @@ def _read_leaf(obj: object, where: str) -> LeafSpec:
 
 
 def _read_tensor(obj: object, where: str) -> TensorSpec:
-    data = read_object(obj, where, ("name", "dtype", "shape"))
+    data = read_object(obj, where, ("name", "dtype", "shape"), ("made_static",))
     shape = tuple(
         _read_dim(d, f"{where}.shape[{i}]")
         for i, d in enumerate(read_list(data["shape"], f"{where}.shape"))
+    )
+    made_static = tuple(
+        read_int(a, f"{where}.made_static[{i}]")
+        for i, a in enumerate(read_list(data.get("made_static", []), f"{where}.made_static"))
     )
     return TensorSpec(
         name=read_str(data["name"], f"{where}.name"),
         dtype=read_str(data["dtype"], f"{where}.dtype"),
         shape=shape,
+        made_static=made_static,
     )
 
 

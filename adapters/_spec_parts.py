@@ -55,6 +55,9 @@ class TensorSpec:
             ``"bfloat16"``... A complex tensor's ONNX value is its real view (float dtype,
             shape + ``(2,)``).
         shape: One entry per axis: an int for a static size, a str for a symbolic one.
+        made_static: Axes (of an input) that were asked to be dynamic but were exported
+            static because the model's code fixes their size
+            (``ExportOptions(allow_static_fallback=True)``); shape errors say so.
 
     Example:
         >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
@@ -64,6 +67,7 @@ class TensorSpec:
     name: str
     dtype: str
     shape: tuple[Dim, ...]
+    made_static: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

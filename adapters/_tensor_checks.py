@@ -31,6 +31,7 @@ class _Expected:
     static_shape: tuple[int, ...] | None  # the whole shape when no axis is symbolic
     static: tuple[tuple[int, int], ...]  # (axis, size)
     symbolic: tuple[tuple[int, str], ...]  # (axis, name)
+    made_static: tuple[int, ...] = ()  # asked dynamic, fixed by the model's code
 
 
 def _expected(path: str, tensor: TensorSpec) -> _Expected:
@@ -45,6 +46,7 @@ def _expected(path: str, tensor: TensorSpec) -> _Expected:
         static_shape=None if symbolic else tuple(d for _, d in static),
         static=static,
         symbolic=symbolic,
+        made_static=tensor.made_static,
     )
 
 
@@ -160,10 +162,20 @@ def _static_shape_error(exp: _Expected, shape: tuple[int, ...]) -> InputShapeErr
     if len(shape) != len(exp.shape):
         return _rank_error(exp, shape)
     axis = next(a for a, d in exp.static if shape[a] != d)
-    return InputShapeError(
+    head = (
         f"{exp.path}: expected size {exp.shape[axis]} at axis {axis} (shape {exp.shape}), got "
-        f"shape {shape}. That axis is static in the exported model; pass that size, or "
-        "re-export with a dynamic dimension there."
+        f"shape {shape}."
+    )
+    if axis in exp.made_static:
+        return InputShapeError(
+            f"{head} That axis was asked to be dynamic, but the model's code fixes its size, "
+            "so the export made it static (allow_static_fallback=True; its warning named the "
+            "line). Pass that size, or change the model's code so the size follows the input "
+            "and export again."
+        )
+    return InputShapeError(
+        f"{head} That axis is static in the exported model; pass that size, or re-export with "
+        "a dynamic dimension there."
     )
 
 

@@ -22,6 +22,7 @@ from onnx_export.capture._call import (
     capture_call,
     capture_error,
     forward_signature,
+    made_static,
     prepare_call,
     warn_made_static,
 )
@@ -32,7 +33,7 @@ from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
-from onnx_export.program._adapter import build_spec
+from onnx_export.program._adapter import build_spec, with_made_static
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer
@@ -119,6 +120,7 @@ def _pipeline(
             spec = build_spec(
                 signature, model_args, model_kwargs, program, result.model, result.user_outputs
             )
+            spec = with_made_static(spec, made_static(attempts))
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"

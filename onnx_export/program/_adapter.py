@@ -6,6 +6,7 @@ inputs and outputs (names, dtypes, symbolic shapes), without running the model a
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -17,8 +18,9 @@ from torch.utils import _pytree as pytree
 
 from onnx_export._dtypes import to_torch_dtype
 from onnx_export.adapters import AdapterSpec, build_adapter_spec
+from onnx_export.capture._shape_fixes import StaticDim
 
-__all__ = ["build_spec"]
+__all__ = ["build_spec", "with_made_static"]
 
 _REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -43,6 +45,30 @@ def _placeholder(value: ir.Value) -> torch.Tensor:
 def _output_structure(program: ExportedProgram, user_outputs: Sequence[Any]) -> Any:
     leaves = [_placeholder(v) if isinstance(v, ir.Value) else v for v in user_outputs]
     return pytree.tree_unflatten(leaves, program.call_spec.out_spec)
+
+
+def with_made_static(spec: AdapterSpec, made_static: Sequence[StaticDim]) -> AdapterSpec:
+    """``spec`` with the axes the export made static (asked dynamic) marked on their inputs.
+
+    Inputs are matched by graph name, which is the dotted path (``extras.0``); an input
+    renamed with ``input_names`` keeps the plain message.
+    """
+    if not made_static:
+        return spec
+    axes: dict[str, list[int]] = {}
+    for dim in made_static:
+        axes.setdefault(dim.input, []).append(dim.axis)
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        found = axes.get(tensor.name) if tensor is not None else None
+        if tensor is None or not found:
+            leaves.append(leaf)
+            continue
+        marked = tuple(sorted({*tensor.made_static, *found}))
+        tensor = dataclasses.replace(tensor, made_static=marked)
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves))
 
 
 def build_spec(

@@ -118,3 +118,19 @@ def test_cli_refuses_or_warns_on_one_stderr_line(
     loaded = onnx_export.load(out)
     x = torch.randn(2, 6)
     torch.testing.assert_close(torch.as_tensor(loaded(x.numpy())), x.view(2, -1))
+
+
+def test_shape_errors_say_the_export_made_the_axis_static(tmp_path: Any) -> None:
+    from onnx_export.adapters import InputShapeError
+
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "b"}}, allow_static_fallback=True)
+    with pytest.warns(StaticDimensionWarning):
+        program = onnx_export.dynamo_export(FixedBatch(), torch.randn(2, 6), export_options=options)
+    loaded = onnx_export.load(program.save(tmp_path / "m.onnx"))
+    other = torch.randn(3, 6)
+    for call in (program, loaded, program.verify):
+        with pytest.raises(InputShapeError, match="asked to be dynamic, but the model's code"):
+            call(other)
+    plain = onnx_export.dynamo_export(FixedBatch(), torch.randn(2, 6))  # static by choice
+    with pytest.raises(InputShapeError, match="re-export with a dynamic dimension"):
+        plain(other)
