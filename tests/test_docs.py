@@ -16,6 +16,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -121,3 +122,69 @@ def test_site_builds_in_strict_mode(tmp_path: pathlib.Path) -> None:
         ]
         assert not missing, f"the API reference of {package} lacks {missing}"
     assert (site / "rules" / "OXE0006" / "index.html").is_file()  # the reports' helpUri
+
+
+def _rule_example(rule: str) -> str:
+    """The first python block of ``docs/rules/<rule>.md``'s Example section."""
+    page = DOCS / "rules" / f"{rule}.md"
+    example = page.read_text(encoding="utf-8").split("## Example", 1)[1]
+    return example.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_unsupported_op_example_is_still_unsupported() -> None:
+    """OXE0006's example must fail as it says; when our ops cover it, pick another op."""
+    import torch
+
+    import onnx_export
+
+    namespace: dict[str, object] = {"torch": torch}
+    body = textwrap.indent(_rule_example("OXE0006"), "    ")
+    exec(f"class Example(torch.nn.Module):\n{body}", namespace)
+    model = namespace["Example"]()  # type: ignore[operator]
+    with pytest.raises(onnx_export.UnsupportedOpsError) as caught:
+        onnx_export.dynamo_export(model, torch.rand(3) + 1.5)
+    op = re.search(r"OXE0006: (\S+) has no ONNX function", _rule_example("OXE0006"))
+    assert op is not None and op.group(1) in str(caught.value), str(caught.value)
+
+
+def test_the_capture_rule_gives_the_real_strategy_order() -> None:
+    from onnx_export import ExportOptions
+
+    order = ExportOptions().capture_strategies
+    text = " ".join((DOCS / "rules" / "OXE0001.md").read_text(encoding="utf-8").split())
+    assert f"`{order!r}`".replace("'", '"') in text, order
+    first, second = (s.replace("_", "-") for s in order[:2])
+    assert text.index(f"{first} `torch.export`") < text.index(f"{second} `torch.export`")
+
+
+def test_the_cli_page_states_what_the_cli_prints(capfd: pytest.CaptureFixture[str]) -> None:
+    from onnx_export.cli import main
+
+    text = " ".join((DOCS / "cli.md").read_text(encoding="utf-8").split())
+    assert main(["info", "-v", "nope.onnx"]) == 2
+    assert main(["-v", "info", "nope.onnx"]) == 2
+    assert main(["bogus"]) == 2
+    assert main(["exprot"]) == 2
+    lines = capfd.readouterr().err.splitlines()
+    assert [line.split(" error:")[0] for line in lines] == [
+        "onnx-export info:",
+        "onnx-export info:",
+        "onnx-export:",
+        "onnx-export:",
+    ], lines
+    assert "`onnx-export COMMAND: error:`" in text and "`onnx-export: error:`" in text
+    assert "before or after the command name" in text
+    assert "did you mean 'export'?" in lines[3] and "did you mean 'export'?" in text
+    assert main(["--version"]) == 0 and "`onnx-export --version`" in text
+
+
+def test_the_site_uses_material_with_highlighting_and_one_row_of_tabs() -> None:
+    config = (PROJECT_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert re.search(r"^theme:\n  name: material$", config, re.MULTILINE)
+    for feature in ("navigation.tabs", "pymdownx.highlight", "pymdownx.superfences"):
+        assert f"- {feature}" in config, feature
+    nav = config.split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    tabs = re.findall(r"^  - ([^:]+):", nav, re.MULTILINE)
+    # ~110 px a tab at 1280 px with the logo and the search box: seven short names fit.
+    assert len(tabs) <= 7 and sum(len(t) for t in tabs) <= 60, tabs
+    assert "mkdocs-material" in (PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8")
