@@ -24,10 +24,11 @@ from onnx_export.hf._generate import (
     decode,
     decode_steps,
 )
+from onnx_export.hf._live import LiveSequence
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf._session import StepSession
-from onnx_export.hf._settings import GenerationSettings, resolve_settings
+from onnx_export.hf._settings import GenerationSettings, make_chooser, resolve_settings
 from onnx_export.hf._text import TextTokenizer, left_pad
 
 __all__ = ["OrtModelForCausalLM"]
@@ -302,30 +303,48 @@ class OrtModelForCausalLM:
         expand = settings.expand
         ids, mask = np.repeat(ids, expand, axis=0), np.repeat(mask, expand, axis=0)
         padding = (mask != 0).argmax(axis=1).astype(np.int64) if (mask == 0).any() else None
-        chooser = self._chooser(settings, stopping, ids.shape[1])
+        chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
         return _Plan(ids, mask, settings, stopping, chooser, padding)
 
-    def _chooser(
-        self, settings: GenerationSettings, stopping: Stopping, prompt_length: int
-    ) -> TokenChooser:
-        eos = stopping.eos_token_id
-        keep = (len(eos) + 1 if eos else 2) if settings.num_beams > 1 else 1
-        return dataclasses.replace(
-            self.folder.chooser(
-                do_sample=settings.do_sample,
-                temperature=settings.temperature,
-                top_k=settings.top_k,
-                top_p=settings.top_p,
-            ),
-            repetition_penalty=settings.repetition_penalty,
-            no_repeat_ngram_size=settings.no_repeat_ngram_size,
-            bad_words_ids=settings.bad_words_ids,
-            min_length=settings.min_length,
-            min_new_tokens=settings.min_new_tokens,
-            eos_token_id=eos,
-            prompt_length=prompt_length,
-            min_tokens_to_keep=keep,
+    def live(self, input_ids: Any = None) -> LiveSequence:
+        """A sequence whose cache lives between calls (continuous decoding), batch 1.
+
+        Args:
+            input_ids: The first tokens (1-D), or ``None`` to start empty.
+
+        Returns:
+            A :class:`LiveSequence`: ``append`` tokens, ``generate`` from the cache,
+            ``rewind`` it.
+
+        Example:
+            >>> live = model.live([1, 2, 3])  # doctest: +SKIP
+            >>> live.generate(max_new_tokens=3)  # doctest: +SKIP
+            array([7, 7, 9])
+        """
+
+        def plan_for(
+            start: int, max_new_tokens: int, eos: Any, given: dict[str, Any]
+        ) -> tuple[TokenChooser, Stopping]:
+            settings = resolve_settings(self.folder.generation, **given)
+            stopping = Stopping.resolve(
+                max_new_tokens,
+                self.folder.setting("eos_token_id") if eos is None else eos,
+                None,
+                self._stop_check(settings),
+            )
+            chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, start)
+            return chooser, stopping
+
+        sequence = LiveSequence(
+            self.session,
+            plan_for,
+            uses_positions=self._uses_positions,
+            limit=self.folder.max_positions(*_POSITION_LIMITS),
+            vocab=self.folder.config.get("vocab_size"),
         )
+        if input_ids is not None:
+            sequence.append(input_ids)
+        return sequence
 
     def _stop_check(self, settings: GenerationSettings) -> StopCheck | None:
         if not settings.stop_strings:

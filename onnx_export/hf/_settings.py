@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from onnx_export.hf._errors import GenerationError
+from onnx_export.hf._logits import TokenChooser
 
-__all__ = ["GenerationSettings", "resolve_settings"]
+__all__ = ["GenerationSettings", "make_chooser", "resolve_settings"]
 
 #: transformers' GenerationConfig defaults for the settings generate() takes.
 _DEFAULTS: Mapping[str, Any] = {
@@ -135,3 +136,33 @@ def resolve_settings(generation: Mapping[str, Any], **given: Any) -> GenerationS
             f"{settings.num_return_sequences} pass num_beams >= it or do_sample=True."
         )
     return settings
+
+
+def make_chooser(
+    base: Callable[..., TokenChooser],
+    settings: GenerationSettings,
+    eos: tuple[int, ...],
+    prompt_length: int,
+) -> TokenChooser:
+    """The chooser of one call: ``base`` (the folder's) with the call's processors.
+
+    ``base`` gives the folder's forced and suppressed tokens; beam search keeps one token
+    more than the EOS tokens in top-k and top-p, as transformers does.
+    """
+    keep = (len(eos) + 1 if eos else 2) if settings.num_beams > 1 else 1
+    return dataclasses.replace(
+        base(
+            do_sample=settings.do_sample,
+            temperature=settings.temperature,
+            top_k=settings.top_k,
+            top_p=settings.top_p,
+        ),
+        repetition_penalty=settings.repetition_penalty,
+        no_repeat_ngram_size=settings.no_repeat_ngram_size,
+        bad_words_ids=settings.bad_words_ids,
+        min_length=settings.min_length,
+        min_new_tokens=settings.min_new_tokens,
+        eos_token_id=eos,
+        prompt_length=prompt_length,
+        min_tokens_to_keep=keep,
+    )

@@ -173,3 +173,31 @@ def test_repr_names_folder_architecture_layers_providers(
     text = repr(hf.OrtModelForCausalLM.from_pretrained(case.folder))
     assert str(case.folder) in text and "LlamaForCausalLM" in text
     assert "layers=2" in text and "CPUExecutionProvider" in text
+
+
+def test_continuous_decoding_appends_and_rewinds_the_live_cache(
+    exported: Callable[[str], Exported],
+) -> None:
+    case = exported("llama")
+    model = hf.OrtModelForCausalLM.from_pretrained(case.folder)
+    prompt = _prompts(1)[0][0].numpy()
+    full = model.generate(prompt, max_new_tokens=8)[0]
+    live = model.live(prompt[:4])
+    live.append(prompt[4:])
+    np.testing.assert_array_equal(live.generate(max_new_tokens=8), full[len(prompt) :])
+    live.rewind(3)  # the cache is cut to match; the same greedy tokens come back
+    np.testing.assert_array_equal(live.generate(max_new_tokens=3), full[-3:])
+    turn = np.array([11, 12, 13], np.int64)
+    live.append(turn)
+    got = live.generate(max_new_tokens=5, repetition_penalty=1.3)
+    history = torch.from_numpy(np.concatenate([full, turn]))[None]
+    with torch.no_grad():
+        theirs = case.model.generate(
+            history, max_new_tokens=5, do_sample=False, repetition_penalty=1.3, pad_token_id=0
+        )
+    np.testing.assert_array_equal(got, theirs[0, history.shape[1] :].numpy())
+    np.testing.assert_array_equal(live.tokens, theirs[0].numpy())
+    with pytest.raises(hf.GenerationError, match="rewind"):
+        live.rewind(len(live.tokens) + 1)
+    with pytest.raises(hf.GenerationError, match="outside the vocabulary"):
+        live.append([96])
