@@ -3,20 +3,28 @@
 Instead of finding attention again in the traced graph (a pattern that each family and
 each transformers release draws differently), the model is exported with an attention
 implementation of our own (transformers' ``AttentionInterface``): every layer's attention
-call becomes one ``onnx_export_hf::group_query_attention`` custom op, translated to
-``com.microsoft.GroupQueryAttention``. Whatever the family does before attention (its
-projections, rotary flavour, q/k norms) stays as transformers wrote it; the cache concat,
-the repeat of the key/value heads, the causal and padding masks and the softmax are all
-inside the one op.
+call becomes one ``onnx_export_hf::group_query_attention`` custom op (``hf/_gqa.py``),
+translated to ``com.microsoft.GroupQueryAttention``. The family's projections and q/k
+norms stay as transformers wrote them; the cache concat, the repeat of the key/value
+heads, the masks, the softmax and (when the family applies the standard rotary
+embedding through its module's ``apply_rotary_pos_emb``) the rotary embedding, from
+cos/sin caches stored as initializers, are inside the one op.
 
 Inputs and outputs are those of the default target, so the same runtime drives both:
 ``input_ids``, ``attention_mask`` (batch, total length: left padding is 0),
 ``position_ids``, ``past_key_values.{i}.key`` / ``.value`` (batch, kv heads, past length,
 head size: GQA's BNSH layout); outputs ``logits`` and ``present.{i}.key`` / ``.value``.
 Inside the graph, ``seqlens_k`` is the total length - 1 for every row and the padding
-enters as GQA's ``attention_bias`` (0 or the dtype's minimum, batch x 1 x new x total), so
-left-padded rows give the tokens transformers gives. ``logits`` holds the last position
-only (transformers' ``logits_to_keep=1``): (batch, 1, vocab).
+enters as GQA's ``attention_bias``, so left-padded rows give transformers' tokens.
+With the rotary inside GQA, ``position_ids`` goes unused: GQA rotates at the physical
+positions, which give the same scores (see ``hf/_gqa.py``).
+``logits`` holds the last position only (transformers' ``logits_to_keep=1``): (batch, 1,
+vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
+
+Before it is used, the fused wrapper is run eagerly beside the default one on a padded
+prompt and on a step with a past: a family where the substitution changes the result
+(another rotary flavour, an attention argument GQA lacks) keeps the default graph, with
+a ``UserWarning``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -31,14 +40,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from onnx_export.hf._gqa import group_query_attention, group_query_attention_onnx
 from onnx_export.hf._graphs import GraphSpec
 
 __all__ = [
     "ATTENTION_NAME",
     "FusedCausalLM",
+    "FusedGraphSpec",
     "fused_causal_lm_graph",
     "onnxruntime_graphs",
-    "supports_fused_attention",
     "with_fused_ops",
 ]
 
@@ -60,78 +70,23 @@ _KNOWN_KWARGS = {
     "return_dict",
     "output_hidden_states",
 }
+#: Rotary types whose cos/sin depend on the position only (a cache holds them).
+_STATIC_ROPE = {"default", "linear", "llama3", "yarn", None}
 
 
-@torch.library.custom_op("onnx_export_hf::group_query_attention", mutates_args=())
-def group_query_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    past_key: torch.Tensor,
-    past_value: torch.Tensor,
-    attention_bias: torch.Tensor,
-    scale: float,
-    softcap: float,
-    window: int,
-    num_heads: int,
-    kv_num_heads: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Causal attention over past + new keys: (batch, new, heads * head size), presents.
-
-    ``query`` is (batch, heads, new, head size), ``key``/``value`` (batch, kv heads, new,
-    head size), ``attention_bias`` (batch, 1, new, total) holds the padding (0 or minimum).
-    """
-    present_key = torch.cat([past_key, key], dim=2)
-    present_value = torch.cat([past_value, value], dim=2)
-    repeat = query.shape[1] // key.shape[1]
-    keys = present_key.repeat_interleave(repeat, dim=1)
-    values = present_value.repeat_interleave(repeat, dim=1)
-    scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
-    new, total = query.shape[2], keys.shape[2]
-    rows = torch.arange(new).unsqueeze(1) + (total - new)
-    columns = torch.arange(total).unsqueeze(0)
-    allowed = columns <= rows
-    if window > 0:
-        allowed = allowed & (columns > rows - window)
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min) + attention_bias
-    probabilities = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    # ORT gives 0 for a query that sees padding only (a padded position of the prompt).
-    sees = (allowed & (attention_bias == 0)).any(dim=-1, keepdim=True)
-    out = (torch.matmul(probabilities, values) * sees).transpose(1, 2)
-    return out.reshape(out.shape[0], out.shape[1], -1), present_key, present_value
+class _NotFusable(Exception):
+    """The model's attention cannot be replaced by GroupQueryAttention."""
 
 
-@group_query_attention.register_fake
-def _group_query_attention_fake(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    past_key: torch.Tensor,
-    past_value: torch.Tensor,
-    attention_bias: torch.Tensor,
-    scale: float,
-    softcap: float,
-    window: int,
-    num_heads: int,
-    kv_num_heads: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    batch, heads, new, size = query.shape
-    total = past_key.shape[2] + key.shape[2]
-    out = query.new_empty((batch, new, heads * size))
-    present_key = key.new_empty((batch, key.shape[1], total, size))
-    present_value = value.new_empty((batch, value.shape[1], total, value.shape[3]))
-    return out, present_key, present_value
-
-
+@dataclasses.dataclass
 class _Step:
-    """What the wrapper hands the attention calls of one forward: pasts, bias; presents."""
+    """What one forward's attention calls share: inputs of the step; the presents."""
 
-    def __init__(self, past: list[dict[str, torch.Tensor]], bias: torch.Tensor) -> None:
-        self.past = past
-        self.bias = bias
-        self.presents: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    past: list[dict[str, torch.Tensor]]
+    bias: torch.Tensor
+    rotary: tuple[torch.Tensor, torch.Tensor] | None
+    presents: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
+    deferred: int = 0
 
 
 _CURRENT: list[_Step] = []
@@ -156,9 +111,9 @@ def _attention(
     step = _CURRENT[-1]
     layer = int(getattr(module, "layer_idx", len(step.presents)))
     past = step.past[layer]
-    scale = kwargs.get("scaling")
-    softcap = kwargs.get("softcap")
-    window = kwargs.get("sliding_window")
+    scale, softcap = kwargs.get("scaling"), kwargs.get("softcap")
+    rotary = step.rotary if step.deferred else None
+    cos, sin = rotary or (query.new_zeros(0, 0), query.new_zeros(0, 0))
     out, present_key, present_value = group_query_attention(
         query,
         key,
@@ -166,14 +121,23 @@ def _attention(
         past["key"],
         past["value"],
         step.bias.to(query.dtype),
+        cos,
+        sin,
+        1 if rotary else 0,
         float(query.shape[-1] ** -0.5 if scale is None else scale),
         float(softcap or 0.0),
-        int(window or 0),
-        int(query.shape[1]),
-        int(key.shape[1]),
+        int(kwargs.get("sliding_window") or 0),
     )
     step.presents[layer] = (present_key, present_value)
     return out.reshape(out.shape[0], out.shape[1], query.shape[1], -1), None
+
+
+def _deferred_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *args: Any, **kw: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stands in for ``apply_rotary_pos_emb``: GQA rotates (``do_rotary=1``)."""
+    _CURRENT[-1].deferred += 1
+    return q, k
 
 
 def _no_mask(*args: Any, **kwargs: Any) -> None:
@@ -181,43 +145,62 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-class _NotFusable(Exception):
-    """The model's attention cannot be replaced by GroupQueryAttention."""
+def _keep_new(
+    key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``DynamicCache.update`` that keeps the cache as it was and returns the new tokens."""
+    return key, value
 
 
-def _register() -> None:
+@contextlib.contextmanager
+def _attention_set(model: Any, rotary: bool) -> Iterator[None]:
+    """``model`` uses our attention (and our rotary) inside the block, its own after it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, _attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
-
-
-@contextlib.contextmanager
-def _attention_set(model: Any) -> Iterator[None]:
-    """``model`` uses our attention inside the block, its own again after it."""
-    _register()
     before = model.config._attn_implementation
+    patched = _rotary_modules(model) if rotary else []
+    originals = [m.apply_rotary_pos_emb for m in patched]
     model.set_attn_implementation(ATTENTION_NAME)
+    for module in patched:
+        module.apply_rotary_pos_emb = _deferred_rotary
     try:
         yield
     finally:
+        for module, original in zip(patched, originals, strict=True):
+            module.apply_rotary_pos_emb = original
         model.set_attn_implementation(before)
 
 
-def supports_fused_attention(model: Any) -> bool:
-    """Whether ``model``'s family calls transformers' attention interface."""
-    return bool(getattr(model, "_supports_attention_backend", False))
+def _rotary_modules(model: nn.Module) -> list[Any]:
+    """The Python modules of ``model``'s layers that define ``apply_rotary_pos_emb``."""
+    names = {type(m).__module__ for m in model.modules()}
+    found = [sys.modules[n] for n in sorted(names) if n in sys.modules]
+    return [m for m in found if callable(getattr(m, "apply_rotary_pos_emb", None))]
 
 
-class _KeepNew:
-    """Stands in for ``DynamicCache.update``: the cache update happens inside GQA."""
-
-    @staticmethod
-    def update(
-        key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return key, value
+def _rotary_caches(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """cos/sin caches (positions, rotary / 2) from the model's one rotary module, if static."""
+    rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    config = getattr(model, "config", None)
+    limit = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if len(rotary) != 1 or not limit or not _rotary_modules(model):
+        return None
+    module = rotary[0]
+    if getattr(module, "rope_type", None) not in _STATIC_ROPE:
+        return None
+    positions = torch.arange(limit).unsqueeze(0)
+    try:
+        with torch.no_grad():
+            cos, sin = module(torch.zeros(1, dtype=torch.float32), position_ids=positions)
+    except (TypeError, RuntimeError, ValueError):
+        return None
+    half = cos.shape[-1] // 2
+    if cos.dim() != 3 or not torch.equal(cos[..., :half], cos[..., half:]):
+        return None  # not the halves layout GQA's (non-interleaved) rotary takes
+    return cos[0, :, :half].contiguous(), sin[0, :, :half].contiguous()
 
 
 class FusedCausalLM(nn.Module):
@@ -227,13 +210,18 @@ class FusedCausalLM(nn.Module):
     wrapped model is left as it was (eager checks and the export both go through here).
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, rotary: bool = True) -> None:
         super().__init__()
         from onnx_export.hf._graphs import cache_keyword
 
         self.model = model
         self.cache_keyword = cache_keyword(model)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        caches = _rotary_caches(model) if rotary else None
+        self.rotary = caches is not None
+        if caches is not None:
+            self.register_buffer("cos_cache", caches[0], persistent=False)
+            self.register_buffer("sin_cache", caches[1], persistent=False)
 
     def forward(
         self,
@@ -250,11 +238,15 @@ class FusedCausalLM(nn.Module):
         dtype = past_key_values[0]["key"].dtype
         padding = (attention_mask == 0)[:, None, None, :]
         bias = torch.zeros(padding.shape, dtype=dtype).masked_fill(padding, torch.finfo(dtype).min)
-        step = _Step(past_key_values, bias.expand(-1, -1, input_ids.shape[1], -1))
+        rotary = None
+        if self.rotary:
+            rotary = (self.get_buffer("cos_cache"), self.get_buffer("sin_cache"))
+        bias = bias.expand(-1, -1, input_ids.shape[1], -1)
+        step = _Step(past_key_values, bias, rotary)
         extra = {"logits_to_keep": 1} if self.keeps_logits else {}
         _CURRENT.append(step)
         try:
-            with _attention_set(self.model):
+            with _attention_set(self.model, self.rotary):
                 out = self.model(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -268,16 +260,11 @@ class FusedCausalLM(nn.Module):
         layers = len(past_key_values)
         if sorted(step.presents) != list(range(layers)):
             raise _NotFusable(f"{len(step.presents)} of {layers} layers called the interface")
+        if self.rotary and step.deferred != layers:
+            raise _NotFusable(f"{step.deferred} of {layers} layers applied the rotary function")
         logits = out.logits if self.keeps_logits else out.logits[:, -1:, :]
         presents = [{"key": k, "value": v} for k, v in (step.presents[i] for i in range(layers))]
         return {"logits": logits, "present": presents}
-
-
-def _keep_new(
-    key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``DynamicCache.update`` that keeps the cache as it was and returns the new tokens."""
-    return key, value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,10 +279,10 @@ class FusedGraphSpec(GraphSpec):
     check_args: tuple[Any, ...] = ()
 
 
-def _prompt_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _prompt_args(args: tuple[Any, ...], vocab: int) -> tuple[Any, ...]:
     ids, _, _, past = args
     batch, length = ids.shape[0], ids.shape[1] + 1
-    prompt = torch.randint(0, 50, (batch, length), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[-1, :2] = 0
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -303,26 +290,54 @@ def _prompt_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return prompt, mask, positions, empty
 
 
+def _differences(fused: nn.Module, default: nn.Module, args: tuple[Any, ...]) -> list[str]:
+    """Where ``fused`` and ``default`` disagree on ``args`` (padded positions left out)."""
+    with torch.no_grad():
+        want, got = default(*args), fused(*args)
+    # Rotary keys of a padded row are cached at other (physical) positions: real tokens
+    # of rows without padding only; the logits check every row.
+    mask = args[1].bool() & args[1].bool().all(dim=1, keepdim=True)
+    pairs = [("logits", want["logits"][:, -1:], got["logits"])]
+    for i, (a, b) in enumerate(zip(want["present"], got["present"], strict=True)):
+        # (batch, heads, total, size): the real tokens only
+        pairs += [
+            (f"present.{i}.{n}", a[n].transpose(1, 2)[mask], b[n].transpose(1, 2)[mask])
+            for n in ("key", "value")
+        ]
+    return [
+        name
+        for name, a, b in pairs
+        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-3, atol=1e-4)
+    ]
+
+
 def fused_causal_lm_graph(model: Any, spec: GraphSpec) -> GraphSpec | str:
     """``spec`` with :class:`FusedCausalLM` as its module, or why it cannot have it.
 
-    Runs the wrapper once eagerly on the example inputs to check that every layer goes
-    through the attention interface and that nothing GQA cannot take is passed to it.
+    The fused wrapper (with GQA's rotary, else without) must give the default wrapper's
+    last logits and presents on a padded prompt and on the export's step with a past.
     """
-    if not supports_fused_attention(model):
+    if not getattr(model, "_supports_attention_backend", False):
         return "its attention does not go through transformers' attention interface"
     past = spec.args[3]
     head_size = int(past[0]["key"].shape[-1]) if past else 0
     if head_size % 8:
         return f"its head size {head_size} is not a multiple of 8 (ORT's CPU kernel needs it)"
-    module = FusedCausalLM(model)
-    try:
-        with torch.no_grad():
-            module(*spec.args)
-    except _NotFusable as e:
-        return str(e)
-    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return FusedGraphSpec(**{**fields, "module": module}, check_args=_prompt_args(spec.args))
+    prompt = _prompt_args(spec.args, int(getattr(model.config, "vocab_size", 50) or 50))
+    why = ""
+    for rotary in (True, False):
+        module = FusedCausalLM(model, rotary=rotary)
+        try:
+            wrong = _differences(module, spec.module, prompt)
+            wrong += _differences(module, spec.module, spec.args)
+        except _NotFusable as e:
+            why = str(e)
+            continue
+        if not wrong:
+            fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+            return FusedGraphSpec(**{**fields, "module": module}, check_args=prompt)
+        why = f"with GroupQueryAttention {', '.join(wrong[:3])} differ from transformers'"
+    return why
 
 
 def onnxruntime_graphs(model: Any, task: str, specs: list[GraphSpec]) -> list[GraphSpec]:
@@ -355,89 +370,3 @@ def with_fused_ops(spec: GraphSpec, options: Any) -> Any:
     registry = onnx_export.OnnxRegistry()
     registry.register_op(group_query_attention, group_query_attention_onnx)
     return dataclasses.replace(options, onnx_registry=registry)
-
-
-def group_query_attention_onnx(
-    query: Any,
-    key: Any,
-    value: Any,
-    past_key: Any,
-    past_value: Any,
-    attention_bias: Any,
-    scale: float,
-    softcap: float,
-    window: int,
-    num_heads: int,
-    kv_num_heads: int,
-) -> Any:
-    """The custom op as ``com.microsoft.GroupQueryAttention`` (queries BSNH-packed)."""
-    from onnx_export.ops._opset import opset as op
-
-    packed = op.Constant(value_ints=[0, 0, -1])
-    q = op.Reshape(op.Transpose(query, perm=[0, 2, 1, 3]), packed)
-    k = op.Reshape(op.Transpose(key, perm=[0, 2, 1, 3]), packed)
-    v = op.Reshape(op.Transpose(value, perm=[0, 2, 1, 3]), packed)
-    total = op.Shape(attention_bias, start=3, end=4)
-    last = op.Cast(op.Sub(total, op.Constant(value_ints=[1])), to=6)  # int32
-    seqlens_k = op.Expand(last, op.Shape(query, end=1))
-    return _gqa_op()(
-        q,
-        k,
-        v,
-        past_key,
-        past_value,
-        seqlens_k,
-        op.Squeeze(op.Cast(total, to=6)),
-        None,
-        None,
-        None,
-        attention_bias,
-        num_heads=num_heads,
-        kv_num_heads=kv_num_heads,
-        scale=scale,
-        softcap=softcap,
-        local_window_size=window - 1 if window > 0 else -1,
-    )
-
-
-def _gqa_op() -> Any:
-    """Onnxscript's handle on ``com.microsoft.GroupQueryAttention`` (three outputs).
-
-    The ONNX schema registry does not know ONNX Runtime's contrib ops: the schema is
-    declared here with the inputs and attributes we use (ORT checks the node at load).
-    """
-    from onnx.defs import OpSchema
-    from onnxscript.values import Op, Opset
-
-    param, optional = OpSchema.FormalParameter, OpSchema.FormalParameterOption.Optional
-    inputs = [param("query", "T")]
-    inputs += [param(n, "T", param_option=optional) for n in ("key", "value")]
-    inputs += [param(n, "T", param_option=optional) for n in ("past_key", "past_value")]
-    inputs += [param("seqlens_k", "M"), param("total_sequence_length", "M")]
-    inputs += [param(n, "T", param_option=optional) for n in ("cos_cache", "sin_cache")]
-    inputs += [param("position_ids", "tensor(int64)", param_option=optional)]
-    inputs += [param("attention_bias", "T", param_option=optional)]
-    outputs = [param(n, "T") for n in ("output", "present_key", "present_value")]
-    attributes = [
-        OpSchema.Attribute(name, kind, "")
-        for name, kind in (
-            ("num_heads", OpSchema.AttrType.INT),
-            ("kv_num_heads", OpSchema.AttrType.INT),
-            ("scale", OpSchema.AttrType.FLOAT),
-            ("softcap", OpSchema.AttrType.FLOAT),
-            ("local_window_size", OpSchema.AttrType.INT),
-            ("do_rotary", OpSchema.AttrType.INT),
-            ("rotary_interleaved", OpSchema.AttrType.INT),
-        )
-    ]
-    floats = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
-    schema = OpSchema(
-        "GroupQueryAttention",
-        "com.microsoft",
-        1,
-        inputs=inputs,
-        outputs=outputs,
-        type_constraints=[("T", floats, ""), ("M", ["tensor(int32)"], "")],
-        attributes=attributes,
-    )
-    return Op(Opset("com.microsoft", 1), "GroupQueryAttention", schema)

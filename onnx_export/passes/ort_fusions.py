@@ -5,7 +5,9 @@ onnxscript's ``ort_fusions`` rewrites attention (``Attention``, ``MultiHeadAtten
 into the contrib ops ONNX Runtime runs on its CPU and CUDA providers. The weights are
 shielded as in the optimizer (nothing reads, folds or copies them). ``Gemm`` nodes become
 ``MatMul`` + ``Add`` first: a fusion may remove the ``Reshape`` that made a Gemm's input
-2-D (GPT-2's ``Conv1D`` after attention), and MatMul takes any rank.
+2-D (GPT-2's ``Conv1D`` after attention), and MatMul takes any rank. Decoders exported with
+``GroupQueryAttention`` (``hf/_fused_decoder.py``) then lose the reshapes around it and
+get one packed Q/K/V MatMul (``passes/ort_gqa.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import onnx_ir as ir
 
 from onnx_export.passes.fold_weights import derived_initializer
 from onnx_export.passes.optimize import weights_shielded
+from onnx_export.passes.ort_gqa import lean_group_query_attention
 
 __all__ = ["fuse_for_onnxruntime"]
 
@@ -88,6 +91,7 @@ def fuse_for_onnxruntime(model: ir.Model) -> dict[str, int]:
             _, counts = ort_fusions.optimize_for_ort(model)
     finally:
         quiet.setLevel(level)
+    counts.update(lean_group_query_attention(model))
     applied = {name: count for name, count in counts.items() if count}
     graph = model.graph
     for value in list(graph.initializers.values()):

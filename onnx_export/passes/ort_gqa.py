@@ -1,0 +1,123 @@
+"""``GroupQueryAttention`` made lean: no reshapes around it, one packed Q/K/V MatMul.
+
+After the export, each GQA node (``hf/_gqa.py``) reads its query, key and value through
+the reshapes that split and merged the heads (``(batch, seq, heads * size)`` -> ``(batch,
+seq, heads, size)`` -> back), and writes its output through two more. A chain of
+``Reshape`` nodes whose last shape is its first input's shape (all dimensions known,
+symbolic ones by name) is that input: the chains are dropped. Then, when the query, key
+and value are three ``MatMul`` of one activation by constant weights, they become one
+MatMul by the weights concatenated (a lazily computed initializer, so
+``save(model_state=...)`` still recomputes it from the named weights) and GQA takes the
+packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and value.
+Repeated shape computations (each layer's ``seqlens_k``) are merged by common
+subexpression elimination.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_export.passes.fold_weights import derived_initializer
+
+__all__ = ["lean_group_query_attention"]
+
+
+def _same_shape(a: ir.Value, b: ir.Value) -> bool:
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return False
+    for x, y in zip(a.shape, b.shape, strict=True):
+        if isinstance(x, int) and isinstance(y, int):
+            if x != y:
+                return False
+        elif isinstance(x, ir.SymbolicDim) and isinstance(y, ir.SymbolicDim):
+            if x.value is None or x.value != y.value:
+                return False
+        else:
+            return False
+    return True
+
+
+def _chain_root(value: ir.Value) -> ir.Value:
+    """The first input of the ``Reshape`` chain that ends at ``value`` (``value`` if none)."""
+    root = value
+    while (node := root.producer()) is not None and node.op_type == "Reshape":
+        if node.domain not in ("", "ai.onnx") or node.inputs[0] is None:
+            break
+        root = node.inputs[0]
+    return root
+
+
+def _drop_reshape_chains(graph: ir.Graph) -> int:
+    """Uses of a shape-preserving Reshape chain's end read its start instead."""
+    dropped = 0
+    for node in list(graph):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
+            continue
+        end = node.outputs[0]
+        root = _chain_root(end)
+        if root is end or end.is_graph_output() or not _same_shape(root, end):
+            continue
+        ir.convenience.replace_all_uses_with(end, root)
+        dropped += 1
+    return dropped
+
+
+def _weight(node: ir.Node) -> ir.Value | None:
+    """The constant 2-D right-hand side of a MatMul, if it is one."""
+    if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    weight = node.inputs[1]
+    if weight is None or weight.const_value is None or weight.shape is None:
+        return None
+    return weight if len(weight.shape) == 2 else None
+
+
+def _pack_qkv(graph: ir.Graph, gqa: ir.Node) -> bool:
+    """GQA's query/key/value from three MatMuls of one input -> one packed MatMul."""
+    if len(gqa.inputs) < 3 or any(v is None for v in gqa.inputs[:3]):
+        return False
+    producers = [v.producer() for v in gqa.inputs[:3]]  # type: ignore[union-attr]
+    if any(p is None for p in producers):
+        return False
+    weights = [_weight(p) for p in producers]  # type: ignore[arg-type]
+    inputs = {id(p.inputs[0]) for p in producers}  # type: ignore[union-attr]
+    if any(w is None for w in weights) or len(inputs) != 1:
+        return False
+    if any(len(v.uses()) != 1 for v in gqa.inputs[:3]):  # type: ignore[union-attr]
+        return False
+    shapes = [w.const_value.shape.numpy() for w in weights]  # type: ignore[union-attr]
+    dtype = weights[0].dtype  # type: ignore[union-attr]
+    if len({s[0] for s in shapes}) != 1 or dtype is None:
+        return False
+    names = [str(w.name) for w in weights]  # type: ignore[union-attr]
+    packed = derived_initializer(
+        graph,
+        f"{names[0]}.packed_qkv",
+        list(weights),
+        lambda arrays: np.concatenate([np.asarray(a) for a in arrays], axis=1),
+        dtype,
+        (shapes[0][0], sum(s[1] for s in shapes)),
+    )
+    activation = producers[0].inputs[0]  # type: ignore[union-attr]
+    matmul = ir.node("MatMul", [activation, packed])
+    graph.insert_before(gqa, matmul)
+    gqa.replace_input_with(0, matmul.outputs[0])
+    gqa.replace_input_with(1, None)
+    gqa.replace_input_with(2, None)
+    for producer in producers:
+        graph.remove(producer, safe=True)  # type: ignore[arg-type]
+    return True
+
+
+def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
+    """Apply the rewrites in place; return how often each applied (none: no GQA)."""
+    graph = model.graph
+    attention = [n for n in graph if n.op_type == "GroupQueryAttention"]
+    if not attention:
+        return {}
+    dropped = _drop_reshape_chains(graph)
+    packed = sum(_pack_qkv(graph, node) for node in attention)
+    ir.passes.common.RemoveUnusedNodesPass()(model)
+    ir.passes.common.CommonSubexpressionEliminationPass()(model)
+    return {"reshape chains dropped": dropped, "packed QKV MatMul": packed}
