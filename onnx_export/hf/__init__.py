@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         OrtModelForSemanticSegmentation,
         OrtModelForZeroShotImageClassification,
     )
+    from onnx_export.hf._pipeline import Pipeline, pipeline
     from onnx_export.hf._seq2seq import OrtModelForSeq2SeqLM
 
 # Export needs torch and transformers, the runtime onnxruntime: both load on first use.
@@ -64,6 +65,8 @@ _LAZY = {
     "ExportedCheckpoint": "onnx_export.hf._export",
     "OrtModelForCausalLM": "onnx_export.hf._causal",
     "OrtModelForSeq2SeqLM": "onnx_export.hf._seq2seq",
+    "pipeline": "onnx_export.hf._pipeline",
+    "Pipeline": "onnx_export.hf._pipeline",
     "OrtModel": "onnx_export.hf._models_base",
     "ModelOutput": "onnx_export.hf._models_base",
     "OrtModelForFeatureExtraction": "onnx_export.hf._models_text",
@@ -122,6 +125,8 @@ __all__ = [
     "OrtModelForZeroShotImageClassification",
     "OrtModelForAudioClassification",
     "OrtModelForCTC",
+    "pipeline",
+    "Pipeline",
     # Errors
     "CheckpointError",
     "GenerationError",

@@ -135,10 +135,14 @@ def _check_target(target: str) -> None:
         )
 
 
-def _export_options(dynamic_shapes: Any, opset: int | None, target: str) -> Any:
+def _export_options(
+    dynamic_shapes: Any, opset: int | None, target: str, strategies: tuple[str, ...] = ()
+) -> Any:
     import onnx_export
 
     kwargs: dict[str, Any] = {"dynamic_shapes": dynamic_shapes}
+    if strategies:
+        kwargs["capture_strategies"] = strategies
     if opset is not None:
         kwargs["opset_version"] = opset
     if target != "onnx":
@@ -147,19 +151,26 @@ def _export_options(dynamic_shapes: Any, opset: int | None, target: str) -> Any:
 
 
 def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
-    """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail."""
+    """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail.
+
+    The attempt with more dynamic dimensions tries the fast capture strategy only: a model
+    that fixes them fails it quickly, and is then exported as usual with the fallback.
+    """
     import onnx_export
     from onnx_export.errors import ExportInputError, OnnxExportError
-    from onnx_export.hf._fused_decoder import with_fused_ops
+    from onnx_export.hf._fused_decoder import with_fused_ops  # GQA's registry, if fused
 
-    try:
+    if spec.fallback is None:
         options = with_fused_ops(spec, _export_options(spec.dynamic_shapes, opset, target))
+        return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+    try:
+        options = _export_options(spec.dynamic_shapes, opset, target, ("non_strict",))
+        options = with_fused_ops(spec, options)
         return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
     except ExportInputError:
         raise
     except OnnxExportError:
-        if spec.fallback is None:
-            raise
+        pass
     options = with_fused_ops(spec, _export_options(spec.fallback, opset, target))
     return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
 

@@ -1,4 +1,7 @@
-"""``OrtModelForSeq2SeqLM``: T5, BART and Whisper generation, numpy + onnxruntime only."""
+"""``OrtModelForSeq2SeqLM``: T5, BART, Whisper and vision encoder-decoder generation.
+
+numpy + onnxruntime only.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +19,15 @@ from onnx_export.hf._session import StepSession
 
 __all__ = ["OrtModelForSeq2SeqLM"]
 
-_TASKS = ("text2text-generation", "automatic-speech-recognition")
+_TASKS = ("text2text-generation", "automatic-speech-recognition", "image-to-text")
 
 
 class OrtModelForSeq2SeqLM:
     """An encoder-decoder model exported by :func:`onnx_export.hf.export_pretrained`.
 
     T5 and BART take ``input_ids`` (and ``attention_mask``); Whisper takes
-    ``input_features``. The encoder runs once and also returns every decoder layer's
+    ``input_features``; a vision encoder-decoder (image-to-text) takes ``pixel_values``.
+    The encoder runs once and also returns every decoder layer's
     cross-attention keys and values; the decoder runs once per new token with its
     self-attention cache kept in ONNX Runtime values.
 
@@ -44,6 +48,17 @@ class OrtModelForSeq2SeqLM:
         self.encoder = encoder
         self.decoder = decoder
         self.speech = "input_features" in encoder.input_names
+        self.vision = "pixel_values" in encoder.input_names
+
+    def __repr__(self) -> str:
+        config = self.folder.config
+        layers = config.get("num_hidden_layers", config.get("num_layers"))
+        architecture = ",".join(config.get("architectures") or [str(config.get("model_type"))])
+        return (
+            f"OrtModelForSeq2SeqLM(folder={os.fspath(self.folder.path)!r}, "
+            f"architecture={architecture!r}, layers={layers}, "
+            f"providers={self.decoder.session.get_providers()})"
+        )
 
     @classmethod
     def from_pretrained(
@@ -76,8 +91,21 @@ class OrtModelForSeq2SeqLM:
         decoder = StepSession(folder.path / "decoder_model.onnx", providers, session_options)
         return cls(folder, encoder, decoder)
 
-    def _encode(self, input_ids: Any, attention_mask: Any, input_features: Any) -> dict[str, Any]:
+    def _encode(
+        self, input_ids: Any, attention_mask: Any, input_features: Any, pixel_values: Any = None
+    ) -> dict[str, Any]:
         """The decoder's encoder inputs; the batch size under ``"batch"``."""
+        if self.vision:
+            if pixel_values is None:
+                raise GenerationError("This is an image-to-text model: pass pixel_values=...")
+            pixels = np.asarray(pixel_values, dtype=np.float32)
+            if pixels.ndim != 4:
+                raise GenerationError(
+                    f"pixel_values has shape {pixels.shape}; the encoder takes "
+                    "(batch, channels, height, width) images."
+                )
+            encoded = self.encoder.run({"pixel_values": pixels})
+            return {"batch": pixels.shape[0], **self._decoder_feed(encoded)}
         if self.speech:
             if input_features is None:
                 raise GenerationError("This is a speech model: pass input_features=...")
@@ -116,6 +144,7 @@ class OrtModelForSeq2SeqLM:
         attention_mask: Any = None,
         *,
         input_features: Any = None,
+        pixel_values: Any = None,
         decoder_input_ids: Any,
     ) -> npt.NDArray[np.float32]:
         """The decoder's logits (batch, decoder length, vocab) for ``decoder_input_ids``.
@@ -124,7 +153,7 @@ class OrtModelForSeq2SeqLM:
             >>> model.logits([[5, 6, 1]], decoder_input_ids=[[0, 7]]).shape  # doctest: +SKIP
             (1, 2, 32128)
         """
-        encoded = self._encode(input_ids, attention_mask, input_features)
+        encoded = self._encode(input_ids, attention_mask, input_features, pixel_values)
         start = self._start(decoder_input_ids, int(encoded.pop("batch")))
         feed = {"input_ids": start, **encoded, **self.decoder.empty_past(start.shape[0])}
         return np.asarray(self.decoder.run(feed, ["logits"])["logits"].numpy())
@@ -135,6 +164,7 @@ class OrtModelForSeq2SeqLM:
         attention_mask: Any = None,
         *,
         input_features: Any = None,
+        pixel_values: Any = None,
         decoder_input_ids: Any = None,
         max_new_tokens: int,
         do_sample: bool = False,
@@ -154,6 +184,7 @@ class OrtModelForSeq2SeqLM:
             input_ids: Encoder token ids (batch, length) for T5 and BART.
             attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
             input_features: Log-mel features (batch, mel bins, frames) for Whisper.
+            pixel_values: Images (batch, channels, height, width) for image-to-text.
             decoder_input_ids: The decoder's first tokens (batch, length), e.g. Whisper's
                 language and task tokens; the config's ``decoder_start_token_id`` alone
                 when ``None``.
@@ -180,7 +211,7 @@ class OrtModelForSeq2SeqLM:
             array([[50258, 50259, 50359, 50363]])
         """
         max_new_tokens = check_max_new_tokens(max_new_tokens)
-        encoded = self._encode(input_ids, attention_mask, input_features)
+        encoded = self._encode(input_ids, attention_mask, input_features, pixel_values)
         batch = int(encoded.pop("batch"))
         start = self._start(decoder_input_ids, batch)
         limit = self.folder.max_positions("max_target_positions", "max_position_embeddings")

@@ -132,6 +132,63 @@ def _decoder(config_class: Any, **extra: Any) -> Callable[[], Any]:
     return lambda: tf.AutoModelForCausalLM.from_config(config_class(**_DECODER, **extra))
 
 
+def _auto(model_type: str, **extra: Any) -> Callable[[], Any]:
+    """A decoder of ``model_type`` from the shared small settings, ``extra`` on top."""
+    return lambda: tf.AutoModelForCausalLM.from_config(
+        tf.AutoConfig.for_model(model_type, **{**_DECODER, **extra})
+    )
+
+
+_MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
+#: Decoders beyond the first six, built the same way (issue 21's list).
+_MORE_DECODERS = (
+    Case("qwen3", "text-generation", _auto("qwen3", head_dim=8)),
+    Case("gemma2", "text-generation", _auto("gemma2", head_dim=8, sliding_window=4)),
+    Case("gemma3_text", "text-generation", _auto("gemma3_text", head_dim=8, sliding_window=4)),
+    Case("phi", "text-generation", _auto("phi", partial_rotary_factor=0.5)),
+    Case("gpt_neox", "text-generation", _auto("gpt_neox", rotary_pct=0.5)),
+    Case(
+        "gptj",
+        "text-generation",
+        _auto("gptj", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64),
+    ),
+    Case(
+        "falcon", "text-generation", _auto("falcon", num_kv_heads=2, new_decoder_architecture=True)
+    ),
+    Case("opt", "text-generation", _auto("opt", ffn_dim=64, word_embed_proj_dim=32)),
+    Case("bloom", "text-generation", _auto("bloom", n_layer=2, n_head=4)),
+    Case("stablelm", "text-generation", _auto("stablelm")),
+    Case("olmo", "text-generation", _auto("olmo")),
+    Case("olmo2", "text-generation", _auto("olmo2")),
+    Case("cohere", "text-generation", _auto("cohere")),
+    Case("granite", "text-generation", _auto("granite")),
+    Case("starcoder2", "text-generation", _auto("starcoder2")),
+    Case("mixtral", "text-generation", _auto("mixtral", **_MOE)),
+    Case(
+        "qwen2_moe",
+        "text-generation",
+        _auto(
+            "qwen2_moe",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        ),
+    ),
+    Case(
+        "gpt_bigcode",
+        "text-generation",
+        _auto("gpt_bigcode", n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    ),
+    Case(
+        "codegen",
+        "text-generation",
+        _auto("codegen", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64, n_ctx=64),
+    ),
+)
+
+
 def _vision(config: Any) -> Callable[[], Any]:
     return lambda: tf.AutoModelForImageClassification.from_config(config)
 
@@ -206,5 +263,6 @@ CASES = {
                 )
             ),
         ),
+        *_MORE_DECODERS,
     )
 }
