@@ -21,6 +21,7 @@ from onnx_export.errors import ConversionError, OptimizationError
 from onnx_export.passes import (
     convert_opset,
     fold_batch_norm_into_conv,
+    fold_weight_computations,
     fold_weight_transforms,
     fuse_erf_gelu,
     fuse_for_onnxruntime,
@@ -160,6 +161,7 @@ def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
 _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
     ("fold_batch_norm_into_conv", fold_batch_norm_into_conv),
     ("fold_weight_transforms", fold_weight_transforms),
+    ("fold_weight_computations", fold_weight_computations),
 )
 
 

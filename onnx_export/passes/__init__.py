@@ -7,6 +7,8 @@
   for.
 - :mod:`~onnx_export.passes.fold_weights`: layout ops on weights (``fc.weight.T``) as
   lazily computed initializers.
+- :mod:`~onnx_export.passes.fold_weight_graphs`: any computation on weights only (weight
+  standardisation, scaled weights, position tables) as lazily computed initializers.
 - :mod:`~onnx_export.passes.fold_batch_norm`: inference BatchNorm folded into the Conv
   before it.
 - :mod:`~onnx_export.passes.gelu`: the exact GELU as one ``Gelu`` node (opset 20+).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from onnx_export.passes.cleanup import remove_identity_reshapes
 from onnx_export.passes.fold_batch_norm import fold_batch_norm_into_conv
+from onnx_export.passes.fold_weight_graphs import fold_weight_computations
 from onnx_export.passes.fold_weights import fold_weight_transforms
 from onnx_export.passes.gelu import fuse_erf_gelu
 from onnx_export.passes.legalize import legalize_bool_data
@@ -30,6 +33,7 @@ from onnx_export.passes.ort_fusions import fuse_for_onnxruntime
 __all__ = [
     "convert_opset",
     "fold_batch_norm_into_conv",
+    "fold_weight_computations",
     "fold_weight_transforms",
     "fuse_erf_gelu",
     "fuse_for_onnxruntime",

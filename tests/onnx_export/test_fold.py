@@ -150,3 +150,89 @@ def test_constant_gathers_and_expands_of_weights_are_folded(tmp_path: pathlib.Pa
         other.positions.weight.mul_(2.0)
     path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
     assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
+
+
+class _ScaledStdConv(nn.Conv2d):
+    """timm's NF-ResNet weight standardisation: ``F.batch_norm`` on the weight, a gain."""
+
+    def __init__(self) -> None:
+        super().__init__(3, 4, 3, padding=1)
+        self.gain = nn.Parameter(torch.rand(4, 1, 1, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = nn.functional.batch_norm(
+            self.weight.reshape(1, self.out_channels, -1),
+            None,
+            None,
+            weight=(self.gain * 0.2).view(-1),
+            training=True,
+            momentum=0.0,
+            eps=1e-6,
+        ).reshape_as(self.weight)
+        return nn.functional.conv2d(x, weight, self.bias, padding=1)
+
+
+class _StdConv(nn.Module):
+    """``(w - mean) / sqrt(var + eps)`` with ``var_mean``, then a ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.conv.weight
+        var, mean = torch.var_mean(w, dim=[1, 2, 3], keepdim=True, unbiased=False)
+        return torch.relu(nn.functional.conv2d(x, (w - mean) / torch.sqrt(var + 1e-8), padding=1))
+
+
+class _RelativeBias(nn.Module):
+    """SwinV2-style ``16 * sigmoid(table[index])`` bias added to scores (a constant index)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(9, 2))
+        self.register_buffer("index", torch.randint(0, 9, (16,)), persistent=False)
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        bias = 16 * torch.sigmoid(self.table[self.index].view(4, 4, 2).permute(2, 0, 1))
+        return (scores + bias).softmax(-1)
+
+
+_COMPUTE_OPS = {"ReduceMean", "Sqrt", "Sub", "Div", "Sigmoid", "Reciprocal", "Gather"}
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [(_ScaledStdConv, (2, 3, 8, 8)), (_StdConv, (2, 3, 8, 8)), (_RelativeBias, (3, 2, 4, 4))],
+    ids=["batch_norm_standardised", "var_mean_standardised", "relative_bias"],
+)
+def test_computations_on_weights_only_are_folded(
+    make: type[nn.Module], shape: tuple[int, ...], tmp_path: pathlib.Path
+) -> None:
+    model, x = _seeded(make), torch.randn(*shape)
+    program = onnx_export.dynamo_export(model, x)
+    assert not _COMPUTE_OPS & set(_ops(program)), _ops(program)
+    folded = [v for name, v in program.model.graph.initializers.items() if name.endswith(".folded")]
+    assert folded and all(isinstance(v.const_value, ir.LazyTensor) for v in folded)
+    assert_onnx_program_close(program, model, x)
+    torch.manual_seed(3)
+    other = make().eval()  # other weights at save: the folded tensors follow them
+    for name, buffer in model.named_buffers():  # non-persistent buffers were exported as-is
+        if name not in model.state_dict():
+            other.get_buffer(name).copy_(buffer)
+    path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
+    assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
+
+
+def test_a_fake_export_of_standardised_weights_stays_weight_free(tmp_path: pathlib.Path) -> None:
+    with onnx_export.enable_fake_mode():
+        model = _ScaledStdConv().eval()
+        x = torch.randn(2, 3, 8, 8)
+    program = onnx_export.dynamo_export(model, x)
+    assert not _COMPUTE_OPS & set(_ops(program))
+    sources = weight_values(program.model)
+    assert {"weight", "gain"} <= set(sources)
+    assert all(isinstance(v.const_value, WeightPlaceholder) for v in sources.values())
+    real = _seeded(_ScaledStdConv)
+    path = program.save(tmp_path / "m.onnx", model_state=real.state_dict())
+    assert_onnx_program_close(onnx_export.load(path), real, torch.randn(2, 3, 8, 8))  # type: ignore[arg-type]
