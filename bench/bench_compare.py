@@ -1,12 +1,15 @@
 """Graph quality side by side: our exporter and torch.onnx.export(dynamo=True), one run.
 
 Per model (BERT, GPT-2, Llama, BART, ViT, Whisper encoder, LSTM, a BatchNorm CNN, ResNet,
-ConvNeXt from ``tests/e2e/zoo_models.py`` and a few ``torch.nn`` models; ``timm``
-classification models too when ``timm`` is installed) it prints: export time (median of
-``--repeat``), node count, file size, ONNX Runtime latency (the two models' sessions
-called in alternation, median, one thread) and the largest absolute difference from eager
-PyTorch; then the geometric means of ours / torch.onnx. Each exporter uses its own
-defaults (opset, optimizer). ``--targets default,onnxruntime`` adds our
+ConvNeXt from ``tests/e2e/zoo_models.py``, a few ``torch.nn`` models and the vision
+stand-ins of ``bench/vision_standins.py``, ``vision/...``: the patterns of the timm and
+torchvision outliers of #22; ``timm`` classification models too when ``timm`` is
+installed) it prints: export time (median of ``--repeat``), node count, file size, ONNX
+Runtime latency (the two models' sessions called in alternation, median, one thread) and
+the largest absolute difference from eager PyTorch; then the geometric means of ours /
+torch.onnx and the worst models by export time and node ratio, naming every model slower
+than torch.onnx or with more than 1.02x its nodes. Each exporter uses its own defaults
+(opset, optimizer). ``--targets default,onnxruntime`` adds our
 ``ExportOptions(target="onnxruntime")`` as a third column. ``--histogram`` prints, per
 model, the op types whose counts differ (ours - torch.onnx).
 
@@ -119,9 +122,22 @@ TIMM_MODELS = ["resnet18", "mobilenetv3_small_050", "poolformer_s12", "efficient
 TIMM_MODELS += ["convnext_atto", "vit_tiny_patch16_224", "densenet121"]
 
 
+def _standin(name: str) -> Factory:
+    def factory() -> tuple[nn.Module, Inputs]:
+        import vision_standins
+
+        return vision_standins.build(name)
+
+    return factory
+
+
 def factories(with_timm: bool) -> dict[str, Factory]:
     """Every model of the benchmark, by name."""
     found: dict[str, Factory] = {name: _zoo(name) for name in ZOO_MODELS}
+    sys.path.insert(0, str(ROOT / "bench"))
+    import vision_standins
+
+    found |= {f"vision/{name}": _standin(name) for name in vision_standins.STANDINS}
     found["cnn"] = _seeded(_CNN, lambda: ((torch.randn(2, 3, 16, 16),), {}))
     found["mlp3d"] = _seeded(_MLP3d, lambda: ((torch.randn(4, 10, 32),), {}))
     if with_timm:
@@ -301,6 +317,27 @@ def print_table(rows: list[dict[str, Any]], labels: list[str]) -> None:
             if v
         ]
         print(f"\n{label} / {labels[0]} geomean: " + ", ".join(parts))
+        print_worst(rows, label, labels[0])
+
+
+#: Where a model stops being as good as torch.onnx: export time above this ratio is
+#: slower, a node count above this one is a larger graph (issue #22's bars).
+_SLOWER, _LARGER = 1.0, 1.02
+
+
+def print_worst(rows: list[dict[str, Any]], ours: str, theirs: str, count: int = 5) -> None:
+    """The models with the worst export-time and node ratios, and those past the bars."""
+    both = [r for r in rows if r[ours]["ok"] and r[theirs]["ok"]]
+    for key, bar, what in (("export_s", _SLOWER, "slower"), ("nodes", _LARGER, "larger")):
+        by_model = {r["model"]: r[ours][key] / r[theirs][key] for r in both if r[theirs][key]}
+        worst = sorted(by_model, key=by_model.__getitem__, reverse=True)[:count]
+        past = [m for m in worst if by_model[m] > bar]
+        text = ", ".join(f"{m} {by_model[m]:.2f}x" for m in worst)
+        print(f"  worst {key} ratios: {text}")
+        print(f"  {what} than {theirs} (> {bar:.2f}x): {', '.join(past) if past else 'none'}")
+    failed = [r["model"] for r in rows if not r[ours]["ok"]]
+    if failed:
+        print(f"  {ours} failed: {', '.join(failed)}")
 
 
 def print_histograms(rows: list[dict[str, Any]], ours: str, theirs: str) -> None:
