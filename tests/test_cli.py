@@ -150,7 +150,7 @@ def test_top_level_help_lists_every_command(tmp_path: pathlib.Path) -> None:
 
 BAD_ARGUMENTS = {
     "no command": ([], "required: COMMAND"),
-    "unknown command": (["bogus"], "invalid choice: 'bogus'"),
+    "unknown command": (["bogus"], "unknown command 'bogus'"),
     "export without -o": (["export", "factories:linear"], "-o/--output"),
     "factory without colon": (["export", "factories", "-o", "m.onnx"], "MODULE:FACTORY"),
     "module not found": (["export", "no_such_module:make", "-o", "m.onnx"], "no module named"),
