@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import pathlib
 import re
@@ -310,3 +311,41 @@ def test_a_failed_cli_export_locates_at_the_users_code(work: pathlib.Path) -> No
         assert uris, f"{report}: the failure has no location"
         assert all(u.endswith("reported.py") for u in uris), (report, uris)
         assert not any(str(script_path) in u or "contextlib" in u for u in uris)
+
+
+LOUD = """
+import logging
+import sys
+
+import torch
+
+
+class Loud(torch.nn.Module):
+    def forward(self, x):
+        logging.getLogger("torch._guards").error("probe: torch logged this")
+        print("probe: torch printed this", file=sys.stderr)
+        return x + 1
+
+
+def loud():
+    return Loud(), (torch.randn(2),)
+"""
+
+
+def test_torch_logs_show_only_with_verbose(
+    work: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (work / "loud.py").write_text(LOUD)
+    handler = logging.StreamHandler(sys.__stderr__)  # as torch's own handler: on fd 2
+    logging.getLogger("torch").addHandler(handler)
+    try:
+        assert main(["export", "loud:loud", "-o", "q.onnx"]) == 0
+        quiet = capfd.readouterr().err
+        assert main(["-v", "export", "loud:loud", "-o", "v.onnx"]) == 0
+        verbose = capfd.readouterr().err
+    finally:
+        logging.getLogger("torch").removeHandler(handler)
+    assert "probe" not in quiet, quiet
+    assert "probe: torch logged this" in verbose and "probe: torch printed this" in verbose
+    x = torch.randn(2)
+    np.testing.assert_allclose(np.asarray(onnx_export.load(work / "v.onnx")(x)), (x + 1).numpy())
