@@ -1,4 +1,9 @@
-"""The graph builder that tags every ONNX node with the FX node it came from."""
+"""The graph builder that tags every ONNX node with the FX node it came from.
+
+Its values are :class:`RecordedValue`: ``ir.Value`` plus the Python operators torchlib's
+code uses on values under torch.onnx (``op.Shape(window) < n_fft``, ``x % 2``, ``x ** 2``,
+``x.rank``), each recording an ONNX op while the translator records.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,96 @@ from onnxscript._internal.param_manipulation import separate_input_attributes_fr
 
 from onnx_export.translation._source import node_origin
 
-__all__ = ["TaggingGraphBuilder"]
+__all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
+
+_FLOATS = frozenset(
+    {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+)
+
+
+class RecordedValue(ir.Value):
+    """An ``ir.Value`` on which comparisons and more arithmetic with Python numbers record ops.
+
+    ``ir.Value`` already records ``+ - * /`` and unary ``-`` through onnx_ir's magic
+    handler (the recording builder's ``op``, see ``translation/_recorder.py``); this adds
+    ``< <= > >=``, ``%``, ``**``, ``@``, ``&``, ``|``, ``~`` and the ``rank`` property, as
+    torch.onnx's values have them. ``==``, ``!=`` and hashing stay identity, as the
+    translator keys dicts and sets by value. The truth value of a value is True (as under
+    torch.onnx: torchlib's ``if n_win < n_fft:`` then takes the branch that is right for
+    every size).
+    """
+
+    __slots__ = ()
+
+    @property
+    def rank(self) -> int | None:
+        """The number of dimensions, when the graph knows it."""
+        return len(self.shape) if self.shape is not None else None
+
+    def _handler(self) -> Any:
+        return self._get_magic_handler()  # type: ignore[no-untyped-call]  # onnx_ir's
+
+    def __lt__(self, other: Any) -> Any:
+        return self._handler().Less(self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._handler().LessOrEqual(self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._handler().Greater(self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._handler().GreaterOrEqual(self, other)
+
+    def __mod__(self, other: Any) -> Any:
+        if self.dtype in _FLOATS:
+            return self._handler().Mod(self, other, fmod=1)
+        return self._handler().Mod(self, other)
+
+    def __pow__(self, other: Any) -> Any:
+        return self._handler().Pow(self, other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return self._handler().Pow(other, self)
+
+    def __matmul__(self, other: Any) -> Any:
+        return self._handler().MatMul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return self._handler().MatMul(other, self)
+
+    def __and__(self, other: Any) -> Any:
+        return self._handler().And(self, other)
+
+    def __rand__(self, other: Any) -> Any:
+        return self._handler().And(other, self)
+
+    def __or__(self, other: Any) -> Any:
+        return self._handler().Or(self, other)
+
+    def __ror__(self, other: Any) -> Any:
+        return self._handler().Or(other, self)
+
+    def __invert__(self) -> Any:
+        return self._handler().Not(self)
+
+    # ``__eq__`` and ``__hash__`` are ``ir.Value``'s (identity); redefining ``<`` would
+    # otherwise make Python drop the inherited hash.
+    __hash__ = ir.Value.__hash__
+
+
+def recorded(value: Any) -> Any:
+    """``value`` (an ``ir.Value``, or a list/tuple of them) as :class:`RecordedValue`, in place.
+
+    The same objects: only their class changes (``RecordedValue`` adds no state), so
+    every identity the translator relies on (env dicts, graph inputs, uses) holds.
+    """
+    if type(value) is ir.Value:
+        value.__class__ = RecordedValue
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            recorded(item)
+    return value
 
 
 class TaggingGraphBuilder(onnxscript.GraphBuilder):
@@ -73,6 +167,9 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         sub.current_fx_node = self.current_fx_node
         return sub
 
+    def _adapt_outputs(self, outputs: Any, op_type: str) -> Any:
+        return recorded(list(super()._adapt_outputs(outputs, op_type)))
+
     def _get_or_create_constant(self, value: Any, dtype: ir.DataType | None) -> ir.Value:
         # Torchlib passes unnamed tensors (e.g. aten_gelu's sqrt(2)); initializers need
         # names, so those become Constant nodes, which the optimizer folds.
@@ -81,7 +178,7 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         if isinstance(value, (list, tuple)) and not value:  # e.g. sum over dim=[]
             empty = ir.tensor([], dtype=dtype or ir.DataType.INT64)
             return self._one("Constant", {"value": empty})
-        result: ir.Value = super()._get_or_create_constant(value, dtype)
+        result: ir.Value = recorded(super()._get_or_create_constant(value, dtype))
         return result
 
     def _one(self, op_type: str, attributes: dict[str, Any], *inputs: ir.Value) -> ir.Value:

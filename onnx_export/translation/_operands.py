@@ -24,6 +24,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from onnx_export._dtypes import is_complex_value, to_ir_dtype
 from onnx_export._registry import OnnxRegistry, target_name
 from onnx_export.ops._common import op
+from onnx_export.translation._builder import recorded
 from onnx_export.translation._dispatch import Dispatch, bind_arguments
 
 __all__ = ["operand_values", "complex_scalar_dispatch"]
@@ -97,9 +98,12 @@ def _cast_symbolic(node: torch.fx.Node, fx_args: Sequence[Any], values: list[Any
 def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence[Any]) -> list[Any]:
     """``values`` (the converted ``fx_args`` of ``node``) as its ONNX function takes them.
 
-    Must be called while recording (it may add ``Constant`` and ``Cast`` nodes).
+    Must be called while recording (it may add ``Constant`` and ``Cast`` nodes). Values
+    become :class:`~onnx_export.translation._builder.RecordedValue` (the same objects), so
+    the function may compare and compute with them as torchlib's code does.
     """
-    result = list(values)
+    result: list[Any] = list(values)
+    recorded(result)
     if any(isinstance(v, complex) for v in result):
         real = _complex_real_dtype(node)
         result = [_complex_constant(v, real) if isinstance(v, complex) else v for v in result]

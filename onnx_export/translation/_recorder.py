@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 from onnxscript import evaluator as onnxscript_evaluator
 
-from onnx_export.translation._builder import TaggingGraphBuilder
+from onnx_export.translation._builder import TaggingGraphBuilder, recorded
 
 __all__ = ["OpRecorder", "recording"]
 
@@ -108,7 +108,7 @@ class OpRecorder:
         while inputs and inputs[-1] is None:
             inputs.pop()
         result = self.builder.call_inline(function, *inputs, **attributes)  # type: ignore[arg-type]  # attrs pass through **kwargs
-        return result  # type: ignore[no-any-return]  # onnxscript is untyped here
+        return recorded(result)  # type: ignore[no-any-return]  # onnxscript is untyped here
 
     def _sequence_to_tensor(self, value: Any) -> Any:
         """A list mixing ints and symbolic scalars (e.g. a shape) as one INT64 tensor."""
