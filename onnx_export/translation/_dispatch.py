@@ -241,6 +241,13 @@ _FIRST_PROMOTED = {"where": 1}
 #: Reductions and scans that accumulate bools and small integers in int64 (or a dtype=).
 _ACCUMULATING = {"sum", "nansum", "prod", "cumsum", "mean"}
 
+#: Ops that join a list of tensors (their first argument) into one of the promoted dtype:
+#: ``cat([int64, float32])`` (an empty one included) is float32.
+_JOINING = {
+    "cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack",
+    "row_stack", "block_diag", "cartesian_prod",
+}  # fmt: skip
+
 
 def _packet(node: torch.fx.Node) -> str:
     target = node.target
@@ -331,7 +338,8 @@ def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.
     Elementwise ops: every tensor input goes to the promoted dtype of all inputs (Python
     scalars included), floating for int-to-float ops. Other pointwise ops with a float
     output: integer and bool inputs go to the output's dtype. Sum-like reductions: the
-    input goes to the output's dtype. Empty when the dtypes already agree.
+    input goes to the output's dtype. Joining ops (``cat``, ``stack``...): every tensor of
+    the list at position 0 goes to the output's dtype. Empty when the dtypes already agree.
 
     Raises:
         PromotionFailed: When torch's type promotion rejects the inputs.
@@ -339,6 +347,8 @@ def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.
     packet = _packet(node)
     target: torch.dtype | None = None
     first = _FIRST_PROMOTED.get(packet, 0)
+    if packet in _JOINING:
+        return _joined_casts(node, args)
     if packet in _ELEMENTWISE:
         target = _elementwise_target(node, packet, args[first:])
     elif _int_to_float_pointwise(node):
@@ -362,7 +372,76 @@ def promotion_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.
     return casts
 
 
+def _joined_casts(node: torch.fx.Node, args: tuple[Any, ...]) -> dict[int, ir.DataType]:
+    """The tensor list of a joining op to the output's dtype, when any tensor differs.
+
+    The cast applies to every tensor of the list (``_with_casts`` casts list items).
+    """
+    out = node.meta.get("val")
+    tensors = args[0] if args and isinstance(args[0], (list, tuple)) else ()
+    if not isinstance(out, torch.Tensor) or out.is_complex():
+        return {}
+    for item in tensors:
+        val = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and not val.is_complex() and val.dtype != out.dtype:
+            return {0: to_ir_dtype(out.dtype)}
+    return {}
+
+
+_REAL_OF = {torch.complex64: ir.DataType.FLOAT, torch.complex128: ir.DataType.DOUBLE}
+
+
+def _real_scalar_inputs(entry: OnnxFunctionEntry, args: tuple[Any, ...]) -> list[int]:
+    """Positions where a complex function's tensor input gets a real Python number."""
+    signature = entry.signature
+    if signature is None or not entry.is_complex:
+        return []
+    return [
+        i
+        for i, (param, arg) in enumerate(zip(signature.params, args, strict=False))
+        if isinstance(param, ir.schemas.Parameter)
+        and isinstance(arg, (int, float))
+        and not isinstance(arg, bool)
+    ]
+
+
+def _with_complex_scalars(decision: Dispatch, node: torch.fx.Node) -> Dispatch:
+    """A complex function's real Python operands (``z * 2``) as complex real views ``[v, 0]``.
+
+    Torchlib's complex functions take the real view (trailing axis of 2) for every tensor
+    input; a bare ``2`` there would be sliced as if it were one.
+    """
+    entry = decision.entry
+    positions = _real_scalar_inputs(entry, decision.args) if entry is not None else []
+    if entry is None or not positions:
+        return decision
+    out = node.meta.get("val")
+    real = _REAL_OF.get(out.dtype, ir.DataType.FLOAT) if isinstance(out, torch.Tensor) else None
+    real = real or ir.DataType.FLOAT
+    function = entry.function
+
+    def complex_operands(*args: Any) -> Any:
+        import numpy as np
+
+        from onnx_export.ops._common import op
+
+        values = list(args)
+        for i in positions:
+            pair = np.array([values[i], 0], dtype=real.numpy())
+            values[i] = op.Constant(value=ir.tensor(pair))
+        return function(*values)
+
+    complex_operands.__name__ = entry.name
+    complex_operands.op_signature = getattr(function, "op_signature", None)  # type: ignore[attr-defined]
+    return dataclasses.replace(
+        decision,
+        entry=dataclasses.replace(entry, function=complex_operands),
+        reason=f"{decision.reason}; real scalars as complex values (args {positions})",
+    )
+
+
 def _promoted(decision: Dispatch, node: torch.fx.Node) -> Dispatch:
+    decision = _with_complex_scalars(decision, node)
     entry = decision.entry
     if entry is None or entry.is_custom:
         return decision
@@ -389,12 +468,19 @@ def _with_casts(function: Any, casts: dict[int, ir.DataType], name: str) -> Any:
 
     cast: Any = opset18.Cast  # typed for onnxscript's tensors; records ir.Values here
 
+    def to(value: Any, dtype: ir.DataType) -> Any:
+        if isinstance(value, ir.Value) and value.dtype != dtype:
+            return cast(value, to=int(dtype))
+        return value
+
     def promoted(*args: Any) -> Any:
         converted = list(args)
         for i, dtype in casts.items():
             value = converted[i]
-            if isinstance(value, ir.Value) and value.dtype != dtype:
-                converted[i] = cast(value, to=int(dtype))
+            if isinstance(value, (list, tuple)):  # a joining op's tensors: each of them
+                converted[i] = [to(item, dtype) for item in value]
+            else:
+                converted[i] = to(value, dtype)
         return function(*converted)
 
     promoted.__name__ = name

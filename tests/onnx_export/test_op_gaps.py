@@ -43,6 +43,9 @@ COMPLEX = {
     "full_complex": lambda x: _c(x) * torch.full((3,), 1 + 1j),
     "equals_scalar": lambda x: _c(x) == (1 + 1j),
     "as_real_output": lambda x: torch.view_as_real(_c(x) * (0.5 - 2j)),
+    "times_real_scalar": lambda x: torch.view_as_real(_c(x) * 2),
+    "plus_real_scalars": lambda x: torch.view_as_real((_c(x) + 1.5) - 3),
+    "real_scalar_divided": lambda x: torch.view_as_real(_c(x) / 4.0),
 }
 
 
