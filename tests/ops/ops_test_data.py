@@ -1177,6 +1177,7 @@ CI_OPS: tuple[str, ...] = (
 #: ``test_op_coverage.py`` that every registered key is claimed here or has a case in
 #: ``test_own_ops.py``.
 OWN_OPS: dict[str, tuple[str, ...]] = {
+    "roll": ("aten::roll",),
     "copysign": ("aten::copysign.Tensor",),
     "fmax": ("aten::fmax",),
     "frexp": ("aten::frexp.Tensor",),

@@ -421,6 +421,8 @@ _COMPLEX = [
     _case("aten::unsqueeze (complex)", lambda z: aten.unsqueeze(z, -1), _complex),
     _case("aten::alias (complex)", aten.alias, _complex),
     _case("aten::clone (complex)", aten.clone, _complex),
+    _case("aten::roll (complex)", lambda z: aten.roll(z, [1, -2], [0, 1]), _complex),
+    _case("aten::roll (complex)", lambda z: aten.roll(z, [5]), _complex, name="roll-complex-flat"),
     _case("aten::contiguous (complex)", aten.contiguous, _complex),
     _case("aten::detach (complex)", aten.detach, _complex),
     _case("aten::lift_fresh_copy (complex)", aten.lift_fresh_copy, _complex),

@@ -328,7 +328,23 @@ _ATTENTION = [
          (_d(0), _d(0)), atol=1e-4),
 ]  # fmt: skip
 
-CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION]
+_ROLL = [
+    Case("aten::roll", "roll_by_half_of_dynamic_size",
+         lambda x: torch.roll(x, shifts=(x.shape[0] // 2,), dims=(0,)),
+         lambda: (_r(6, 3),), lambda: (_r(9, 3),), (_d(0),)),
+    Case("aten::roll", "roll_symbolic_negative_two_dims",
+         lambda x: torch.roll(x, shifts=(-x.shape[1] - 1, 2), dims=(1, -1)),
+         lambda: (_r(2, 5, 4),), lambda: (_r(3, 7, 6),), (_d(0, 1, 2),)),
+    Case("aten::roll", "roll_flat_symbolic", lambda x: torch.roll(x, x.shape[-1]),
+         lambda: (_r(3, 4),), lambda: (_r(2, 7),), (_d(0, 1),)),
+    Case("aten::roll", "roll_static_shift_dynamic_size", lambda x: torch.roll(x, 3, 0),
+         lambda: (_r(5, 2),), lambda: (_r(2, 2),), (_d(0),)),
+    Case("aten::roll (complex)", "roll_complex_symbolic",
+         lambda x: torch.view_as_real(torch.roll(_view_complex(x), x.shape[0] - 1, 0)),
+         lambda: (_r(4, 3, 2),), lambda: (_r(7, 3, 2),), (_d(0),)),
+]  # fmt: skip
+
+CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION, *_ROLL]
 
 
 def test_every_overlap_has_cases() -> None:
