@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
 
 from onnx_export._options import ExportOptions
 from onnx_export.adapters import canonicalize_inputs
@@ -191,9 +192,14 @@ def capture_call(
     """Capture ``module`` with the user's call; repair the dynamic shapes as torch suggests."""
     var_keyword = _var_keyword(call.signature)
 
+    aliases = _flat_sources(call)
+
     def repair(spec: Any, failed: CaptureAttempt, oblivious: bool) -> Repair | None:
         assert failed.exception is not None
-        found = {s.source: s for s in failed.specializations}
+        found = {}
+        for seen in failed.specializations:
+            head, dot, tail = seen.source.partition(".size()")
+            found[aliases.get(head, head) + dot + tail] = seen
         return suggest_repair(
             spec, failed.exception, size_oblivious=oblivious, var_keyword=var_keyword, found=found
         )
@@ -208,6 +214,30 @@ def capture_call(
         repair=repair,
         allow_static=options.allow_static_fallback,
     )
+
+
+def _flat_sources(call: Call) -> dict[str, str]:
+    """Strict capture's names of the inputs (``L['flat_args'][0]``) -> ``L['x']``-style names."""
+    flat, _ = pytree.tree_flatten_with_path((call.args, call.kwargs))
+    positional = [
+        p.name
+        for p in (call.signature.parameters.values() if call.signature else ())
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    aliases: dict[str, str] = {}
+    for index, (path, _leaf) in enumerate(flat):
+        if len(path) < 2:
+            continue
+        first, second, *rest = path
+        key = getattr(second, "idx", getattr(second, "key", None))
+        name = (
+            positional[key]
+            if getattr(first, "idx", 1) == 0 and isinstance(key, int) and key < len(positional)
+            else key
+        )
+        keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", None))) for k in rest]
+        aliases[f"L['flat_args'][{index}]"] = f"L[{name!r}]" + "".join(f"[{k!r}]" for k in keys)
+    return aliases
 
 
 def made_static(attempts: Sequence[CaptureAttempt]) -> tuple[StaticDim, ...]:

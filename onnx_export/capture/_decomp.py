@@ -187,15 +187,24 @@ def remove_assertions(program: ExportedProgram) -> None:
         if not isinstance(module, torch.fx.GraphModule):
             continue
         graph = module.graph
-        changed = False
-        for node in reversed(list(graph.nodes)):
-            if node.op != "call_function" or node.users:
-                continue
-            if node.target in _ASSERTIONS or _is_symbolic_arithmetic(node):
-                graph.erase_node(node)
-                changed = True
-        if changed:
+        asserts = [
+            n
+            for n in graph.nodes
+            if n.op == "call_function" and n.target in _ASSERTIONS and not n.users
+        ]
+        for node in asserts:
+            _erase_with_inputs(graph, node)
+        if asserts:
             module.recompile()
+
+
+def _erase_with_inputs(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """Erase ``node``, then the size arithmetic that fed only it (other dead code stays)."""
+    inputs = [i for i in node.all_input_nodes if i.op == "call_function"]
+    graph.erase_node(node)
+    for value in inputs:
+        if not value.users and _is_symbolic_arithmetic(value):
+            _erase_with_inputs(graph, value)
 
 
 def decompose(

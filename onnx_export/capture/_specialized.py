@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import sysconfig
+import traceback
 from collections.abc import Iterator
 from types import FrameType
 
@@ -37,6 +38,8 @@ _SKIPPED = (
     os.path.join(sysconfig.get_paths()["stdlib"], ""),
 )
 _SKIPPED_NAMES = (f"{os.sep}sympy{os.sep}",)
+#: A guard's location as the shape env writes it: ``code  # file.py:12 in forward``.
+_SLOC = re.compile(r"^(?P<code>.*?)\s+# (?P<path>\S+?):(?P<line>\d+) in ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,18 +65,40 @@ class Specialization:
         return f"{self.location} ({self.code})" if self.code else self.location
 
 
+def _skipped(path: str) -> bool:
+    """Whether ``path`` is torch's, this package's, the stdlib's or not a file."""
+    return path.startswith(("<", *_SKIPPED)) or any(name in path for name in _SKIPPED_NAMES)
+
+
+def _full_path(short: str) -> str:
+    """The file a shape-env location names by a shortened path (``mp/x/model.py``)."""
+    if os.path.isabs(short) and os.path.exists(short):
+        return short
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if path.endswith(short):
+            return str(path)
+    return short
+
+
 def _user_frame() -> FrameType | None:
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not (
-            path.startswith("<")
-            or path.startswith(_SKIPPED)
-            or any(name in path for name in _SKIPPED_NAMES)
-        ):
+        if not _skipped(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return None
+
+
+def _dynamo_frame() -> traceback.FrameSummary | None:
+    """The innermost user frame of the model dynamo is tracing, if it is tracing one."""
+    try:
+        from torch._guards import TracingContext
+
+        stack = TracingContext.extract_stack()
+    except Exception:  # not tracing, or another torch
+        return None
+    return next((f for f in reversed(list(stack)) if not _skipped(f.filename)), None)
 
 
 class _Recorder(logging.Handler):
@@ -110,19 +135,25 @@ class _Recorder(logging.Handler):
             match = _EQ.match(str(args[1]))
             if match:
                 symbol = match.group("s1") or match.group("s2")
-                self._found(symbol, int(match.group("v1") or match.group("v2")))
+                where = _SLOC.search(str(args[2])) if len(args) > 2 else None
+                self._found(symbol, int(match.group("v1") or match.group("v2")), where)
 
-    def _found(self, symbol: str, value: int) -> None:
+    def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)
         if source is None or source in self.found:
             return
-        frame = _user_frame()
         location = code = ""
-        if frame is not None:
+        traced = _dynamo_frame()
+        frame = _user_frame()
+        if sloc is not None and not _skipped(_full_path(sloc.group("path"))):  # the guard's line
+            path = _full_path(sloc.group("path"))
+            location, code = f"{path}:{sloc.group('line')}", sloc.group("code")
+        elif traced is not None:  # strict capture: dynamo's stack of the model's frames
+            location, code = f"{traced.filename}:{traced.lineno}", (traced.line or "").strip()
+        elif frame is not None:  # non-strict: the model runs, its frame is on the stack
             path, line = frame.f_code.co_filename, frame.f_lineno
-            location = f"{path}:{line}"
-            code = linecache.getline(path, line).strip()
-        self.found[source] = Specialization(source, value, location, code)
+            location, code = f"{path}:{line}", linecache.getline(path, line).strip()
+        self.found[source] = Specialization(source, value, location, code.strip())
 
 
 @contextlib.contextmanager

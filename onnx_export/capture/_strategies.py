@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import os
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -123,10 +125,41 @@ def _export(
     dynamic_shapes: Any,
     strict: bool,
 ) -> ExportedProgram:
+    """torch.export with deferred runtime asserts; with guards where torch's assert pass fails.
+
+    Deferred runtime asserts: a guard on a dynamic size (``x.view(x.size(1), -1)`` holds
+    for batch % 6 != 0) becomes an assert node, which translation drops, instead of a
+    constraint violation. torch's pass that writes those nodes cannot express some guards
+    (``math.ceil(n / 3)``: "symbolically traced variables cannot be used as inputs to
+    control flow"); the capture is then redone with guards, as torch.export's default.
+    """
+    try:
+        return _torch_export(model, args, kwargs, dynamic_shapes, strict, deferred=True)
+    except Exception as e:
+        if not _in_assert_pass(e):
+            raise
+        return _torch_export(model, args, kwargs, dynamic_shapes, strict, deferred=False)
+
+
+def _in_assert_pass(error: BaseException) -> bool:
+    """Whether ``error`` was raised in torch's pass that inserts deferred runtime asserts."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f.filename.endswith(_ASSERT_PASS) for f in frames)
+
+
+_ASSERT_PASS = os.path.join("fx", "passes", "runtime_assert.py")
+
+
+def _torch_export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    strict: bool,
+    *,
+    deferred: bool,
+) -> ExportedProgram:
     # Nodes located at their own line, not forward's; no compiled loop body reused later.
-    # Deferred runtime asserts: a guard on a dynamic size (``x.view(x.size(1), -1)``
-    # holds for batch % 6 != 0) becomes an assert node, which translation drops, instead
-    # of a constraint violation.
     with every_user_frame(not strict), forget_compiled_code(), recurrent_ops():
         return torch.export.export(
             model,
@@ -134,7 +167,7 @@ def _export(
             kwargs,
             dynamic_shapes=dynamic_shapes,
             strict=strict,
-            prefer_deferred_runtime_asserts_over_guards=True,
+            prefer_deferred_runtime_asserts_over_guards=deferred,
         )
 
 

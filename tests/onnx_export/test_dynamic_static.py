@@ -35,9 +35,12 @@ _SPECS = [
 ]
 
 
+@pytest.mark.parametrize("strategies", [("non_strict", "strict"), ("strict",)])
 @pytest.mark.parametrize("make_spec", _SPECS)
-def test_a_dynamic_dim_the_code_fixes_is_refused_by_default(make_spec: Any) -> None:
-    options = onnx_export.ExportOptions(dynamic_shapes=make_spec())
+def test_a_dynamic_dim_the_code_fixes_is_refused_by_default(
+    make_spec: Any, strategies: Any
+) -> None:
+    options = onnx_export.ExportOptions(dynamic_shapes=make_spec(), capture_strategies=strategies)
     with pytest.raises(onnx_export.CaptureError) as caught:
         onnx_export.dynamo_export(FixedBatch(), torch.randn(2, 6), export_options=options)
     message = str(caught.value)
