@@ -145,7 +145,7 @@ def group_query_attention_onnx(
         kv_num_heads=_heads(past_key),
         scale=scale,
         softcap=softcap,
-        local_window_size=window - 1 if window > 0 else -1,
+        local_window_size=window if window > 0 else -1,
         do_rotary=do_rotary,
     )
 

@@ -117,6 +117,7 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     if not attention:
         return {}
     dropped = _drop_reshape_chains(graph)
+    ir.passes.common.RemoveUnusedNodesPass()(model)  # the dropped chains still read their input
     packed = sum(_pack_qkv(graph, node) for node in attention)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)

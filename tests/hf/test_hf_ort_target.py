@@ -1,0 +1,139 @@
+"""``target="onnxruntime"``: one GroupQueryAttention per layer, transformers' greedy tokens."""
+
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from onnx_export import hf
+from tests.hf.checkpoints import CASES
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def slow(request: pytest.FixtureRequest) -> None:
+    """Skips the test unless slow tests were asked for (a few exports each)."""
+    asked = request.config.getoption("--runslow", default=False)
+    if not asked and os.environ.get("ONNX_EXPORT_RUNSLOW") != "1":
+        pytest.skip("slow: run with --runslow (or ONNX_EXPORT_RUNSLOW=1)")
+
+
+def _prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(2, 90, (2, 7), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0  # the second row left-padded
+    return ids, mask
+
+
+def _ops(folder: pathlib.Path) -> collections.Counter[str]:
+    model = onnx.load(folder / "model.onnx", load_external_data=False)
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _llama16() -> Any:
+    """A tiny Llama with head size 16: the size from which ORT rotates inside GQA."""
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=None,
+        initializer_range=0.2,  # varied greedy tokens (see tests/hf/checkpoints.py)
+    )
+    torch.manual_seed(0)
+    return tf.LlamaForCausalLM(config).eval()
+
+
+def _export_and_compare(name: str, tmp_path: pathlib.Path, new_tokens: int = 12) -> None:
+    """Greedy tokens of the fused export equal transformers' on batch 1 and padded batch 2."""
+    if name == "llama16":
+        model = _llama16()
+        model.save_pretrained(tmp_path / "ckpt")
+    else:
+        model = CASES[name].save(tmp_path / "ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the fused graph, not the fallback
+        hf.export_pretrained(tmp_path / "ckpt", tmp_path / "out", target="onnxruntime")
+    ops = _ops(tmp_path / "out")
+    assert ops["GroupQueryAttention"] == model.config.num_hidden_layers, ops
+    assert ops["Softmax"] == 0, ops  # no attention left outside GQA
+    ort_model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids, mask = _prompts()
+    for batch in (1, 2):
+        with torch.no_grad():
+            expected = model.generate(
+                ids[:batch],
+                attention_mask=mask[:batch],
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        got = ort_model.generate(
+            ids[:batch].numpy(), mask[:batch].numpy(), max_new_tokens=new_tokens, pad_token_id=0
+        )
+        np.testing.assert_array_equal(got, expected.numpy())
+
+
+def test_llama_is_one_gqa_per_layer_with_transformers_tokens(tmp_path: pathlib.Path) -> None:
+    _export_and_compare("llama16", tmp_path)
+    ops = _ops(tmp_path / "out")
+    layers = 2
+    # Q/K/V packed: per layer one MatMul into GQA, o_proj, gate, up, down; plus lm_head.
+    assert ops["MatMul"] == 5 * layers + 1, ops
+    assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers, ops
+    assert "RotaryEmbedding" not in ops and "Sin" not in ops, ops  # rotary inside GQA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "qwen3", "mistral", "gpt2", "gpt_neox", "phi3"])
+@pytest.mark.usefixtures("slow")
+def test_other_families_fuse_with_transformers_tokens(name: str, tmp_path: pathlib.Path) -> None:
+    """Head size 8 (rotary outside GQA), Qwen3 (q/k norms), Mistral (sliding window),
+    GPT-2 (no rotary), NeoX (partial rotary), Phi-3 (packed projections)."""
+    if name not in CASES:
+        pytest.skip(f"no tiny {name} case")
+    _export_and_compare(name, tmp_path, new_tokens=16)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("slow")
+def test_a_family_gqa_cannot_take_keeps_the_default_graph(tmp_path: pathlib.Path) -> None:
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        vocab_size=64,
+        hidden_size=24,  # head size 6: ORT's CPU GQA needs a multiple of 8
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(config).eval()
+    with pytest.warns(UserWarning, match="head size 6 is not a multiple of 8"):
+        hf.export_pretrained(model, tmp_path / "out", target="onnxruntime")
+    assert _ops(tmp_path / "out")["GroupQueryAttention"] == 0
+    ids, mask = _prompts()
+    ort_model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "out")
+    with torch.no_grad():
+        expected = model.generate(
+            ids.remainder(64), attention_mask=mask, max_new_tokens=6, do_sample=False
+        )
+    got = ort_model.generate(ids.remainder(64).numpy(), mask.numpy(), max_new_tokens=6)
+    np.testing.assert_array_equal(got, expected.numpy())
