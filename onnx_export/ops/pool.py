@@ -100,6 +100,16 @@ def _avg_pool(
         )
     lead = len(dims) - spatial
     extra = _pool_geometry(dims[lead:], kernel, strides, pads, ceil_mode)
+    if not divisor_override and not any(extra):
+        # ceil_mode changes nothing when the windows tile the input (ResNet-D's 2x2 pools
+        # of even sizes): one node, as without it.
+        return op.AveragePool(
+            self,
+            kernel_shape=kernel,
+            strides=strides,
+            pads=pads + pads,
+            count_include_pad=int(bool(count_include_pad)),
+        )
     zeros = [0] * lead
     padded = op.Pad(
         self, ints(zeros + pads + zeros + [p + e for p, e in zip(pads, extra, strict=True)])

@@ -119,12 +119,26 @@ def test_exact_gelu_is_one_node_from_opset_20(opset: int, gelus: int) -> None:
 
 
 @pytest.mark.parametrize("include_pad", [False, True], ids=["exclude_pad", "include_pad"])
-def test_padded_average_pool_is_one_node(include_pad: bool) -> None:
-    model = nn.AvgPool2d(3, 1, 1, count_include_pad=include_pad)
-    x = torch.randn(1, 2, 6, 6)
+@pytest.mark.parametrize(
+    ("pool", "size"),
+    [((3, 1, 1, False), 6), ((2, 2, 0, True), 8), ((3, 2, 1, True), 7)],
+    ids=["padded", "ceil_mode_tiling", "ceil_mode_tiling_padded"],
+)
+def test_average_pool_is_one_node_when_its_windows_fit(
+    include_pad: bool, pool: tuple[int, int, int, bool], size: int
+) -> None:
+    kernel, stride, padding, ceil = pool  # ceil_mode that adds no window changes nothing
+    model = nn.AvgPool2d(kernel, stride, padding, ceil_mode=ceil, count_include_pad=include_pad)
+    x = torch.randn(1, 2, size, size)
     program = onnx_export.dynamo_export(model, x)
     assert _ops(program) == {"AveragePool": 1}
     assert_onnx_program_close(program, model, x)
+
+
+def test_ceil_mode_average_pool_with_a_partial_window_still_matches() -> None:
+    model = nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)
+    x = torch.randn(1, 2, 7, 7)  # the last window overhangs: ATen's divisor, not ONNX's
+    assert_onnx_program_close(onnx_export.dynamo_export(model, x), model, x)
 
 
 class _Positions(nn.Module):
