@@ -6,7 +6,10 @@ In the order an export runs them:
   ``dynamic_shapes`` and run the strategies;
 - ``_dynamic``: the user's ``dynamic_shapes`` (and torch.onnx's ``dynamic_axes``), checked
   and put in torch.export's format;
-- ``_shape_fixes``: the repair torch.export suggests when a dynamic dim is specialised;
+- ``_shape_fixes``: the repair torch.export suggests when a dynamic dim is specialised
+  (a dim made static only with ``allow_static_fallback``);
+- ``_specialized``: the model's line that fixed a dynamic dim, read as torch traces;
+- ``_rnn``: ``nn.LSTM``/``GRU``/``RNN`` as one op each, so the time axis stays dynamic;
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and
