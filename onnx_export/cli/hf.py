@@ -60,6 +60,26 @@ def register(commands: Subcommands) -> None:
         "--target", choices=("onnx", "onnxruntime"), default="onnx",
         help="'onnx' (standard ONNX, the default) or 'onnxruntime' (ExportOptions.target)",
     )  # fmt: skip
+    parser.add_argument(
+        "--quantize", choices=("int4", "int8"), default=None,
+        help="int4: weight-only 4-bit MatMulNBits (decoders); int8: dynamic int8 (encoders)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quantize-block-size", type=int, default=32, metavar="N",
+        help="int4 block size (a power of 2, 16 to 256; default 32)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quantize-accuracy-level", type=int, default=4, metavar="L",
+        help="int4 MatMulNBits accuracy_level (0-4; default 4: int8 activations)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quantize-embeddings", action="store_true",
+        help="int4: quantize the embedding table too",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-quantize-head", dest="quantize_head", action="store_false",
+        help="int4: keep the output head (lm_head) in float",
+    )  # fmt: skip
 
 
 def _refuse_early(args: argparse.Namespace) -> None:
@@ -87,7 +107,16 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     with Status()(f"Exporting {args.checkpoint}"), quiet_stderr(args.verbose):
         try:
             result = export_pretrained(
-                args.checkpoint, args.output, task=args.task, opset=args.opset, target=args.target
+                args.checkpoint,
+                args.output,
+                task=args.task,
+                opset=args.opset,
+                target=args.target,
+                quantize=args.quantize,
+                quantize_block_size=args.quantize_block_size,
+                quantize_accuracy_level=args.quantize_accuracy_level,
+                quantize_embeddings=args.quantize_embeddings,
+                quantize_head=args.quantize_head,
             )
         except ExportInputError as e:
             raise UsageError(one_line(str(e))) from e

@@ -264,6 +264,11 @@ def export_pretrained(
     task: str | None = None,
     opset: int | None = None,
     target: Literal["onnx", "onnxruntime"] = "onnx",
+    quantize: Literal["int4", "int8"] | None = None,
+    quantize_block_size: int = 32,
+    quantize_accuracy_level: int | None = 4,
+    quantize_embeddings: bool = False,
+    quantize_head: bool = True,
 ) -> ExportedCheckpoint:
     """Export a ``transformers`` checkpoint to a folder that ONNX Runtime can generate with.
 
@@ -287,6 +292,15 @@ def export_pretrained(
         opset: ONNX opset; the exporter's default when ``None``.
         target: ``"onnx"``; ``"onnxruntime"`` only when this version's
             ``ExportOptions`` has a ``target``.
+        quantize: ``"int4"``: weight-only 4-bit ``MatMulNBits`` (ONNX Runtime's
+            MatMulNBitsQuantizer) for every MatMul by a weight, for decoders; ``"int8"``:
+            dynamic int8 quantization (``quantize_dynamic``), for encoders. Float weights
+            when ``None``.
+        quantize_block_size: int4 block size (a power of 2, 16 to 256).
+        quantize_accuracy_level: int4 MatMulNBits ``accuracy_level`` (4: int8
+            activations, the fastest on CPU; ``None``: ORT's default).
+        quantize_embeddings: int4: the embedding table too (``GatherBlockQuantized``).
+        quantize_head: int4: the output head (the MatMul writing ``logits``) too.
 
     Returns:
         What was written, where, and how long it took.
@@ -310,6 +324,17 @@ def export_pretrained(
     """
     started = time.perf_counter()
     _check_target(target)
+    quantized = None
+    if quantize is not None:
+        from onnx_export.hf._quantize import QuantizeOptions
+
+        quantized = QuantizeOptions(
+            quantize,
+            quantize_block_size,
+            quantize_accuracy_level,
+            quantize_embeddings,
+            quantize_head,
+        )
     source: pathlib.Path | None = None
     out = pathlib.Path(out_dir).absolute()
     if isinstance(model_or_dir, (str, os.PathLike)):
@@ -332,6 +357,11 @@ def export_pretrained(
     staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename
     try:
         onnx_files = _write_graphs(model, task, staged, opset, target)
+        if quantized is not None:
+            from onnx_export.hf._quantize import quantize_model_file
+
+            for name in onnx_files:
+                quantize_model_file(staged / name, quantized)
         copied = _copy_side_files(source, model, staged)
         manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}
         (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
