@@ -24,6 +24,7 @@ __all__ = [
     "builder",
     "const",
     "ints",
+    "int64_1d",
     "rank",
     "static_dims",
     "fx_output_dtypes",
@@ -113,6 +114,13 @@ def const(value: float | int | bool, like: ir.Value) -> ir.Value:
 def ints(values: Sequence[int]) -> ir.Value:
     """A 1-D INT64 constant."""
     return op.Constant(value_ints=list(values))
+
+
+def int64_1d(value: Any) -> ir.Value:
+    """An int, or a symbolic (SymInt) INT64 scalar, as a 1-D INT64 value of one element."""
+    if isinstance(value, ir.Value):
+        return op.Reshape(cast_to(value, ir.DataType.INT64), ints([1]))
+    return ints([int(value)])
 
 
 def rank(x: ir.Value) -> int | None:

@@ -94,6 +94,16 @@ class Opset(Protocol):
     def CumSum(
         self, x: Input, axis: Input, /, *, exclusive: int | None = None, reverse: int | None = None
     ) -> Tensor: ...
+    def DFT(
+        self,
+        input: Input,
+        dft_length: Input = None,
+        /,
+        *,
+        axis: int | None = None,
+        inverse: int | None = None,
+        onesided: int | None = None,
+    ) -> Tensor: ...
     def Div(self, A: Input, B: Input, /) -> Tensor: ...
     def Equal(self, A: Input, B: Input, /) -> Tensor: ...
     def Erf(self, input: Input, /) -> Tensor: ...

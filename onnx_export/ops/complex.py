@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from onnx_export.ops._common import (
     const,
+    int64_1d,
     ints,
     known_rank,
     op,
@@ -32,11 +33,12 @@ def aten_constant_pad_nd_complex(self: ir.Value, pad: Sequence[int], value: floa
     if value:
         raise NotImplementedError("complex constant_pad_nd with a non-zero fill value")
     r = known_rank(self)
-    begins, ends = [0] * r, [0] * r
+    zero = ints([0])
+    begins, ends = [zero] * r, [zero] * r
     for i in range(len(pad) // 2):
         axis = r - 2 - i  # the trailing (real, imaginary) axis is not padded
-        begins[axis], ends[axis] = int(pad[2 * i]), int(pad[2 * i + 1])
-    return op.Pad(self, ints(begins + ends), const(0.0, self))
+        begins[axis], ends[axis] = int64_1d(pad[2 * i]), int64_1d(pad[2 * i + 1])
+    return op.Pad(self, op.Concat(*begins, *ends, axis=0), const(0.0, self))
 
 
 @onnx_op("aten::_conj_physical", complex=True)

@@ -17,6 +17,7 @@ from onnx_export.ops._common import (
     cast_to,
     const,
     empty,
+    int64_1d,
     ints,
     known_rank,
     known_shape,
@@ -254,13 +255,6 @@ def _static_amount(amount: Any) -> int | None:
     return int(amount)
 
 
-def _amount(amount: Any) -> ir.Value:
-    """A pad amount (an int or a symbolic INT64 scalar) as a 1-D INT64 value of one."""
-    if isinstance(amount, ir.Value):
-        return op.Reshape(cast_to(amount, ir.DataType.INT64), ints([1]))
-    return ints([int(amount)])
-
-
 def _static_pads(pad: Sequence[Any]) -> list[int] | None:
     amounts = [_static_amount(p) for p in pad]
     return None if any(a is None for a in amounts) else amounts  # type: ignore[return-value]
@@ -291,7 +285,7 @@ def _crop_symbolic(x: ir.Value, pad: Sequence[Any], r: int) -> tuple[ir.Value, i
     starts, stops = [], []
     axes = [r - 1 - i for i in range(len(pad) // 2)]
     for i, axis in enumerate(axes):
-        left, right = _amount(pad[2 * i]), _amount(pad[2 * i + 1])
+        left, right = int64_1d(pad[2 * i]), int64_1d(pad[2 * i + 1])
         starts.append(op.Max(op.Neg(left), zero))
         stops.append(op.Where(op.Less(right, zero), right, big))
         begins[axis], ends[axis] = op.Max(left, zero), op.Max(right, zero)
@@ -308,7 +302,7 @@ def _circular(x: ir.Value, pad: Sequence[Any], r: int) -> ir.Value:
         left_static, right_static = _static_amount(pad[2 * i]), _static_amount(pad[2 * i + 1])
         if left_static == 0 and right_static == 0:
             continue
-        left, right = _amount(pad[2 * i]), _amount(pad[2 * i + 1])
+        left, right = int64_1d(pad[2 * i]), int64_1d(pad[2 * i + 1])
         size = op.Shape(x, start=axis, end=axis + 1)
         axes = ints([axis])
         parts = []
@@ -328,8 +322,8 @@ def _replicate(x: ir.Value, pad: Sequence[Any], r: int) -> ir.Value:
         axis = r - 1 - i
         if _static_amount(pad[2 * i]) == 0 and _static_amount(pad[2 * i + 1]) == 0:
             continue
-        left = op.Reshape(_amount(pad[2 * i]), ints([]))
-        right = op.Reshape(_amount(pad[2 * i + 1]), ints([]))
+        left = op.Reshape(int64_1d(pad[2 * i]), ints([]))
+        right = op.Reshape(int64_1d(pad[2 * i + 1]), ints([]))
         size = op.Reshape(op.Shape(x, start=axis, end=axis + 1), ints([]))
         positions = op.Range(op.Neg(left), op.Add(size, right), op.Constant(value_int=1))
         last = op.Sub(size, op.Constant(value_int=1))
@@ -358,10 +352,10 @@ def aten_pad(
     static = _static_pads(pad)
     pads: Any
     if static is not None:
-        cropped, static_pads = _crop_negative(self, static, r)
-        if not any(static_pads):
+        cropped, onnx_pads = _crop_negative(self, static, r)
+        if not any(onnx_pads):
             return op.Identity(cropped)
-        pads = ints(static_pads)
+        pads = ints(onnx_pads)
     else:
         cropped, pads = _crop_symbolic(self, pad, r)
     if onnx_mode == "constant":

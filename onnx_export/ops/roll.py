@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export.ops._common import cast_to, ints, known_rank, op, unsupported
+from onnx_export.ops._common import int64_1d, ints, known_rank, op, unsupported
 from onnx_export.ops._registration import onnx_op
 
 __all__ = ["aten_roll", "aten_roll_complex"]
@@ -22,19 +22,12 @@ __all__ = ["aten_roll", "aten_roll_complex"]
 _BIG = 2**62
 
 
-def _shift(shift: Any) -> ir.Value:
-    """A shift (an int or a symbolic INT64 scalar) as a 1-D INT64 value of one."""
-    if isinstance(shift, ir.Value):
-        return op.Reshape(cast_to(shift, ir.DataType.INT64), ints([1]))
-    return ints([int(shift)])
-
-
 def _roll_axis(x: ir.Value, shift: Any, axis: int) -> ir.Value:
     if isinstance(shift, int) and not isinstance(shift, bool) and shift == 0:
         return x
     size = op.Shape(x, start=axis, end=axis + 1)
     # Python's modulo (the divisor's sign); an empty axis rolls by 0 (no division by 0).
-    kept = op.Mod(_shift(shift), op.Max(size, ints([1])))
+    kept = op.Mod(int64_1d(shift), op.Max(size, ints([1])))
     split = op.Sub(size, kept)
     axes = ints([axis])
     tail = op.Slice(x, split, ints([_BIG]), axes)

@@ -392,14 +392,22 @@ _REAL_OF = {torch.complex64: ir.DataType.FLOAT, torch.complex128: ir.DataType.DO
 
 
 def _real_scalar_inputs(entry: OnnxFunctionEntry, args: tuple[Any, ...]) -> list[int]:
-    """Positions where a complex function's tensor input gets a real Python number."""
+    """Positions where a complex function's complex input gets a real Python number.
+
+    Only inputs typed like the first (the complex tensor's constraint): ``slice``'s INT64
+    ``start`` stays an integer.
+    """
     signature = entry.signature
-    if signature is None or not entry.is_complex:
+    if signature is None or not entry.is_complex or not signature.params:
+        return []
+    first = signature.params[0]
+    if not isinstance(first, ir.schemas.Parameter):
         return []
     return [
         i
         for i, (param, arg) in enumerate(zip(signature.params, args, strict=False))
         if isinstance(param, ir.schemas.Parameter)
+        and param.type_constraint.name == first.type_constraint.name
         and isinstance(arg, (int, float))
         and not isinstance(arg, bool)
     ]

@@ -422,6 +422,7 @@ _COMPLEX = [
     _case("aten::alias (complex)", aten.alias, _complex),
     _case("aten::clone (complex)", aten.clone, _complex),
     _case("aten::roll (complex)", lambda z: aten.roll(z, [1, -2], [0, 1]), _complex),
+    _case("aten::_fft_c2r (complex)", lambda z: aten._fft_c2r(z, [0, 1], 2, 6), _complex),
     _case("aten::roll (complex)", lambda z: aten.roll(z, [5]), _complex, name="roll-complex-flat"),
     _case("aten::contiguous (complex)", aten.contiguous, _complex),
     _case("aten::detach (complex)", aten.detach, _complex),

@@ -344,7 +344,40 @@ _ROLL = [
          lambda: (_r(4, 3, 2),), lambda: (_r(7, 3, 2),), (_d(0),)),
 ]  # fmt: skip
 
-CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION, *_ROLL]
+
+def _irfft2_of_rfft2(x: torch.Tensor) -> torch.Tensor:
+    return torch.fft.irfft2(torch.fft.rfft2(x) * 2, s=(x.shape[-2], x.shape[-1]))
+
+
+def _c2r(norm: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    def irfftn(x: torch.Tensor) -> torch.Tensor:
+        spectrum = torch.fft.rfftn(x, dim=(-2, -1), norm=norm)
+        return torch.fft.irfftn(spectrum, s=x.shape[-2:], dim=(-2, -1), norm=norm)
+
+    return irfftn
+
+
+_FFT = [
+    Case("aten::_fft_c2r (complex)", "irfft2_of_rfft2_dynamic_hw", _irfft2_of_rfft2,
+         lambda: (_r(1, 3, 8, 10),), lambda: (_r(1, 3, 12, 7),), (_d(2, 3),), atol=1e-4),
+    *[
+        Case("aten::_fft_c2r (complex)", f"irfftn_{norm}_dynamic", _c2r(norm),
+             lambda: (_r(2, 8, 10),), lambda: (_r(3, 5, 13),), (_d(0, 1, 2),), atol=1e-4)
+        for norm in ("backward", "ortho", "forward")
+    ],
+    Case("aten::_fft_c2r (complex)", "irfft_default_length_dynamic",
+         lambda x: torch.fft.irfft(_view_complex(x)),
+         lambda: (_r(2, 6, 2),), lambda: (_r(3, 9, 2),), (_d(0, 1),), atol=1e-4),
+    Case("aten::_fft_c2r (complex)", "irfft_padded_and_cut",
+         lambda x: (torch.fft.irfft(_view_complex(x), n=3 * x.shape[0]),
+                    torch.fft.irfft(_view_complex(x), n=x.shape[0] - 1)),
+         lambda: (_r(5, 2),), lambda: (_r(8, 2),), (_d(0),), atol=1e-4),
+    Case("aten::_fft_c2r (complex)", "hfft_unbatched_dynamic",
+         lambda x: torch.fft.hfft(_view_complex(x), norm="ortho"),
+         lambda: (_r(7, 2),), lambda: (_r(4, 2),), (_d(0),), atol=1e-4),
+]  # fmt: skip
+
+CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION, *_ROLL, *_FFT]
 
 
 def test_every_overlap_has_cases() -> None:
