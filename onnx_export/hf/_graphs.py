@@ -149,10 +149,18 @@ def example_ids(config: Any, batch: int, length: int) -> torch.Tensor:
 
 
 def causal_lm_graphs(model: Any) -> list[GraphSpec]:
+    """``model.onnx`` of a decoder, past keys and values in, presents out.
+
+    Every layer keeps its full past, sliding-window layers too (Gemma 2, Mistral, ...):
+    their attention mask hides the keys outside the window, so the logits are those of
+    transformers' sliding cache, and every layer's past has one length, which the runtime
+    feeds back as it is. The example past is made that way too (an explicit full cache).
+    """
     config = model.config
     prompt = example_ids(config, BATCH, PAST)
     with torch.no_grad():
-        past = flat(output_cache(model(input_ids=prompt, use_cache=True)).layers)
+        full = {cache_keyword(model): dynamic_cache([])}
+        past = flat(output_cache(model(input_ids=prompt, use_cache=True, **full)).layers)
     ids = example_ids(config, BATCH, SEQUENCE)
     mask = torch.ones(BATCH, PAST + SEQUENCE, dtype=torch.long)
     positions = torch.arange(PAST, PAST + SEQUENCE).expand(BATCH, SEQUENCE)
