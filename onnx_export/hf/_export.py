@@ -363,6 +363,10 @@ def export_pretrained(
             for name in onnx_files:
                 quantize_model_file(staged / name, quantized)
         copied = _copy_side_files(source, model, staged)
+        if target == "onnxruntime" and onnx_files == ["model.onnx"] and task == "text-generation":
+            from onnx_export.hf._genai_config import write_genai_config
+
+            copied.append(write_genai_config(staged, model))  # onnxruntime-genai's og.Model
         manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}
         (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_folder(staged, out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import pathlib
 import warnings
@@ -97,6 +98,34 @@ def test_llama_is_one_gqa_per_layer_with_transformers_tokens(tmp_path: pathlib.P
     assert ops["MatMul"] == 5 * layers + 1, ops
     assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers, ops
     assert "RotaryEmbedding" not in ops and "Sin" not in ops, ops  # rotary inside GQA
+    _check_genai_config(tmp_path / "out")
+
+
+def _check_genai_config(folder: pathlib.Path) -> None:
+    """genai_config.json names the graph's inputs; onnxruntime-genai (if installed) runs it."""
+    config = json.loads((folder / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    names = {i.name for i in graph.input}
+    assert {"input_ids", "attention_mask", "position_ids"} <= names
+    assert {v for k, v in decoder["inputs"].items() if "names" not in k} <= names
+    assert decoder["inputs"]["past_key_names"] % 0 in names
+    assert decoder["num_hidden_layers"] == 2 and decoder["head_size"] == 16
+    try:
+        import onnxruntime_genai as og
+    except ImportError:
+        return  # the config is all that can be checked without onnxruntime-genai
+    ids, _ = _prompts()
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=ids.shape[1] + 8, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(ids[:1].numpy())
+    while not generator.is_done():
+        generator.generate_next_token()
+    ours = hf.OrtModelForCausalLM.from_pretrained(folder)
+    expected = ours.generate(ids[:1].numpy(), max_new_tokens=8, eos_token_id=[])
+    np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), expected[0])
 
 
 @pytest.mark.slow
