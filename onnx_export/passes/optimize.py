@@ -15,6 +15,7 @@ combination of candidate nodes in the whole graph, which is quadratic in model s
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,6 +80,29 @@ def _root_op(rule: Any) -> tuple[str, str] | None:
     return identifier[0], identifier[1]
 
 
+def _guarded(rule: Any, root: tuple[str, str] | None) -> Any:
+    """``rule``, tried only at nodes of its root op.
+
+    onnxscript tries every rule at every node, through its whole matcher even when the op
+    type differs (17 000 tries, 40% of the optimizer on a Swin stand-in, #22); a copy of
+    the rule whose ``try_rewrite`` checks the op first does the same work for the nodes it
+    can match.
+    """
+    if root is None:
+        return rule
+    domain, op_type = "" if root[0] == "ai.onnx" else root[0], root[1]
+    original = rule.try_rewrite
+
+    def try_rewrite(model: Any, graph: Any, node: ir.Node, **kwargs: Any) -> Any:
+        if node.op_type != op_type or ("" if node.domain == "ai.onnx" else node.domain) != domain:
+            return None
+        return original(model, graph, node, **kwargs)
+
+    guarded = copy.copy(rule)
+    guarded.try_rewrite = try_rewrite
+    return guarded
+
+
 class _PrunedRewritePass(ir.passes.InPlacePass):
     """onnxscript's ``RewritePass`` with only the rules whose root op is in the model.
 
@@ -90,7 +114,7 @@ class _PrunedRewritePass(ir.passes.InPlacePass):
 
     def __init__(self, rules: list[Any]) -> None:
         super().__init__()
-        self._rules = [(rule, _root_op(rule)) for rule in rules]
+        self._rules = [(_guarded(rule, root), root) for rule in rules for root in [_root_op(rule)]]
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         present = {
