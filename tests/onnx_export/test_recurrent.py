@@ -136,3 +136,49 @@ def test_unbatched_input_and_static_export() -> None:
     static = onnx_export.dynamo_export(layer, x)
     assert _ops(static)["GRU"] == 1
     assert_onnx_program_close(static, layer, x)
+
+
+_FACTORY = """
+import torch
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, batch):
+        out, (h, _) = self.lstm(self.embed(batch["tokens"]))
+        return self.head(h[-1])
+
+
+def make():
+    torch.manual_seed(0)
+    return Classifier().eval(), ({"tokens": torch.randint(0, 50, (2, 12))},)
+"""
+
+
+def test_cli_lstm_classifier_keeps_the_sequence_dynamic(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The new user's run: `--dynamic batch.tokens:1=seq` gave exit 0 and a static [2, 12].
+    from onnx_export.cli import main
+
+    (tmp_path / "classifier_factory.py").write_text(_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "m.onnx"
+    args = ["export", "classifier_factory:make", "-o", str(out), "--dynamic", "batch.tokens:1=seq"]
+    assert main(args) == 0
+    assert "batch.tokens[2,seq]" in capsys.readouterr().out
+    import classifier_factory  # type: ignore[import-not-found]
+
+    model, _ = classifier_factory.make()
+    loaded = onnx_export.load(out)
+    for seq in (3, 20, 31):
+        tokens = torch.randint(0, 50, (2, seq))
+        with torch.no_grad():
+            expected = model({"tokens": tokens})
+        got = torch.as_tensor(loaded({"tokens": tokens.numpy()}))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
