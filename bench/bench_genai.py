@@ -1,0 +1,191 @@
+"""Decode speed side by side with onnxruntime-genai (skipped when it is not installed).
+
+On random-weight Llama checkpoints (``bench_generate.CONFIGS``), batch 1, a 32-token
+prompt, 64 new tokens, greedy, 1 thread (``--threads``): ours (default target,
+``--target onnxruntime``, ``--target onnxruntime --quantize int4``) through
+``OrtModelForCausalLM.generate``, genai fp32 and int4 (its model builder, ``python -m
+onnxruntime_genai.models.builder``, in a subprocess) through ``og.Generator``, and eager
+transformers. Runs alternate between the tools (``--repeat`` rounds, best of each);
+tokens/s and the ratio to ours (default target) are printed, with each graph's node
+count and its com.microsoft ops. Absolute numbers on a shared machine are noise.
+
+    python bench/bench_genai.py [--sizes llama-5M,llama-135M] [--threads 1] [--repeat 3]
+        [--genai-path DIR]   # a folder to put on PYTHONPATH for onnxruntime_genai
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import transformers as tf
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from bench.bench_generate import CONFIGS, NEW, PROMPT
+from onnx_export import hf
+
+
+def checkpoint(name: str, folder: pathlib.Path) -> Any:
+    """A random-weight Llama with a word-level tokenizer (genai's builder wants one)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    settings = {**CONFIGS[name], "max_position_embeddings": 512, "bos_token_id": 1}
+    config = tf.LlamaConfig(**settings, eos_token_id=2)
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    vocab.update({"<unk>": 0, "<s>": 1, "</s>": 2})
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = tf.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    fast.save_pretrained(folder)
+    return model
+
+
+def graph_summary(path: pathlib.Path) -> str:
+    graph = onnx.load(path, load_external_data=False).graph
+    fused = collections.Counter(n.op_type for n in graph.node if n.domain == "com.microsoft")
+    ops = ", ".join(f"{op} x{count}" for op, count in sorted(fused.items()))
+    return f"{len(graph.node)} nodes; {ops or 'no com.microsoft op'}"
+
+
+def build_genai(ckpt: pathlib.Path, out: pathlib.Path, precision: str, env: dict[str, str]) -> None:
+    command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt)]
+    command += ["-o", str(out), "-p", precision, "-e", "cpu", "-c", str(out.parent / "cache")]
+    subprocess.run(command, check=True, env=env, capture_output=True)
+
+
+def set_genai_threads(folder: pathlib.Path, threads: int) -> None:
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options["intra_op_num_threads"] = threads
+    options["inter_op_num_threads"] = 1
+    path.write_text(json.dumps(config, indent=4))
+
+
+def ours_runner(folder: pathlib.Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
+    return lambda ids: model.generate(ids, max_new_tokens=NEW, eos_token_id=[])[0, PROMPT:]
+
+
+def genai_runner(folder: pathlib.Path) -> Callable[[np.ndarray], np.ndarray]:
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+
+    def run(ids: np.ndarray) -> np.ndarray:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=PROMPT + NEW, min_length=PROMPT + NEW, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(ids)
+        while not generator.is_done():
+            generator.generate_next_token()
+        return np.asarray(generator.get_sequence(0))[PROMPT:]
+
+    return run
+
+
+def eager_runner(model: Any, threads: int) -> Callable[[np.ndarray], np.ndarray]:
+    def run(ids: np.ndarray) -> np.ndarray:
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            out = model.generate(
+                torch.from_numpy(ids),
+                max_new_tokens=NEW,
+                min_new_tokens=NEW,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        return out[0, PROMPT:].numpy()
+
+    return run
+
+
+def bench_size(
+    name: str, root: pathlib.Path, args: argparse.Namespace, env: dict[str, str]
+) -> None:
+    ckpt = root / "ckpt"
+    model = checkpoint(name, ckpt)
+    folders: dict[str, pathlib.Path] = {}
+    for label, kwargs in (
+        ("ours (default target)", {}),
+        ("ours --target onnxruntime", {"target": "onnxruntime"}),
+        ("ours onnxruntime + int4", {"target": "onnxruntime", "quantize": "int4"}),
+    ):
+        started = time.perf_counter()
+        folders[label] = root / label.replace(" ", "_")
+        hf.export_pretrained(ckpt, folders[label], **kwargs)  # type: ignore[arg-type]
+        print(f"  exported {label} in {time.perf_counter() - started:.0f} s", flush=True)
+    runners = {label: ours_runner(f, args.threads) for label, f in folders.items()}
+    if env:
+        for precision in ("fp32", "int4"):
+            out = root / f"genai_{precision}"
+            build_genai(ckpt, out, precision, env)
+            set_genai_threads(out, args.threads)
+            folders[f"genai {precision}"] = out
+            runners[f"genai {precision}"] = genai_runner(out)
+    runners["eager transformers"] = eager_runner(model, args.threads)
+    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, PROMPT))
+    best: dict[str, float] = {}
+    tokens: dict[str, np.ndarray] = {}
+    for _ in range(args.repeat):  # alternate the tools, best round of each
+        for label, run in runners.items():
+            started = time.perf_counter()
+            tokens[label] = run(ids)
+            best[label] = min(best.get(label, 1e9), time.perf_counter() - started)
+    base = NEW / best["ours (default target)"]
+    print(f"\n{name}, {args.threads} thread(s), {PROMPT}-token prompt + {NEW} new tokens")
+    print("| | tokens/s | vs ours default | same tokens as eager | graph |")
+    print("|---|---|---|---|---|")
+    for label in runners:
+        speed = NEW / best[label]
+        same = bool(np.array_equal(tokens[label], tokens["eager transformers"]))
+        path = folders.get(label)
+        graph = graph_summary(path / "model.onnx") if path is not None else ""
+        print(f"| {label} | {speed:.0f} | {speed / base:.2f}x | {same} | {graph} |")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="llama-5M")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--genai-path", default=None)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    if args.genai_path:
+        env["PYTHONPATH"] = os.pathsep.join([args.genai_path, env.get("PYTHONPATH", "")])
+        sys.path.insert(0, args.genai_path)
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        print("onnxruntime-genai is not installed: genai's columns are skipped.")
+        env = {}
+    for name in args.sizes.split(","):
+        with tempfile.TemporaryDirectory() as scratch:
+            bench_size(name, pathlib.Path(scratch), args, env)
+
+
+if __name__ == "__main__":
+    main()
