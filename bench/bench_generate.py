@@ -14,6 +14,7 @@ Two parts, both sides in this one process:
 
     python bench/bench_generate.py [--skip-large] [--skip-export] [--skip-decode]
         [--cases t5,bart] [--repeat 2]
+    python bench/bench_generate.py --genai [--skip-large]   # beside onnxruntime-genai
 """
 
 from __future__ import annotations
@@ -230,7 +231,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs")
     parser.add_argument("--cases", default="", help="comma-separated export cases (all)")
     parser.add_argument("--skip-decode", action="store_true", help="no decode-speed table")
+    parser.add_argument(
+        "--genai",
+        action="store_true",
+        help="only the side-by-side with onnxruntime-genai (bench/bench_genai.py, 1 thread)",
+    )
     args = parser.parse_args()
+    if args.genai:
+        from bench import bench_genai
+
+        sys.argv = [sys.argv[0], "--sizes", "llama-5M" if args.skip_large else ",".join(CONFIGS)]
+        bench_genai.main()
+        return
     warnings.filterwarnings("ignore")
     tf.logging.set_verbosity_error()
     print(
