@@ -20,3 +20,5 @@ In the order an export runs them:
 
 This stage imports no later stage (translation, optimization, reporting, program).
 """
+
+__all__: list[str] = []  # the stage is private: its modules are `_module.py` files

@@ -4,3 +4,5 @@
 
 This stage imports no later stage (reporting, program).
 """
+
+__all__: list[str] = []  # the stage is private: its modules are `_module.py` files

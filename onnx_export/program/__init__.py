@@ -8,3 +8,5 @@
 
 The last stage: it may import every earlier one.
 """
+
+__all__: list[str] = []  # the stage is private: its modules are `_module.py` files

@@ -6,3 +6,5 @@
 
 The pipeline hands this stage the values the other stages return; no earlier stage calls it.
 """
+
+__all__: list[str] = []  # the stage is private: its modules are `_module.py` files

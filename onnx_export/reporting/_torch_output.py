@@ -9,7 +9,8 @@ as an OXE0015 diagnostic, and ``sys.stderr`` by a buffer whose text becomes one 
 
 They reach stderr as well when the user asked for logs: the ``onnx_export`` logger enabled
 for ``INFO`` (``logging.getLogger("onnx_export").setLevel(logging.INFO)``, or a root logger
-at ``INFO``/``DEBUG``) or torch's own ``TORCH_LOGS`` environment variable set.
+at ``INFO``/``DEBUG``). The package reads no environment variable (docs/environment.md), so
+torch's ``TORCH_LOGS`` alone does not bring them back: enable the logger.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import sys
 from collections.abc import Collection, Iterator
 
@@ -33,9 +33,7 @@ _MAX_TEXT = 20_000
 
 def logs_requested() -> bool:
     """Whether the user asked to see torch's logs on stderr during an export."""
-    return bool(os.environ.get("TORCH_LOGS")) or logging.getLogger("onnx_export").isEnabledFor(
-        logging.INFO
-    )
+    return logging.getLogger("onnx_export").isEnabledFor(logging.INFO)
 
 
 @contextlib.contextmanager

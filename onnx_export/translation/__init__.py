@@ -15,3 +15,5 @@
 
 This stage may import capture's results, never a later stage.
 """
+
+__all__: list[str] = []  # the stage is private: its modules are `_module.py` files

@@ -1,7 +1,6 @@
 """Through the Python API torch's logs and prints never reach stderr: they go to the report.
 
-They reach stderr only when the user asks for logs (the ``onnx_export`` logger at INFO, or
-``TORCH_LOGS``).
+They reach stderr only when the user asks for logs (the ``onnx_export`` logger at INFO).
 """
 
 from __future__ import annotations
