@@ -79,6 +79,10 @@ class _RecordingHandler(logging.Handler):
         if record.exc_info and record.exc_info[1] is not None:
             message = f"{message} ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
         level = Level.ERROR if record.levelno >= logging.CRITICAL else Level.WARNING
+        if level is Level.WARNING and self._context.options.warnings_as_errors:
+            # torch's own chatter (guard errors of an LSTM, ...) is not the user's code:
+            # warnings_as_errors must not fail an export over it (like library warnings).
+            level = Level.NOTE
         self._context.emit(
             rules.LOG_RECORD,
             level=level,
