@@ -1239,7 +1239,6 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "diagonal_scatter": ("aten::diagonal_scatter",),
     "as_strided_scatter": ("aten::as_strided_scatter",),
     "unbind_copy": ("aten::unbind_copy.int",),
-    "hstack": ("aten::atleast_1d.Sequence",),
     "squeeze.multiple": ("aten::squeeze.dims",),
     "triu_indices": ("aten::triu_indices",),
     "to": ("aten::to.device",),

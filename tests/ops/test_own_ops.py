@@ -206,6 +206,11 @@ _REDUCE = [
 
 _TENSOR = [
     _case("aten::as_strided_copy", lambda x: aten.as_strided_copy(x, [2, 2], [1, 2], 1), _x),
+    _case(
+        "aten::atleast_1d.Sequence",
+        lambda a, b: aten.atleast_1d.Sequence([a.sum(), b]),
+        _pair,
+    ),
     _case("aten::atleast_2d.Sequence", lambda a, b: aten.atleast_2d.Sequence([a, b]), _pair),
     _case(
         "aten::atleast_3d.Sequence",
