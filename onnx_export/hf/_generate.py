@@ -151,10 +151,14 @@ def decode_steps(
     batch = start.shape[0]
     past: Mapping[str, ort.OrtValue] = session.empty_past(batch)
     feed: Feed = first
-    sequences = start
     unfinished = np.ones(batch, dtype=bool)
-    max_length = start.shape[1] + stopping.max_new_tokens
+    length = start.shape[1]
+    max_length = length + stopping.max_new_tokens
+    rows = np.empty((batch, max_length), np.int64)  # filled column by column
+    rows[:, :length] = start
+    sequences = rows[:, :length]
     pad = stopping.pad_token_id if stopping.eos_token_id else None
+    can_stop = bool(stopping.eos_token_id) or stopping.stop is not None
     for step in range(stopping.max_new_tokens):
         results = session.run({**feed, **past})
         logits = session.last_logits(results)
@@ -164,10 +168,13 @@ def decode_steps(
         tokens = chooser.choose(scores, rng)
         if pad is not None:
             tokens = np.where(unfinished, tokens, pad).astype(np.int64)
-        sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
-        unfinished &= ~stopping.hits(sequences)
+        rows[:, length] = tokens
+        length += 1
+        sequences = rows[:, :length]
+        if can_stop:
+            unfinished &= ~stopping.hits(sequences)
         yield sequences
-        if not unfinished.any() or step == stopping.max_new_tokens - 1:
+        if step == stopping.max_new_tokens - 1 or (can_stop and not unfinished.any()):
             break
         past = session.next_past(results)
         feed = next_feed(tokens)

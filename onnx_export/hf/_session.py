@@ -154,8 +154,8 @@ class StepSession:
         return {p: results[q] for p, q in zip(self.past_names, self.present_names, strict=True)}
 
     def last_logits(self, results: Mapping[str, Value]) -> npt.NDArray[np.float32]:
-        """The logits of each row's last position (batch, vocab), a float32 copy."""
-        return np.array(results["logits"].numpy()[:, -1, :], dtype=np.float32)
+        """The logits of each row's last position (batch, vocab), float32, the caller's own."""
+        return np.ascontiguousarray(results["logits"].numpy()[:, -1, :], dtype=np.float32)
 
     def reorder(self, past: Mapping[str, Value], rows: npt.NDArray[np.int64]) -> dict[str, Value]:
         """``past`` with its batch rows taken in the order ``rows`` (beam search)."""
