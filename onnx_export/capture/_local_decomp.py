@@ -39,21 +39,21 @@ def _static(value: Any) -> bool:
 
 
 def _meta_like(value: Any) -> Any:
+    # Contiguous: ONNX values have no strides, and a decomposition that restores a strided
+    # input's layout adds in-place ``as_strided_`` nodes (adaptive_avg_pool1d in Swin).
     if isinstance(value, torch.Tensor):
-        return torch.empty_strided(
-            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta"
-        )
+        return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
     return value
 
 
 def _signature(node: torch.fx.Node) -> str:
-    """The op and its arguments with tensors as (shape, stride, dtype): equal keys trace alike."""
+    """The op and its arguments with tensors as (shape, dtype): equal keys trace alike."""
 
     def describe(value: Any) -> Any:
         if isinstance(value, torch.fx.Node):
             val = value.meta.get("val")
             if isinstance(val, torch.Tensor):
-                return ("T", tuple(val.shape), tuple(val.stride()), val.dtype)
+                return ("T", tuple(val.shape), val.dtype)
             return ("N", value.name)  # a non-tensor node: never shared
         return value
 

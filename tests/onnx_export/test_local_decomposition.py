@@ -40,6 +40,13 @@ class _Standardised(torch.nn.Conv2d):
         return F.conv2d(x, weight, self.bias, padding=1)
 
 
+class _PoolTransposed(torch.nn.Module):
+    """Swin's head: ``adaptive_avg_pool1d`` of a transposed (strided) tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool1d(x.transpose(1, 2), 1).flatten(1)
+
+
 @pytest.fixture
 def retraces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
@@ -70,13 +77,18 @@ def _decomposition_note(program: onnx_export.ONNXProgram) -> str:
 
 @pytest.mark.parametrize(
     ("model", "op"),
-    [(_SameConv, "aten.conv2d.padding"), (_Standardised, "aten.var_mean.dim")],
+    [
+        (_SameConv, "aten.conv2d.padding"),
+        (_Standardised, "aten.var_mean.dim"),
+        (_PoolTransposed, "aten.adaptive_avg_pool1d"),
+    ],
 )
 def test_missing_ops_are_decomposed_in_place_without_a_retrace(
     model: type[torch.nn.Module], op: str, retraces: list[int]
 ) -> None:
     torch.manual_seed(0)
-    program = _export(model().eval(), torch.randn(2, 3 if model is _Standardised else 4, 8, 8))
+    shape = {_Standardised: (2, 3, 8, 8), _PoolTransposed: (2, 6, 4)}.get(model, (2, 4, 8, 8))
+    program = _export(model().eval(), torch.randn(*shape))
     assert retraces == []
     note = _decomposition_note(program)
     assert op in note and "those nodes only" in note
