@@ -22,6 +22,11 @@ ELSEWHERE: dict[str, str] = {
         "(checks the node is in the graph; onnx_export.translation._symbolic dispatches it)",
     ),
     **dict.fromkeys(
+        ["onnx_export::lstm", "onnx_export::gru", "onnx_export::rnn"],
+        "tests/onnx_export/test_recurrent.py (capture/_rnn.py routes nn.LSTM/GRU/RNN to these "
+        "keys; each case is compared with eager at three time lengths)",
+    ),
+    **dict.fromkeys(
         ["aten::sym_stride.int", "aten::sym_storage_offset"],
         "not reached: torch.export turns the strides and offsets of the tensors it traces "
         "into size expressions; registered so that a graph holding one needs no "
