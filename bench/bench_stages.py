@@ -186,7 +186,8 @@ def main() -> None:
         profile(found[args.profile])
         return
     names = args.models.split(",") if args.models else list(found)
-    measure(found["resnet_d"], 1, not args.no_theirs)  # warm-up: imports, registries
+    for warm in ("resnet_d", "nf_resnet"):  # warm-up: imports, registries, decompositions
+        measure(found[warm], 1, not args.no_theirs)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         try:
