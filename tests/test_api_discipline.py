@@ -45,10 +45,11 @@ FOLDERS = {
     "onnx_export": "onnx_export",
     "onnx_export.adapters": "adapters",
     "onnx_export.diagnostics": "diagnostics",
+    "onnx_export.hf": "onnx_export/hf",
 }
 PACKAGES = tuple(FOLDERS)
 SNAPSHOTS = pathlib.Path(__file__).with_name("api_snapshots")
-SNAPSHOT_PACKAGES = ("onnx_export.adapters", "onnx_export.diagnostics")
+SNAPSHOT_PACKAGES = ("onnx_export.adapters", "onnx_export.diagnostics", "onnx_export.hf")
 UPDATE_COMMAND = "python -m tests.test_api_discipline --update"
 
 # Public-looking names that are not in ``__all__``, each with the reason it is tolerated.

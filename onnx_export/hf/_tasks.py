@@ -50,6 +50,13 @@ TASKS = (
     "depth-estimation",
     "audio-classification",
 )
+"""Every task :func:`onnx_export.hf.export_pretrained` knows (``--task`` takes these names).
+
+Example:
+    >>> from onnx_export import hf
+    >>> "text-generation" in hf.TASKS
+    True
+"""
 
 #: Other names users give a task -> the task.
 TASK_ALIASES: Mapping[str, str] = {
@@ -114,6 +121,13 @@ SUPPORTED_ARCHITECTURES: Mapping[str, tuple[str, ...]] = {
     for model_type in sorted({m for table in _BY_TASK.values() for m in table})
     if (tasks := tuple(t for t in _heads(model_type) if _refused(model_type, t) is None))
 }
+"""``model_type`` -> the tasks it exports to, read without importing transformers.
+
+Example:
+    >>> from onnx_export import hf
+    >>> "text-generation" in hf.SUPPORTED_ARCHITECTURES["qwen3"]
+    True
+"""
 
 
 @dataclasses.dataclass(frozen=True)
