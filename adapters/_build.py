@@ -70,7 +70,7 @@ def build_adapter_spec(
         >>> [(leaf.path, leaf.kind) for leaf in spec.inputs]
         [("x['a']", 'tensor'), ('scale', 'constant')]
         >>> spec.inputs[0].tensor
-        TensorSpec(name='x.a', dtype='float32', shape=('batch', 3))
+        TensorSpec(name='x.a', dtype='float32', shape=('batch', 3), made_static=())
         >>> flat_input_names(spec), flat_output_names(spec)
         (['x.a'], ['output.0'])
     """

@@ -138,6 +138,10 @@ def derived_initializer(
             None if v is None or v.const_value is None else v.const_value.numpy() for v in inputs
         ]
         result = np.ascontiguousarray(compute(arrays), dtype=dtype.numpy())
+        if result.shape != shape and result.size == int(np.prod(shape)):
+            # The same values in the graph's own shape (a 0-d weight such as CLIP's
+            # logit_scale can come out of ONNX Runtime as shape (1,)).
+            result = result.reshape(shape)
         if result.shape != shape:
             raise ValueError(f"Folded weight {name!r} came out {result.shape}, expected {shape}.")
         return ir.Tensor(result, dtype=dtype, name=name)

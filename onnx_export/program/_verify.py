@@ -326,12 +326,16 @@ def run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[s
     try:
         with torch.no_grad():
             return program.module()(*args, **kwargs)
-    except AssertionError as error:  # torch's guards on the captured program's inputs
-        if "Guard failed" not in str(error):
+    except (AssertionError, RuntimeError) as error:
+        # A guard on the inputs (AssertionError "Guard failed"), a deferred runtime assert
+        # ("Runtime assertion failed"), or the model's own code refusing the sizes (a
+        # reshape the sizes cannot meet): the inputs break a condition of the model's code.
+        text = str(error)
+        if isinstance(error, AssertionError) and "Guard failed" not in text:
             raise
         raise InputShapeError(
-            f"inputs: expected shapes that meet the condition torch.export recorded from the "
-            f"model's code, got shapes that break it ({error}). The exported model (PyTorch's "
-            "and ONNX's) holds only where it is met: pass inputs that meet it, like the example "
-            "inputs."
+            f"inputs: expected shapes that meet the conditions of the model's code, got "
+            f"shapes that break it ({type(error).__name__}: {text.splitlines()[0]}). The "
+            "exported model (PyTorch's and ONNX's) holds only where they are met: pass inputs "
+            "that meet them, like the example inputs."
         ) from error
