@@ -1178,6 +1178,7 @@ CI_OPS: tuple[str, ...] = (
 #: ``test_own_ops.py``.
 OWN_OPS: dict[str, tuple[str, ...]] = {
     "roll": ("aten::roll",),
+    "nn.functional.gelu": ("aten::gelu",),
     "copysign": ("aten::copysign.Tensor",),
     "fmax": ("aten::fmax",),
     "frexp": ("aten::frexp.Tensor",),
