@@ -16,10 +16,12 @@ import dataclasses
 import functools
 import inspect
 import keyword
+import typing
 from typing import Any
 
 import onnx_ir as ir
 import torch.fx
+from onnxscript.ir._schemas import op_signature_from_function
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from onnx_export._dtypes import is_complex_value, to_ir_dtype, value_dtype
@@ -150,10 +152,39 @@ def _input_fits(param: ir.schemas.Parameter, value: Any) -> bool:
     return ir.TensorType(dtype) in allowed or any(isinstance(t, ir.SequenceType) for t in allowed)
 
 
+@functools.cache
+def _annotated_inputs(function: Any) -> tuple[ir.schemas.Parameter, ...]:
+    """The tensor inputs a plain Python function's annotations constrain (``x: BOOL``).
+
+    onnxscript functions carry an ``op_signature``; a plain function registered by the
+    user (``def f(self: FLOAT, other: FLOAT)``) has only its annotations, and two such
+    overloads of one op are told apart by them, as torch.onnx's dispatcher does.
+    Parameters without an annotation, and attributes, are not checked.
+    """
+    python_function = getattr(function, "func", None) or getattr(function, "function", None)
+    python_function = python_function or function
+    try:
+        hints = typing.get_type_hints(python_function)
+        signature = op_signature_from_function(python_function, "user")
+    except Exception:  # unresolvable annotations, builtins: nothing to check
+        return ()
+    return tuple(
+        p for p in signature.params if isinstance(p, ir.schemas.Parameter) and p.name in hints
+    )
+
+
+def _annotation_mismatch(entry: OnnxFunctionEntry, bound: dict[str, Any]) -> str:
+    for param in _annotated_inputs(entry.function):
+        if param.name in bound and not _input_fits(param, bound[param.name]):
+            dtype = value_dtype(bound[param.name].meta.get("val"))
+            return f"input {param.name!r} is annotated for other types than {dtype}"
+    return ""
+
+
 def _mismatch(entry: OnnxFunctionEntry, bound: dict[str, Any]) -> str:
     signature = entry.signature
     if signature is None:
-        return ""
+        return _annotation_mismatch(entry, bound)
     for param in signature.params:
         if param.name not in bound:
             if param.required and not getattr(param, "variadic", False):
@@ -176,7 +207,12 @@ def _node_is_complex(node: torch.fx.Node) -> bool:
 
 
 def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
-    """Pick the function for ``node``: user's before torchlib's, first whose types fit.
+    """Pick the function for ``node``: the first whose types fit.
+
+    The user's functions, when any is registered for the op, are the only candidates:
+    among them the first whose types (``op_signature``, or a plain function's
+    annotations) fit; if none fits, the first, with a fallback warning, rather than
+    silently ours or torchlib's. Otherwise ours, then torchlib's.
 
     Example:
         The result names the function and why, or says why there is none::
@@ -194,6 +230,8 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
     if not candidates:
         kind = "complex" if complex_node else "real"
         return Dispatch(name, None, f"{name} has ONNX functions, but none for {kind} inputs")
+    custom = [e for e in candidates if e.is_custom]
+    candidates = custom or candidates
     reasons = []
     for entry in candidates:
         args, named = bind_arguments(node, entry.function, entry.signature)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from onnxscript import BOOL, FLOAT
 from onnxscript import opset18 as op
 from torch import nn
 
@@ -179,6 +180,50 @@ def test_overriding_a_builtin_takes_effect() -> None:
     # A registry without the override keeps torchlib's relu.
     plain = onnx_export.dynamo_export(model, x)
     assert_onnx_program_close(plain, model, x)
+
+
+def and_of_bools(self: BOOL, other: BOOL) -> BOOL:
+    return op.And(self, other)
+
+
+def and_of_floats(self: FLOAT, other: FLOAT) -> BOOL:
+    return op.And(op.Cast(self, to=9), op.Cast(other, to=9))  # 9: BOOL
+
+
+class LogicalAnd(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.logical_and(x, y)
+
+
+@pytest.mark.parametrize("order", ["bools_first", "floats_first"])
+@pytest.mark.parametrize(
+    ("dtype", "expected_ops"),
+    [(torch.bool, ["And"]), (torch.float32, ["Cast", "Cast", "And"])],
+    ids=["bool", "float"],
+)
+def test_plain_function_overloads_are_chosen_by_their_annotations(
+    order: str, dtype: torch.dtype, expected_ops: list[str]
+) -> None:
+    # Two plain-Python overloads of one op (as torch.onnx's custom_translation_table
+    # list): the one whose annotated input types fit the node is used, whatever the order.
+    overloads = [and_of_bools, and_of_floats]
+    registry = onnx_export.OnnxRegistry()
+    for function in overloads if order == "bools_first" else overloads[::-1]:
+        registry.register_op("aten::logical_and", function)
+    args = (torch.tensor([1, 0, 1, 0]).to(dtype), torch.tensor([1, 1, 0, 0]).to(dtype))
+    options = onnx_export.ExportOptions(onnx_registry=registry)
+    program = export_and_check(LogicalAnd(), *args, options=options)
+    assert [node.op_type for node in program.model.graph] == expected_ops
+
+
+def test_plain_function_whose_annotations_fit_nothing_is_used_with_a_warning() -> None:
+    registry = onnx_export.OnnxRegistry()
+    registry.register_op("aten::logical_and", and_of_floats)
+    args = (torch.tensor([True, False]), torch.tensor([True, True]))
+    options = onnx_export.ExportOptions(onnx_registry=registry)
+    program = export_and_check(LogicalAnd(), *args, options=options)
+    fallbacks = [d for d in program.diagnostic_context.diagnostics if d.rule.id == "OXE0005"]
+    assert fallbacks and "annotated for other types than BOOL" in fallbacks[0].message
 
 
 def test_register_op_rejects_non_callable() -> None:
