@@ -45,3 +45,15 @@ def test_gelu_node_keeps_the_input_dtype(dtype: torch.dtype) -> None:
     options = onnx_export.ExportOptions(opset_version=20)
     program = export_and_check(model, x, options=options, rtol=1e-2, atol=1e-2)
     assert _op_types(program) == ["Gelu"]
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_node_under_the_onnxruntime_target(approximate: str) -> None:
+    # ONNX Runtime's BiasGelu is the exact GELU: only the exact Gelu is fused into it.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(approximate=approximate)).eval()
+    options = onnx_export.ExportOptions(target="onnxruntime")
+    program = export_and_check(model, torch.randn(3, 8), options=options)
+    ops = _op_types(program)
+    assert ("BiasGelu" in ops) == (approximate == "none")
+    assert ("Gelu" in ops) == (approximate == "tanh")
