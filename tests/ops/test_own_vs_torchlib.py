@@ -185,6 +185,11 @@ _ELEMENTWISE = [
     Case("aten::_to_copy", "to_copy_dynamic",
          lambda x: aten._to_copy(x, dtype=torch.float64),
          lambda: (_r(3, 4),), lambda: (_r(6, 2),), (_d(0, 1),)),
+    # One Gelu node at the default opset 20, exact and tanh, any rank
+    Case("aten::gelu", "gelu_dynamic", aten.gelu.default,
+         lambda: (_r(3, 4),), lambda: (_r(6, 2, seed=1),), (_d(0, 1),)),
+    Case("aten::gelu", "gelu_tanh_unbatched", lambda x: aten.gelu(x, approximate="tanh"),
+         lambda: (_r(5),), lambda: (_r(9, seed=1),), (_d(0),)),
 ]  # fmt: skip
 
 _REDUCE = [
