@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-__all__ = ["target_opset", "targeting"]
+import onnx_ir as ir
+
+from onnx_export.ops._common import builder
+
+__all__ = ["target_opset", "targeting", "versioned_node"]
 
 _TARGET = contextvars.ContextVar("onnx_export_target_opset", default=18)
 
@@ -30,3 +35,12 @@ def targeting(opset: int) -> Iterator[None]:
         yield
     finally:
         _TARGET.reset(token)
+
+
+def versioned_node(
+    op_type: str, inputs: Sequence[Any], attributes: dict[str, Any], version: int
+) -> ir.Value:
+    """One node of ``op_type`` at its own opset ``version`` (the converter keeps it)."""
+    result = builder().call_op(op_type, list(inputs), attributes, version=version)
+    assert isinstance(result, ir.Value)
+    return result
