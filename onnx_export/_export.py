@@ -39,6 +39,7 @@ from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer
 from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
+from onnx_export.translation._naming import MergedDimName, warn_merged_dim_names
 from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
 from onnx_export.translation._translate import NodeTranslationError, find_unsupported
 
@@ -100,7 +101,8 @@ def _pipeline(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> ONNXProgram:
+) -> tuple[ONNXProgram, tuple[MergedDimName, ...]]:
+    """The export; with the axis names it could not use, to warn about after recording."""
     registry = options.onnx_registry or OnnxRegistry()
     module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
@@ -114,6 +116,7 @@ def _pipeline(
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     result = _translate(program, registry, context, module, call, options.opset_version, timer)
+    _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         with timer.stage("adapter"):
@@ -140,7 +143,7 @@ def _pipeline(
     if options.verify:
         with timer.stage("verify"):
             _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program
+    return onnx_program, result.merged_dim_names
 
 
 def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -241,7 +244,9 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program = _pipeline(model, model_args, dict(model_kwargs), options, context, timer)
+            program, merged = _pipeline(
+                model, model_args, dict(model_kwargs), options, context, timer
+            )
         if context.has_errors():
             errors = "; ".join(d.message for d in context.errors()[:3])
             raise OnnxExportError(
@@ -257,4 +262,5 @@ def dynamo_export(
     _report.write_success_report(context)
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
+    warn_merged_dim_names(merged)
     return program

@@ -8,6 +8,7 @@ a failed node) to the reporting stage.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,15 +75,16 @@ def translate_program(
     names = user_dynamic.names if user_dynamic is not None else None
     dim_names = dim_names_from_program(program, names, paths)
     try:
-        return translate(
+        result = translate(
             program,
             decisions,
             input_names=input_names,
             output_names=output_names,
-            dim_names=dim_names,
+            dim_names=dim_names.by_symbol,
             opset_version=opset_version,
         )
     except NotImplementedError as e:
         raise ConversionError(
             f"This graph uses something ONNX export does not support: {e}."
         ) from e
+    return dataclasses.replace(result, merged_dim_names=dim_names.merged)

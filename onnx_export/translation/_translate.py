@@ -22,6 +22,7 @@ from onnx_export.ops._target_opset import targeting
 from onnx_export.translation._builder import TaggingGraphBuilder
 from onnx_export.translation._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export.translation._dispatch import Dispatch, dispatch
+from onnx_export.translation._naming import MergedDimName
 from onnx_export.translation._operands import complex_scalar_dispatch, operand_values
 from onnx_export.translation._recorder import recording
 from onnx_export.translation._source import NodeOrigin, node_origin
@@ -86,12 +87,15 @@ class TranslationResult:
         dropped_buffer_mutations: Buffers that ``forward`` mutates (not model outputs).
         user_outputs: Per output of ``forward`` (flattened): its graph output value, or the
             Python constant / ``None`` it always is.
+        merged_dim_names: Dynamic axis names the graph does not use, because torch found
+            their axes equal to axes named otherwise.
     """
 
     model: ir.Model
     decisions: dict[str, Dispatch]
     dropped_buffer_mutations: list[str]
     user_outputs: list[Any] = dataclasses.field(default_factory=list)
+    merged_dim_names: tuple[MergedDimName, ...] = ()
 
 
 def _is_hop(target: object) -> bool:
