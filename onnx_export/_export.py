@@ -29,6 +29,7 @@ from onnx_export.capture._call import (
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
 from onnx_export.capture._devices import explain_device_mismatch
+from onnx_export.capture._onnx_flag import onnx_export_flag
 from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
@@ -110,7 +111,11 @@ def _pipeline(
     signature = forward_signature(module)
     register_library_containers(model_args, model_kwargs)  # transformers caches
     call = prepare_call(module, signature, model_args, model_kwargs, options)
-    with timer.stage("capture"), explain_device_mismatch(module, model_args, model_kwargs):
+    with (
+        timer.stage("capture"),
+        explain_device_mismatch(module, model_args, model_kwargs),
+        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
+    ):
         program, attempts = _capture(module, given, call, options, context)
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
