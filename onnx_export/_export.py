@@ -53,7 +53,7 @@ def _translate(
     context: DiagnosticContext,
     module: torch.nn.Module,
     call: Call,
-    opset_version: int,
+    options: ExportOptions,
     timer: StageTimer,
 ) -> Any:
     with timer.stage("translation"):
@@ -64,7 +64,9 @@ def _translate(
         raise unsupported_error(unsupported)
     try:
         with timer.stage("translation"):
-            result = translate_program(program, decisions, module, call.shapes, opset_version)
+            result = translate_program(
+                program, decisions, module, call.shapes, options.opset_version, options.target
+            )
     except NodeTranslationError as e:
         _report.record_conversion_failure(context, e)
         raise conversion_error(e) from e.__cause__
@@ -120,7 +122,7 @@ def _pipeline(
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, call, options.opset_version, timer)
+    result = _translate(program, registry, context, module, call, options, timer)
     _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:

@@ -17,9 +17,10 @@ import onnx_ir as ir
 
 from onnx_export.ops._common import builder
 
-__all__ = ["target_opset", "targeting", "versioned_node"]
+__all__ = ["target_opset", "target_runtime", "targeting", "versioned_node"]
 
 _TARGET = contextvars.ContextVar("onnx_export_target_opset", default=18)
+_RUNTIME = contextvars.ContextVar("onnx_export_target_runtime", default="onnx")
 
 
 def target_opset() -> int:
@@ -27,13 +28,23 @@ def target_opset() -> int:
     return _TARGET.get()
 
 
+def target_runtime() -> str:
+    """``ExportOptions.target`` of the model being translated (``"onnx"`` outside one).
+
+    ``"onnxruntime"``: ONNX Runtime's fusions rewrite the graph afterwards, so a function
+    keeps the node pattern they match.
+    """
+    return _RUNTIME.get()
+
+
 @contextlib.contextmanager
-def targeting(opset: int) -> Iterator[None]:
-    """Translate for ``opset`` within the block."""
-    token = _TARGET.set(opset)
+def targeting(opset: int, runtime: str = "onnx") -> Iterator[None]:
+    """Translate for ``opset`` (and ``ExportOptions.target`` ``runtime``) within the block."""
+    token, runtime_token = _TARGET.set(opset), _RUNTIME.set(runtime)
     try:
         yield
     finally:
+        _RUNTIME.reset(runtime_token)
         _TARGET.reset(token)
 
 

@@ -64,6 +64,7 @@ def translate_program(
     module: torch.nn.Module,
     user_dynamic: Any,
     opset_version: int = 18,
+    target: str = "onnx",
 ) -> TranslationResult:
     """Translate ``program`` with the dispatch ``decisions`` already made for its nodes.
 
@@ -82,6 +83,7 @@ def translate_program(
             output_names=output_names,
             dim_names=dim_names.by_symbol,
             opset_version=opset_version,
+            target=target,
         )
     except NotImplementedError as e:
         raise ConversionError(

@@ -443,15 +443,17 @@ def translate(
     output_names: Sequence[str] | None = None,
     dim_names: Mapping[str, str] | None = None,
     opset_version: int = _PRODUCER_OPSET,
+    target: str = "onnx",
 ) -> TranslationResult:
     """Translate ``program`` into an ONNX model (opset 18).
 
     ``decisions`` comes from :func:`find_unsupported`, which must have found nothing
     unsupported. ``opset_version`` is the opset the model is converted to afterwards:
     functions with a better op in a newer opset (``Attention`` at 23) emit it.
+    ``target`` is ``ExportOptions.target`` (functions keep ONNX Runtime's fusion patterns).
     """
     translator = _Translator(program, decisions, dim_names or {})
-    with targeting(opset_version):
+    with targeting(opset_version, target):
         dropped, user_outputs = translator.run(input_names, output_names)
     model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
     return TranslationResult(model, decisions, dropped, user_outputs)
