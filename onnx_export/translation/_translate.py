@@ -14,7 +14,7 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from onnx_export._dtypes import to_ir_dtype, value_dtype
+from onnx_export._dtypes import onnx_dims, to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
 from onnx_export._progress import translation_progress
 from onnx_export._registry import OnnxRegistry
@@ -167,7 +167,7 @@ def _set_type_and_shape(value: ir.Value, val: object, dim_names: Mapping[str, st
         return
     value.dtype = dtype
     if isinstance(val, torch.Tensor):
-        dims = [_symbolic_dim(d, dim_names) for d in val.shape]
+        dims = onnx_dims(val.dtype, [_symbolic_dim(d, dim_names) for d in val.shape])
         if val.is_complex():
             dims.append(2)
         value.shape = ir.Shape(dims)
