@@ -190,12 +190,17 @@ class MergedDimName:
     kept_axis: str
 
     def message(self) -> str:
-        """The warning's text: which name went into which, and why."""
+        """The warning's text: which name went into which, and why.
+
+        It opens with torch.onnx's own wording, so that warning filters written for
+        torch.onnx's exporter (``message="# The axis name"``) apply to this one too.
+        """
         return (
-            f"The dynamic axis name {self.name!r} of {self.axis} is not used in the ONNX "
-            f"graph: torch.export found {self.axis} always equal to {self.kept_axis} (the "
-            f"model requires them to be equal), so both axes are named {self.kept!r}. Give "
-            "both axes the same name to silence this warning."
+            f"# The axis name: {self.name!r} will not be used, since it shares the same "
+            f"shape constraints with another axis: {self.kept!r}. torch.export found "
+            f"{self.axis} always equal to {self.kept_axis} (the model requires them to be "
+            f"equal), so the ONNX graph names both {self.kept!r}. Give both axes the same "
+            "name to silence this warning."
         )
 
 
