@@ -13,7 +13,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
-from onnx_export.capture._dynamic import key_text
+from onnx_export.capture._dynamic import GeneratedDimName, key_text
 from onnx_export.errors import DimensionNameWarning
 
 __all__ = [
@@ -257,7 +257,8 @@ def dim_names_from_program(
             symbol, where = str(dim.node.expr), f"{path}[{axis}]"
             kept = result.setdefault(symbol, name)
             first_axis.setdefault(symbol, where)
-            if kept != name and all(m.name != name for m in merged):
+            generated = isinstance(name, GeneratedDimName)  # not the user's: no news
+            if kept != name and not generated and all(m.name != name for m in merged):
                 merged.append(MergedDimName(name, where, kept, first_axis[symbol]))
     return DimNames(result, tuple(merged))
 

@@ -57,7 +57,7 @@ def test_an_unused_axis_name_is_a_warning_naming_both_axes(spec: dict[str, Any])
         assert_onnx_program_close(program, model, torch.randn(batch, 4), torch.randn(batch, 4))
 
 
-def test_the_same_name_twice_or_independent_axes_do_not_warn() -> None:
+def test_the_same_name_twice_made_up_names_or_independent_axes_do_not_warn() -> None:
     model, x, y = Add(), torch.randn(3, 4), torch.randn(3, 4)
     same = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}, "y": {0: "batch"}})
 
@@ -66,11 +66,15 @@ def test_the_same_name_twice_or_independent_axes_do_not_warn() -> None:
             return x.sum(0) + y.sum(0)
 
     apart = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "a"}, "y": {0: "b"}})
+    unnamed = onnx_export.ExportOptions(dynamic_axes={"x": [0], "y": [0]})  # names made up
     with warnings.catch_warnings():
         warnings.simplefilter("error", DimensionNameWarning)
         program = onnx_export.dynamo_export(model, x, y, export_options=same)
+        listed = onnx_export.dynamo_export(model, x, y, export_options=unnamed)
         other = onnx_export.dynamo_export(Independent(), x, torch.randn(5, 4), export_options=apart)
     assert_onnx_program_close(program, model, torch.randn(2, 4), torch.randn(2, 4))
+    assert [str(i.shape[0]) for i in listed.model.graph.inputs] == ["x_dynamic_axes_1"] * 2
+    assert_onnx_program_close(listed, model, torch.randn(5, 4), torch.randn(5, 4))
     assert [str(i.shape[0]) for i in other.model.graph.inputs] == ["a", "b"]
     assert_onnx_program_close(other, Independent(), torch.randn(2, 4), torch.randn(7, 4))
 
