@@ -36,6 +36,7 @@ ORT_TYPES = MappingProxyType(
         "float8_e4m3fnuz": "tensor(float8e4m3fnuz)",
         "float8_e5m2": "tensor(float8e5m2)",
         "float8_e5m2fnuz": "tensor(float8e5m2fnuz)",
+        "float4_e2m1fn_x2": "tensor(float4e2m1)",  # torch packs two values an element
         "int8": "tensor(int8)",
         "int16": "tensor(int16)",
         "int32": "tensor(int32)",

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import onnx_ir as ir
 import torch
 
-__all__ = ["to_ir_dtype", "to_torch_dtype", "value_dtype", "is_complex_value"]
+__all__ = [
+    "to_ir_dtype",
+    "to_torch_dtype",
+    "value_dtype",
+    "is_complex_value",
+    "onnx_dims",
+    "PACKED_X2",
+    "float4_initializer",
+]
 
 _TORCH_TO_IR: dict[torch.dtype, ir.DataType] = {
     torch.float32: ir.DataType.FLOAT,
@@ -27,7 +38,10 @@ _TORCH_TO_IR: dict[torch.dtype, ir.DataType] = {
     torch.float8_e4m3fnuz: ir.DataType.FLOAT8E4M3FNUZ,
     torch.float8_e5m2: ir.DataType.FLOAT8E5M2,
     torch.float8_e5m2fnuz: ir.DataType.FLOAT8E5M2FNUZ,
+    torch.float4_e2m1fn_x2: ir.DataType.FLOAT4E2M1,  # two values a byte: see onnx_dims
 }
+PACKED_X2 = frozenset({torch.float4_e2m1fn_x2})
+"""torch dtypes with two values per element (byte); ONNX counts each value in the shape."""
 _IR_TO_TORCH = {v: k for k, v in _TORCH_TO_IR.items()}
 _COMPLEX_TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
@@ -56,6 +70,33 @@ def value_dtype(val: object) -> ir.DataType | None:
     if isinstance(val, (torch.SymFloat, float)):
         return ir.DataType.FLOAT
     return None
+
+
+def onnx_dims(dtype: torch.dtype, dims: Sequence[int | str]) -> list[int | str]:
+    """The ONNX shape of a torch tensor of ``dtype`` and shape ``dims``.
+
+    A ``float4_e2m1fn_x2`` element packs two FLOAT4E2M1 values and ONNX's shape counts
+    values, so the last axis doubles: torch ``[3, 4]`` is ONNX ``[3, 8]``.
+    """
+    if dtype not in PACKED_X2 or not dims:
+        return list(dims)
+    *rest, last = dims
+    return [*rest, last * 2 if isinstance(last, int) else f"2*({last})"]
+
+
+def float4_initializer(tensor: torch.Tensor, name: str | None = None) -> ir.TensorProtocol:
+    """A ``float4_e2m1fn_x2`` tensor as ONNX FLOAT4E2M1 data, one value per element.
+
+    torch keeps the first of each pair in the low four bits, as ONNX stores them; the
+    values are unpacked (a copy) and onnx_ir packs them again when it writes the model.
+    """
+    import ml_dtypes
+
+    packed = tensor.detach().cpu().contiguous().view(torch.uint8).numpy()
+    values = np.stack([packed & 0x0F, packed >> 4], axis=-1)
+    shape = onnx_dims(tensor.dtype, list(tensor.shape))
+    unpacked = values.reshape([int(d) for d in shape]).view(ml_dtypes.float4_e2m1fn)
+    return ir.Tensor(unpacked, dtype=ir.DataType.FLOAT4E2M1, name=name)
 
 
 def is_complex_value(val: object) -> bool:

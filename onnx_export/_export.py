@@ -29,6 +29,7 @@ from onnx_export.capture._call import (
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
 from onnx_export.capture._devices import explain_device_mismatch
+from onnx_export.capture._onnx_flag import onnx_export_flag
 from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
@@ -39,6 +40,7 @@ from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer
 from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
+from onnx_export.translation._naming import MergedDimName, warn_merged_dim_names
 from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
 from onnx_export.translation._translate import NodeTranslationError, find_unsupported
 
@@ -51,7 +53,7 @@ def _translate(
     context: DiagnosticContext,
     module: torch.nn.Module,
     call: Call,
-    opset_version: int,
+    options: ExportOptions,
     timer: StageTimer,
 ) -> Any:
     with timer.stage("translation"):
@@ -62,7 +64,9 @@ def _translate(
         raise unsupported_error(unsupported)
     try:
         with timer.stage("translation"):
-            result = translate_program(program, decisions, module, call.shapes, opset_version)
+            result = translate_program(
+                program, decisions, module, call.shapes, options.opset_version, options.target
+            )
     except NodeTranslationError as e:
         _report.record_conversion_failure(context, e)
         raise conversion_error(e) from e.__cause__
@@ -100,7 +104,8 @@ def _pipeline(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> ONNXProgram:
+) -> tuple[ONNXProgram, tuple[MergedDimName, ...]]:
+    """The export; with the axis names it could not use, to warn about after recording."""
     registry = options.onnx_registry or OnnxRegistry()
     module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
@@ -108,12 +113,17 @@ def _pipeline(
     signature = forward_signature(module)
     register_library_containers(model_args, model_kwargs)  # transformers caches
     call = prepare_call(module, signature, model_args, model_kwargs, options)
-    with timer.stage("capture"), explain_device_mismatch(module, model_args, model_kwargs):
+    with (
+        timer.stage("capture"),
+        explain_device_mismatch(module, model_args, model_kwargs),
+        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
+    ):
         program, attempts = _capture(module, given, call, options, context)
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
-    result = _translate(program, registry, context, module, call, options.opset_version, timer)
+    result = _translate(program, registry, context, module, call, options, timer)
+    _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         with timer.stage("adapter"):
@@ -140,7 +150,7 @@ def _pipeline(
     if options.verify:
         with timer.stage("verify"):
             _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program
+    return onnx_program, result.merged_dim_names
 
 
 def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -241,7 +251,9 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program = _pipeline(model, model_args, dict(model_kwargs), options, context, timer)
+            program, merged = _pipeline(
+                model, model_args, dict(model_kwargs), options, context, timer
+            )
         if context.has_errors():
             errors = "; ".join(d.message for d in context.errors()[:3])
             raise OnnxExportError(
@@ -257,4 +269,5 @@ def dynamo_export(
     _report.write_success_report(context)
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
+    warn_merged_dim_names(merged)
     return program

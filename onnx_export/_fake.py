@@ -26,7 +26,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from onnx_export._dtypes import to_ir_dtype
+from onnx_export._dtypes import PACKED_X2, float4_initializer, onnx_dims, to_ir_dtype
 
 __all__ = [
     "FOLDED_FROM_KEY",
@@ -214,6 +214,8 @@ def _from_torch(name: str, tensor: Any) -> ir.TensorProtocol:
     tensor = tensor.detach()
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
+    if tensor.dtype in PACKED_X2:
+        return float4_initializer(tensor, name)
     return TorchTensor(tensor, name=name)
 
 
@@ -435,5 +437,8 @@ def attached(data: Mapping[ir.Value, ir.TensorProtocol]) -> Iterator[None]:
 def placeholder_or_tensor(name: str, tensor: torch.Tensor) -> ir.TensorProtocol:
     """The initializer data for ``tensor``: the live tensor, or a placeholder if fake/meta."""
     if has_no_data(tensor):
-        return WeightPlaceholder(name, to_ir_dtype(tensor.dtype), [int(d) for d in tensor.shape])
+        shape = onnx_dims(tensor.dtype, [int(d) for d in tensor.shape])
+        return WeightPlaceholder(name, to_ir_dtype(tensor.dtype), [int(d) for d in shape])
+    if tensor.dtype in PACKED_X2:
+        return float4_initializer(tensor, name)
     return TorchTensor(tensor.detach(), name=name)

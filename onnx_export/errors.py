@@ -23,6 +23,7 @@ __all__ = [
     "SerializationError",
     "VerificationError",
     "StaticDimensionWarning",
+    "DimensionNameWarning",
 ]
 
 
@@ -102,6 +103,21 @@ class StaticDimensionWarning(UserWarning):
     Example:
         >>> from onnx_export.errors import StaticDimensionWarning
         >>> issubclass(StaticDimensionWarning, UserWarning)
+        True
+    """
+
+
+class DimensionNameWarning(UserWarning):
+    """A dynamic axis name is not used: torch.export found the axis equal to another one.
+
+    Two axes named differently (``{"x": {0: "batch"}, "y": {0: "batch2"}}``) that the
+    model requires to be equal (it adds ``x`` and ``y``) are one dimension to torch.export,
+    so the ONNX graph gives both the first name. One warning per unused name: it names
+    the axis, the name kept and the axis that has it.
+
+    Example:
+        >>> from onnx_export.errors import DimensionNameWarning
+        >>> issubclass(DimensionNameWarning, UserWarning)
         True
     """
 

@@ -20,6 +20,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "DynamicShapes",
+    "GeneratedDimName",
     "named_inputs",
     "resolve_dynamic_shapes",
     "leaf_items",
@@ -28,6 +29,16 @@ __all__ = [
 ]
 
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+
+
+class GeneratedDimName(str):
+    """A dim name the exporter made up (``dynamic_axes`` given as a list of axes).
+
+    The graph uses it like a user's name, but losing it to another name is no news to
+    the user, who never chose it (no ``DimensionNameWarning``).
+    """
+
+    __slots__ = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,5 +364,7 @@ def dynamic_axes_to_shapes(
         if isinstance(axes, Mapping):
             shapes[path] = {int(a): str(n) for a, n in axes.items()}
         else:
-            shapes[path] = {int(a): f"{key}_dynamic_axes_{i + 1}" for i, a in enumerate(axes)}
+            shapes[path] = {
+                int(a): GeneratedDimName(f"{key}_dynamic_axes_{i + 1}") for i, a in enumerate(axes)
+            }
     return shapes

@@ -114,18 +114,24 @@ def export_quietly(
         CommandError: The export failed (exit code 1); the message names the SARIF report.
     """
     from onnx_export._export import dynamo_export
-    from onnx_export.errors import ExportInputError, OnnxExportError, StaticDimensionWarning
+    from onnx_export.errors import (
+        DimensionNameWarning,
+        ExportInputError,
+        OnnxExportError,
+        StaticDimensionWarning,
+    )
 
     name = type(call.model).__name__
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", StaticDimensionWarning)
+            warnings.simplefilter("always", DimensionNameWarning)
             with quiet_stderr(verbose):
                 program = dynamo_export(
                     call.model, *call.args, export_options=options, **call.kwargs
                 )
         for warning in caught:  # one line each (others were silenced with torch's logs)
-            if issubclass(warning.category, StaticDimensionWarning):
+            if issubclass(warning.category, (StaticDimensionWarning, DimensionNameWarning)):
                 print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
         return program
     except OnnxExportError as e:

@@ -21,6 +21,7 @@ from onnx_export.ops._common import (
     static_size,
 )
 from onnx_export.ops._registration import onnx_op
+from onnx_export.ops._target_opset import target_runtime
 from onnx_export.ops.opset23 import attention_node
 
 __all__ = ["aten_scaled_dot_product_attention", "aten_cross_entropy_loss"]
@@ -61,7 +62,7 @@ def aten_scaled_dot_product_attention(
         result: ir.Value = torchlib_sdpa(
             query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
         )
-        return result
+        return _zero_fully_masked_rows(result, attn_mask)
     dims = known_shape(query, "query")
     width = static_size(dims[-1], "head size (last dimension of query)")
     factor = scale if scale is not None else 1.0 / math.sqrt(width)
@@ -88,7 +89,25 @@ def aten_scaled_dot_product_attention(
         else:
             scores = op.Add(scores, op.CastLike(attn_mask, scores))
     weights = op.Softmax(scores, axis=-1)
-    return op.MatMul(weights, v)
+    return _zero_fully_masked_rows(op.MatMul(weights, v), attn_mask)
+
+
+def _zero_fully_masked_rows(result: ir.Value, attn_mask: Any) -> ir.Value:
+    """Zeros where a bool mask lets a query attend to no key, as torch's CPU kernels give.
+
+    A softmax over keys that are all masked is undefined (ONNX Runtime spreads it evenly,
+    so the row would be the mean of the values). Float masks are left alone: torch gives
+    NaN for a row of -inf there too. The check is one ReduceMax over the mask's key axis.
+    For ``target="onnxruntime"`` it is left out: ONNX Runtime's attention fusions match
+    the attention alone, and its fused kernels give such rows the mean of the values.
+    """
+    if attn_mask is None or attn_mask.dtype != ir.DataType.BOOL:
+        return result
+    if target_runtime() == "onnxruntime":
+        return result
+    as_int = op.Cast(attn_mask, to=int(ir.DataType.INT32))
+    any_key = op.Cast(op.ReduceMax(as_int, ints([-1]), keepdims=1), to=int(ir.DataType.BOOL))
+    return op.Where(any_key, result, const(0.0, result))
 
 
 def _swap_last(r: int) -> list[int]:

@@ -15,9 +15,9 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_export.ops._common import builder, const, ints, op, rank
+from onnx_export.ops._common import const, ints, op, rank
 from onnx_export.ops._registration import onnx_op
-from onnx_export.ops._target_opset import target_opset
+from onnx_export.ops._target_opset import target_opset, versioned_node
 
 __all__ = ["attention_node", "aten_rms_norm"]
 
@@ -27,9 +27,7 @@ _HALF = {ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
 
 def _versioned(op_type: str, inputs: Sequence[Any], attributes: dict[str, Any]) -> ir.Value:
     """One node of ``op_type`` at opset 23 (its own version; the converter keeps it)."""
-    result = builder().call_op(op_type, list(inputs), attributes, version=_OPSET)
-    assert isinstance(result, ir.Value)
-    return result
+    return versioned_node(op_type, inputs, attributes, _OPSET)
 
 
 def attention_node(

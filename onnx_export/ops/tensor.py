@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnx_export.ops._common import (
     cast_to,
     const,
+    int64_1d,
     ints,
     known_rank,
     known_shape,
@@ -26,6 +27,7 @@ from onnx_export.ops._common import (
     static_size,
 )
 from onnx_export.ops._registration import onnx_op
+from onnx_export.ops._target_opset import versioned_node
 
 __all__ = [
     "aten_to_copy",
@@ -39,6 +41,7 @@ __all__ = [
     "aten_masked_select",
     "aten_nonzero",
     "aten_nonzero_static",
+    "aten_empty",
     "aten_dist",
     "aten_cdist_forward",
     "aten_pdist_forward",
@@ -306,6 +309,36 @@ def _triangle_indices(upper: bool) -> Callable[..., Any]:
     function.__name__ = f"aten_{kind}_indices"
     function.__doc__ = f"{kind}_indices(int row, int col, int offset=0, *, ScalarType? dtype)."
     return function
+
+
+_FLOAT4 = int(ir.DataType.FLOAT4E2M1)
+
+
+@onnx_op("aten::empty.memory_format")
+def aten_empty(size: Sequence[Any], dtype: int = -1, **options: Any) -> ir.Value:
+    """empty(SymInt[] size, *, ScalarType? dtype, ...): torchlib's, but float4 pairs count twice.
+
+    A ``float4_e2m1fn_x2`` element holds two FLOAT4E2M1 values, so ONNX's last axis is
+    twice torch's; FLOAT4E2M1 takes ``ConstantOfShape`` (opset 23), not torchlib's Expand.
+    """
+    if dtype != _FLOAT4:
+        from onnxscript.function_libs.torch_lib.ops.core import aten_empty as torchlib_empty
+
+        result: ir.Value = torchlib_empty(size, dtype, **options)
+        return result
+    dims = [int64_1d(d) for d in size]
+    if dims:
+        dims[-1] = op.Mul(dims[-1], ints([2]))
+    shape = op.Concat(*dims, axis=0) if dims else ints([])
+    zero = ir.tensor(np.zeros(1, dtype=_ml_float4()), dtype=ir.DataType.FLOAT4E2M1)
+    return versioned_node("ConstantOfShape", [shape], {"value": zero}, 23)
+
+
+def _ml_float4() -> Any:
+    """The numpy dtype of FLOAT4E2M1 values (from ``ml_dtypes``)."""
+    import ml_dtypes
+
+    return ml_dtypes.float4_e2m1fn
 
 
 @onnx_op("aten::empty_permuted")

@@ -29,6 +29,7 @@ from onnx_export.diagnostics import (
     rules,
 )
 from onnx_export.translation._dispatch import Dispatch
+from onnx_export.translation._naming import MergedDimName
 from onnx_export.translation._source import NodeOrigin, node_origin
 from onnx_export.translation._translate import (
     NodeTranslationError,
@@ -321,3 +322,28 @@ def record_dropped_mutations(context: DiagnosticContext, buffers: Sequence[str])
     """A warning per buffer mutation the ONNX graph cannot express."""
     for buffer in buffers:
         context.emit(rules.BUFFER_MUTATION, message_args={"buffer": buffer})
+
+
+def record_merged_dim_names(
+    context: DiagnosticContext,
+    merged: Sequence[MergedDimName],
+    attempts: Sequence[CaptureAttempt],
+) -> None:
+    """An OXE0020 warning per unused axis name (unless the capture's repair already has one)."""
+    repaired = {
+        fix.partition(": ")[0]
+        for attempt in attempts
+        if attempt.succeeded
+        for fix in attempt.shape_fixes
+    }
+    for name in merged:
+        if name.axis in repaired:  # Dim('b') -> Dim('a'), reported by record_capture
+            continue
+        context.emit(
+            rules.DYNAMIC_SHAPE_FIXED,
+            message_args={
+                "dim": name.axis,
+                "change": f"{name.name!r} -> {name.kept!r}",
+                "reason": f"torch.export found {name.axis} always equal to {name.kept_axis}",
+            },
+        )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,12 +13,16 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree as pytree
 
-from onnx_export.capture._dynamic import key_text
+from onnx_export.capture._dynamic import GeneratedDimName, key_text
+from onnx_export.errors import DimensionNameWarning
 
 __all__ = [
     "leaf_paths",
+    "DimNames",
+    "MergedDimName",
     "dim_names_from_program",
     "graph_names",
+    "warn_merged_dim_names",
 ]
 
 
@@ -167,18 +173,66 @@ def _spec_at(dynamic_shapes: Any, parts: Sequence[str]) -> Any:
     return node
 
 
+@dataclasses.dataclass(frozen=True)
+class MergedDimName:
+    """A dynamic axis name the ONNX graph does not use: torch found the axis equal to another.
+
+    Attributes:
+        name: The name the user gave the axis (``"batch2"``).
+        axis: Where the axis is, as ``input[axis]`` (``"y[0]"``).
+        kept: The name the graph uses for both axes (``"batch"``).
+        kept_axis: The axis that name was given to (``"x[0]"``).
+    """
+
+    name: str
+    axis: str
+    kept: str
+    kept_axis: str
+
+    def message(self) -> str:
+        """The warning's text: which name went into which, and why.
+
+        It opens with torch.onnx's own wording, so that warning filters written for
+        torch.onnx's exporter (``message="# The axis name"``) apply to this one too.
+        """
+        return (
+            f"# The axis name: {self.name!r} will not be used, since it shares the same "
+            f"shape constraints with another axis: {self.kept!r}. torch.export found "
+            f"{self.axis} always equal to {self.kept_axis} (the model requires them to be "
+            f"equal), so the ONNX graph names both {self.kept!r}. Give both axes the same "
+            "name to silence this warning."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DimNames:
+    """The user's names of the program's symbolic dims.
+
+    Attributes:
+        by_symbol: Each input dim's symbol (``"s17"``) -> the name the user gave it first.
+        merged: The names given to axes whose symbol already had another name.
+    """
+
+    by_symbol: dict[str, str]
+    merged: tuple[MergedDimName, ...] = ()
+
+
 def dim_names_from_program(
     program: ExportedProgram,
     dynamic_shapes: Any,
     input_paths: Sequence[str],
-) -> dict[str, str]:
+) -> DimNames:
     """Map each input dim's symbol (``"s17"``) to the name the user gave it.
 
     ``dynamic_shapes`` is the user's spec keyed by input name (``DynamicShapes.names``).
+    Two axes the user named differently but torch.export unified (the model adds the two
+    inputs) share one symbol: the first name wins, the others are listed in ``merged``.
     """
     if not isinstance(dynamic_shapes, dict):
-        return {}
+        return DimNames({})
     result: dict[str, str] = {}
+    first_axis: dict[str, str] = {}
+    merged: list[MergedDimName] = []
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     user_inputs = [
         node
@@ -198,9 +252,24 @@ def dim_names_from_program(
             spec = _spec_at(dynamic_shapes, [path.split(".")[0], *positional[index][2:]])
         for axis, name in _axis_names(spec, val).items():
             dim = val.shape[axis]
-            if isinstance(dim, torch.SymInt):
-                result.setdefault(str(dim.node.expr), name)
-    return result
+            if not isinstance(dim, torch.SymInt):
+                continue
+            symbol, where = str(dim.node.expr), f"{path}[{axis}]"
+            kept = result.setdefault(symbol, name)
+            first_axis.setdefault(symbol, where)
+            generated = isinstance(name, GeneratedDimName)  # not the user's: no news
+            if kept != name and not generated and all(m.name != name for m in merged):
+                merged.append(MergedDimName(name, where, kept, first_axis[symbol]))
+    return DimNames(result, tuple(merged))
+
+
+def warn_merged_dim_names(merged: Sequence[MergedDimName]) -> None:
+    """One ``DimensionNameWarning`` per unused axis name, at the caller's caller's line.
+
+    Called by ``dynamo_export`` after its recording block, so that the user sees them.
+    """
+    for name in merged:
+        warnings.warn(name.message(), DimensionNameWarning, stacklevel=3)
 
 
 def graph_names(

@@ -8,12 +8,14 @@ a failed node) to the reporting stage.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export._dtypes import PACKED_X2
 from onnx_export.errors import ConversionError, UnsupportedOpsError
 from onnx_export.translation._naming import dim_names_from_program, graph_names
 from onnx_export.translation._translate import (
@@ -57,12 +59,31 @@ def conversion_error(error: NodeTranslationError) -> ConversionError:
     )
 
 
+_FLOAT4_OPSET = 23  # ONNX's FLOAT4E2M1 appears in opset 23
+
+
+def _check_float4_opset(program: ExportedProgram, opset_version: int) -> None:
+    """Refuse ``float4_e2m1fn_x2`` tensors below opset 23, which has no op that takes them."""
+    if opset_version >= _FLOAT4_OPSET:
+        return
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in PACKED_X2:
+            raise ConversionError(
+                f"The model has {val.dtype} tensors (FX node {node.name!r}), which ONNX has "
+                f"as FLOAT4E2M1 from opset {_FLOAT4_OPSET} on; opset {opset_version} has no "
+                f"op that takes them. Export with ExportOptions(opset_version={_FLOAT4_OPSET}) "
+                f"(CLI: --opset {_FLOAT4_OPSET})."
+            )
+
+
 def translate_program(
     program: ExportedProgram,
     decisions: Any,
     module: torch.nn.Module,
     user_dynamic: Any,
     opset_version: int = 18,
+    target: str = "onnx",
 ) -> TranslationResult:
     """Translate ``program`` with the dispatch ``decisions`` already made for its nodes.
 
@@ -70,19 +91,22 @@ def translate_program(
         NodeTranslationError: One node's ONNX function failed (see ``conversion_error``).
         ConversionError: The graph uses something ONNX export does not support.
     """
+    _check_float4_opset(program, opset_version)
     paths, input_names, output_names = graph_names(module, program)
     names = user_dynamic.names if user_dynamic is not None else None
     dim_names = dim_names_from_program(program, names, paths)
     try:
-        return translate(
+        result = translate(
             program,
             decisions,
             input_names=input_names,
             output_names=output_names,
-            dim_names=dim_names,
+            dim_names=dim_names.by_symbol,
             opset_version=opset_version,
+            target=target,
         )
     except NotImplementedError as e:
         raise ConversionError(
             f"This graph uses something ONNX export does not support: {e}."
         ) from e
+    return dataclasses.replace(result, merged_dim_names=dim_names.merged)

@@ -14,7 +14,7 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from onnx_export._dtypes import to_ir_dtype, value_dtype
+from onnx_export._dtypes import onnx_dims, to_ir_dtype, value_dtype
 from onnx_export._fake import WEIGHT_KEY, WeightPlaceholder, placeholder_or_tensor
 from onnx_export._progress import translation_progress
 from onnx_export._registry import OnnxRegistry
@@ -22,6 +22,7 @@ from onnx_export.ops._target_opset import targeting
 from onnx_export.translation._builder import TaggingGraphBuilder
 from onnx_export.translation._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export.translation._dispatch import Dispatch, dispatch
+from onnx_export.translation._naming import MergedDimName
 from onnx_export.translation._operands import complex_scalar_dispatch, operand_values
 from onnx_export.translation._recorder import recording
 from onnx_export.translation._source import NodeOrigin, node_origin
@@ -86,12 +87,15 @@ class TranslationResult:
         dropped_buffer_mutations: Buffers that ``forward`` mutates (not model outputs).
         user_outputs: Per output of ``forward`` (flattened): its graph output value, or the
             Python constant / ``None`` it always is.
+        merged_dim_names: Dynamic axis names the graph does not use, because torch found
+            their axes equal to axes named otherwise.
     """
 
     model: ir.Model
     decisions: dict[str, Dispatch]
     dropped_buffer_mutations: list[str]
     user_outputs: list[Any] = dataclasses.field(default_factory=list)
+    merged_dim_names: tuple[MergedDimName, ...] = ()
 
 
 def _is_hop(target: object) -> bool:
@@ -163,7 +167,7 @@ def _set_type_and_shape(value: ir.Value, val: object, dim_names: Mapping[str, st
         return
     value.dtype = dtype
     if isinstance(val, torch.Tensor):
-        dims = [_symbolic_dim(d, dim_names) for d in val.shape]
+        dims = onnx_dims(val.dtype, [_symbolic_dim(d, dim_names) for d in val.shape])
         if val.is_complex():
             dims.append(2)
         value.shape = ir.Shape(dims)
@@ -439,15 +443,17 @@ def translate(
     output_names: Sequence[str] | None = None,
     dim_names: Mapping[str, str] | None = None,
     opset_version: int = _PRODUCER_OPSET,
+    target: str = "onnx",
 ) -> TranslationResult:
     """Translate ``program`` into an ONNX model (opset 18).
 
     ``decisions`` comes from :func:`find_unsupported`, which must have found nothing
     unsupported. ``opset_version`` is the opset the model is converted to afterwards:
     functions with a better op in a newer opset (``Attention`` at 23) emit it.
+    ``target`` is ``ExportOptions.target`` (functions keep ONNX Runtime's fusion patterns).
     """
     translator = _Translator(program, decisions, dim_names or {})
-    with targeting(opset_version):
+    with targeting(opset_version, target):
         dropped, user_outputs = translator.run(input_names, output_names)
     model = ir.Model(translator.graph, ir_version=10, producer_name="onnx-export")
     return TranslationResult(model, decisions, dropped, user_outputs)
