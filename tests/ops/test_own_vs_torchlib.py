@@ -58,6 +58,7 @@ class Case:
         dynamic: ``dynamic_shapes`` (one entry per input), None for a static export.
         xfail: Why the case is expected to fail (None: it must pass).
         atol: Absolute tolerance.
+        opset: The export's opset (None: the default).
     """
 
     key: str
@@ -68,6 +69,7 @@ class Case:
     dynamic: tuple[Any, ...] | None = None
     xfail: str | None = None
     atol: float = 1e-5
+    opset: int | None = None
 
 
 class _Module(torch.nn.Module):
@@ -190,6 +192,24 @@ _ELEMENTWISE = [
          lambda: (_r(3, 4),), lambda: (_r(6, 2, seed=1),), (_d(0, 1),)),
     Case("aten::gelu", "gelu_tanh_unbatched", lambda x: aten.gelu(x, approximate="tanh"),
          lambda: (_r(5),), lambda: (_r(9, seed=1),), (_d(0),)),
+    # GroupNormalization from opset 21, torchlib's decomposition below; weights optional
+    Case("aten::group_norm", "group_norm_dynamic",
+         lambda x, w, b: F.group_norm(x, 2, w, b, 1e-5),
+         lambda: (_r(2, 4, 5), _r(4, seed=1), _r(4, seed=2)),
+         lambda: (_r(3, 4, 9, seed=3), _r(4, seed=1), _r(4, seed=2)),
+         (_d(0, 2), None, None)),
+    Case("aten::group_norm", "group_norm_opset21_dynamic",
+         lambda x, w, b: F.group_norm(x, 2, w, b, 1e-5),
+         lambda: (_r(2, 4, 5, 3), _r(4, seed=1), _r(4, seed=2)),
+         lambda: (_r(3, 4, 2, 7, seed=3), _r(4, seed=1), _r(4, seed=2)),
+         (_d(0, 2, 3), None, None), opset=21),
+    Case("aten::group_norm", "group_norm_opset21_no_affine_unbatched",
+         lambda x: F.group_norm(x.unsqueeze(0), 3, None, None, 1e-5).squeeze(0),
+         lambda: (_r(6, 4),), lambda: (_r(6, 11, seed=1),), (_d(1),), opset=21),
+    # empty with symbolic sizes (its contents are overwritten: only the shape matters)
+    Case("aten::empty.memory_format", "empty_dynamic",
+         lambda x: aten.empty.memory_format([x.shape[0], x.shape[1]]).copy_(x),
+         lambda: (_r(3, 4),), lambda: (_r(6, 2, seed=1),), (_d(0, 1),)),
 ]  # fmt: skip
 
 _REDUCE = [
@@ -404,6 +424,8 @@ def test_own_function_takes_what_torchlib_takes(case: Case) -> None:
     example = case.example()
     model = _module(case.forward, len(example))
     options = onnx_export.ExportOptions(dynamic_shapes=case.dynamic)
+    if case.opset is not None:
+        options = onnx_export.ExportOptions(dynamic_shapes=case.dynamic, opset_version=case.opset)
     program = onnx_export.dynamo_export(model, *example, export_options=options)
     assert case.key in own_op_keys(program), f"{case.key} did not dispatch to our function"
     assert_onnx_program_close(program, model, *example, atol=case.atol)
