@@ -7,13 +7,15 @@ export writes it as a SARIF report whose path the exception carries.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-from onnx_export._options import ExportOptions
+from onnx_export._options import ExportOptions, is_default_opset
 from onnx_export._registry import OnnxRegistry
 from onnx_export.adapters import AdapterError
 from onnx_export.capture._call import (
@@ -41,10 +43,17 @@ from onnx_export.reporting._timing import StageTimer
 from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
 from onnx_export.translation._naming import MergedDimName, warn_merged_dim_names
-from onnx_export.translation._stage import conversion_error, translate_program, unsupported_error
+from onnx_export.translation._stage import (
+    conversion_error,
+    required_opset,
+    translate_program,
+    unsupported_error,
+)
 from onnx_export.translation._translate import NodeTranslationError, find_unsupported
 
 __all__ = ["dynamo_export"]
+
+_LOG = logging.getLogger("onnx_export")
 
 
 def _translate(
@@ -122,6 +131,7 @@ def _pipeline(
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
+    options = _opset_for(program, options)
     result = _translate(program, registry, context, module, call, options, timer)
     _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
@@ -151,6 +161,26 @@ def _pipeline(
         with timer.stage("verify"):
             _verify(onnx_program, model_args, model_kwargs)
     return onnx_program, result.merged_dim_names
+
+
+def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
+    """Raise an opset left at its default to the one the model's dtypes need (float4: 23).
+
+    An opset the user chose is kept; translation then refuses what it cannot hold.
+    """
+    needed = required_opset(program)
+    if needed is None or options.opset_version >= needed:
+        return options
+    if not is_default_opset(options.opset_version):
+        return options
+    _LOG.info(
+        "The model has float4 tensors, which ONNX has from opset %d on: exporting at opset "
+        "%d instead of the default %d.",
+        needed,
+        needed,
+        options.opset_version,
+    )
+    return dataclasses.replace(options, opset_version=needed)
 
 
 def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -17,10 +17,22 @@ CaptureStrategyName = Literal["non_strict", "strict"]
 #: What the model is for: any ONNX runtime, or ONNX Runtime with its fused kernels.
 Target = Literal["onnx", "onnxruntime"]
 
+
 #: Opset 20, as torch.onnx: it has ``Gelu`` (one node instead of five), ONNX Runtime runs it
 #: since 1.17, and torchlib's opset-18 functions need only a version bump to reach it
 #: (docs/performance.md).
-DEFAULT_OPSET = 20
+class _DefaultOpset(int):
+    """The default opset: equal to 20, but it remembers that the user did not choose it.
+
+    An export whose model needs a newer opset (``float4_e2m1fn_x2`` tensors need 23) raises
+    an opset the user left at its default; one the user chose is refused instead.
+    """
+
+    def __repr__(self) -> str:
+        return repr(int(self))
+
+
+DEFAULT_OPSET: int = _DefaultOpset(20)
 SUPPORTED_OPSETS = range(16, 24)
 
 
@@ -34,10 +46,12 @@ class ExportOptions:
             or the simple form ``{"input_name": {axis: "dim_name"}}``. Every string in
             the structure names a dimension; equal strings are the same dimension.
             Named dimensions keep their names in the ONNX graph.
-        opset_version: ONNX opset of the model, 16 to 23. At 18 torchlib's functions
-            need no conversion; higher opsets are reached with onnxscript's version
-            converter, 16 and 17 with ``onnx.version_converter`` (which refuses, with
-            the ops named, when an op has no older form).
+        opset_version: ONNX opset of the model, 16 to 23. Left at its default, it is
+            raised where the model needs a newer one (``float4_e2m1fn_x2`` tensors: 23);
+            one you choose is kept, or the export refused with the reason. At 18
+            torchlib's functions need no conversion; higher opsets are reached with
+            onnxscript's version converter, 16 and 17 with ``onnx.version_converter``
+            (which refuses, with the ops named, when an op has no older form).
         optimize: Run onnxscript's optimizer (constant folding, dead code removal,
             function inlining) on the translated model.
         onnx_registry: A registry with the user's own ONNX functions for custom ops
@@ -132,3 +146,8 @@ class ExportOptions:
             names = getattr(self, field)
             if isinstance(names, str):
                 raise ValueError(f"{field} must be a list of names, got the string {names!r}.")
+
+
+def is_default_opset(opset_version: int) -> bool:
+    """Whether ``opset_version`` is :data:`DEFAULT_OPSET` itself (not chosen by the user)."""
+    return type(opset_version) is _DefaultOpset

@@ -62,6 +62,15 @@ def conversion_error(error: NodeTranslationError) -> ConversionError:
 _FLOAT4_OPSET = 23  # ONNX's FLOAT4E2M1 appears in opset 23
 
 
+def required_opset(program: ExportedProgram) -> int | None:
+    """The lowest opset that can hold the program's dtypes, where the default cannot."""
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in PACKED_X2:
+            return _FLOAT4_OPSET
+    return None
+
+
 def _check_float4_opset(program: ExportedProgram, opset_version: int) -> None:
     """Refuse ``float4_e2m1fn_x2`` tensors below opset 23, which has no op that takes them."""
     if opset_version >= _FLOAT4_OPSET:

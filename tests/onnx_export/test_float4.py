@@ -2,9 +2,10 @@
 
 torch packs two 4-bit values in each element (the first in the low bits); ONNX's shape
 counts values, so the last axis doubles (torch ``[1]`` is ONNX ``[2]``), and initializers
-hold the same values. Below opset 23, which has no op that takes FLOAT4E2M1, the export
-is refused with the fix. ONNX Runtime 1.32 has no CPU kernel for FLOAT4E2M1 yet: running
-such a model fails with an error that says so, which the tests check too.
+hold the same values. An opset left at its default is raised to 23; a chosen opset below
+23, which has no op that takes FLOAT4E2M1, is refused with the fix. ONNX Runtime 1.32
+has no CPU kernel for FLOAT4E2M1 yet: running such a model fails with an error that says
+so, which the tests check too.
 """
 
 from __future__ import annotations
@@ -75,9 +76,22 @@ def test_a_float4_weight_keeps_its_values() -> None:
     assert [str(d) for d in program.model.graph.outputs[0].shape] == ["3", "4"]
 
 
-def test_float4_below_opset_23_is_refused_with_the_fix() -> None:
+@pytest.mark.parametrize("opset", [18, 20, 22])
+def test_a_chosen_opset_below_23_is_refused_with_the_fix(opset: int) -> None:
+    options = onnx_export.ExportOptions(opset_version=opset)
     with pytest.raises(onnx_export.ConversionError, match=r"opset_version=23"):
-        onnx_export.dynamo_export(Empty())
+        onnx_export.dynamo_export(Empty(), export_options=options)
+
+
+def test_the_default_opset_is_raised_to_23_for_float4() -> None:
+    program = onnx_export.dynamo_export(Empty())  # as torch.onnx's own test does
+    assert program.model.opset_imports[""] == 23
+    output = program.model.graph.outputs[0]
+    assert output.dtype == ir.DataType.FLOAT4E2M1 and list(output.shape) == [2]
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    assert onnx_export.dynamo_export(Weights(), torch.randn(2)).model.opset_imports[""] == 23
+    plain = onnx_export.dynamo_export(nn.Linear(2, 2), torch.randn(1, 2))
+    assert plain.model.opset_imports[""] == 20  # no float4: the default, unchanged
 
 
 def test_a_fake_float4_weight_takes_its_values_at_save_time(tmp_path: object) -> None:
