@@ -1,0 +1,91 @@
+"""Classes of exporter failures on ``transformers`` models, each met by a tiny model.
+
+Models are built from tiny configs with random weights (the sizes of transformers' own
+ModelTester configs) and called as transformers' tests call them, ``model(**inputs)``
+with the default cache on; every export runs in ONNX Runtime against eager, the
+returned cache tensors included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import export_and_check
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+def _gemma3_with_image() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """Gemma 3 with a SigLIP tower: its image-token mask is built under ``vmap``."""
+    text = {
+        "model_type": "gemma3_text", "vocab_size": 99, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "intermediate_size": 37, "head_dim": 8, "sliding_window": 4, "pad_token_id": 0,
+    }  # fmt: skip
+    vision = {
+        "model_type": "siglip_vision_model", "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 37, "image_size": 20, "patch_size": 5,
+    }  # fmt: skip
+    config = transformers.Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=2,
+        image_token_index=4, boi_token_index=5, eoi_token_index=6,
+    )  # fmt: skip
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    ids = torch.randint(7, 99, (2, 10))
+    ids[:, 1] = 4  # one image token per image
+    inputs = {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.randn(2, 3, 20, 20), "token_type_ids": (ids == 4).long(),
+    }  # fmt: skip
+    return model, inputs
+
+
+def test_constants_lifted_by_the_decomposition_retrace_are_kept() -> None:
+    """Gemma 3 with an image needs ``run_decompositions`` (a ``detach_``); its re-trace
+    lifts the cache layers' empty ``torch.tensor([])`` again, which torch's decomposed
+    program left out of its constants ("lifted_tensor_0 is not in the constants
+    dictionary"). ``torch._check_tensor_all`` (image tokens == features) goes with the
+    other assertions."""
+    torch.manual_seed(0)
+    model, inputs = _gemma3_with_image()
+    program = export_and_check(model, **inputs)
+    names = [v.name for v in program.model.graph.outputs]
+    assert "cache.key_cache.1" in names and "cache.value_cache.1" in names
+
+
+def _mamba() -> torch.nn.Module:
+    config = transformers.MambaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, intermediate_size=32,
+        state_size=16, conv_kernel=4, time_step_rank=8,
+    )  # fmt: skip
+    return transformers.MambaForCausalLM(config).eval()
+
+
+def test_dynamic_cache_of_linear_attention_layers_is_an_output() -> None:
+    """Mamba returns a ``DynamicCache`` of ``LinearAttentionLayer`` (conv and recurrent
+    states), which transformers' own ``DynamicCache`` flattening refuses; it flattens
+    attribute by attribute and comes out as named state tensors."""
+    torch.manual_seed(0)
+    model = _mamba()
+    program = export_and_check(model, input_ids=torch.randint(0, 99, (2, 7)))
+    names = [v.name for v in program.model.graph.outputs]
+    assert names[1:] == [
+        f"cache.layers.{i}.{kind}_states.0" for i in range(2) for kind in ("conv", "recurrent")
+    ]
+
+
+def test_sliding_window_cache_is_an_output() -> None:
+    """Gemma 3 text (sliding-window layers): the cache's sliding layers come out as keys
+    and values, cut to the window."""
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=37, head_dim=8, sliding_window=4,
+    )  # fmt: skip
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    ids = torch.randint(0, 99, (3, 7))
+    program = export_and_check(model, input_ids=ids, attention_mask=torch.ones_like(ids))
+    assert [str(d) for d in program.model.graph.outputs[1].shape or ()] == ["3", "2", "3", "8"]
