@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import onnx_export
 from tests.helpers import export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -89,3 +90,40 @@ def test_sliding_window_cache_is_an_output() -> None:
     ids = torch.randint(0, 99, (3, 7))
     program = export_and_check(model, input_ids=ids, attention_mask=torch.ones_like(ids))
     assert [str(d) for d in program.model.graph.outputs[1].shape or ()] == ["3", "2", "3", "8"]
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # the line the error names
+            return x * 2
+        return x - 1
+
+
+def _first_line(model: torch.nn.Module, **inputs: torch.Tensor) -> str:
+    with pytest.raises(onnx_export.CaptureError) as caught:
+        onnx_export.dynamo_export(model, **inputs)
+    return str(caught.value).splitlines()[0]
+
+
+def test_data_dependent_if_is_named_on_the_first_line() -> None:
+    """The first line names the cause, the model's file:line and code, and the fixes."""
+    first = _first_line(Branchy(), x=torch.randn(3))
+    line = Branchy.forward.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line} (`if x.sum() > 0:  # the line the error names`)" in first
+    assert first.startswith("torch.export could not capture the model: it branches on")
+    assert "data-dependent control flow" in first
+    assert "torch.cond(" in first and "torch._check(" in first
+
+
+def test_longformer_global_attention_branch_is_named() -> None:
+    """Longformer's ``if is_global_attn:`` (a ``.item()`` of the mask) is transformers' line."""
+    torch.manual_seed(0)
+    config = transformers.LongformerConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, attention_window=4, pad_token_id=1,
+    )  # fmt: skip
+    model = transformers.LongformerModel(config).eval()
+    ids = torch.randint(2, 99, (3, 8))
+    first = _first_line(model, input_ids=ids, attention_mask=torch.ones_like(ids))
+    source = transformers.models.longformer.modeling_longformer.__file__
+    assert f"{source}:" in first and "(`if is_global_attn:`)" in first, first
