@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 
 from onnx_export._options import ExportOptions
 from onnx_export.adapters import canonicalize_inputs
-from onnx_export.capture._data_dependent import NEXT_STEPS, data_dependent_line
+from onnx_export.capture._data_dependent import data_dependent_line
 from onnx_export.capture._dynamic import (
     DynamicShapes,
     dynamic_axes_to_shapes,
@@ -334,7 +334,7 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     first = "torch.export could not capture the model; every strategy failed:"
     steps = _next_steps(last, call)
     if branch is not None:
-        first, steps = f"{branch.first_line()}\nEvery strategy failed:", NEXT_STEPS
+        first, steps = f"{branch.first_line()}\nEvery strategy failed:", branch.next_steps()
     error = CaptureError(
         f"{first}\n{lines}\nNext steps: {steps} The last strategy's error is chained below."
     )

@@ -2,10 +2,18 @@
 
 ``if x.sum() > 0:`` asks Python for a tensor's value; torch.export traces with symbolic
 values and stops there ("Could not guard on data-dependent expression", "Data-dependent
-branching"). Torch names the line deep in its message (non-strict capture: the frame of
-the model that asked; strict: its user stack), under each strategy's attempt.
-:func:`data_dependent_line` finds that line so that the capture error can say, on its
-first line, the cause, the model's file and line, and the fixes.
+branching"). ``np.frexp(t.numpy())`` asks numpy for it (I-BERT's quantizer), which fails
+the same way ("``.numpy()`` is not supported for tensor subclasses"). Torch names the
+line deep in its message (non-strict capture: the frame of the model that asked;
+strict: its user stack), under each strategy's attempt. :func:`data_dependent_line`
+finds that line so that the capture error can say, on its first line, the cause, the
+model's file and line, and the fixes.
+
+Numpy calls are not folded at export time even where their input derives from weights
+only (I-BERT's scales): non-strict capture traces with fake weights, so the value is
+unknown where numpy is called, and strict capture refuses numpy functions that
+``torch._numpy`` lacks (``frexp``). The fix is the model's: the torch op (``torch.frexp``)
+or a value computed before export.
 
 No rewrite to ``torch.cond`` is made automatically: the two branches of a Python ``if``
 may return different structures, mutate state or call code torch cannot trace twice,
@@ -22,7 +30,7 @@ from collections.abc import Sequence
 
 from onnx_export.capture._specialized import model_file
 
-__all__ = ["DataDependentLine", "NEXT_STEPS", "data_dependent_line"]
+__all__ = ["DataDependentLine", "data_dependent_line"]
 
 #: What torch says when the model asks for a tensor's value during tracing.
 _MARKERS = (
@@ -30,6 +38,12 @@ _MARKERS = (
     "Data-dependent branching",
     "GuardOnDataDependentSymNode",
     "data dependent operator",
+)
+#: What torch says when the model hands a traced tensor to numpy.
+_NUMPY_MARKERS = (
+    ".numpy() is not supported for tensor subclasses",
+    "attempted to trace numpy function",
+    "Can't find numpy",
 )
 _FILE_LINE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 _SHORT_LINE = re.compile(r"(?P<path>[^\s()#]+\.py):(?P<line>\d+) in ")
@@ -44,6 +58,7 @@ class DataDependentLine:
         path: The model's file.
         line: The line number.
         code: The line's text (stripped), or ``""``.
+        numpy: Whether the value was asked for by numpy (``t.numpy()``, ``np.frexp(t)``).
 
     Example:
         >>> line = DataDependentLine("/m/model.py", 4, "if x.sum() > 0:")
@@ -54,15 +69,39 @@ class DataDependentLine:
     path: str
     line: int
     code: str
+    numpy: bool = False
 
     @property
     def branches(self) -> bool:
         """Whether the line is a Python branch (``if``, ``while``, ``and``/``or``...)."""
         return bool(_BRANCHES.search(self.code))
 
+    def next_steps(self) -> str:
+        """What the fixes of the first line need."""
+        if self.numpy:
+            return (
+                "rewrite the line named first with torch ops, which torch.export traces; a "
+                "value that depends on the weights only can also be computed once, before "
+                "export, and registered as a buffer (module.register_buffer)."
+            )
+        return (
+            "rewrite the line named first. torch.cond traces both branches, which must "
+            "take tensors and return tensors of the same shapes and dtypes; "
+            "torch._check(value >= 0) and the like tell torch.export what it may assume "
+            "about a value used as a size or index. Where a model option avoids that "
+            "branch (a config flag, an input that fixes it), export with it."
+        )
+
     def first_line(self) -> str:
         """The error's first line: the cause, the model's line and how to get past it."""
         code = f" (`{self.code}`)" if self.code else ""
+        if self.numpy:
+            return (
+                "torch.export could not capture the model: it hands a traced tensor to "
+                f"numpy at {self.path}:{self.line}{code} (numpy needs values, tracing has "
+                "none); compute it with torch ops (torch.frexp for np.frexp, ...), or "
+                "compute it before export and keep the result as a buffer."
+            )
         what = "branches on" if self.branches else "uses"
         return (
             f"torch.export could not capture the model: it {what} a tensor's value at "
@@ -72,19 +111,12 @@ class DataDependentLine:
         )
 
 
-#: The next steps of a capture that stopped at a data-dependent line.
-NEXT_STEPS = (
-    "rewrite the line named first. torch.cond traces both branches, which must take "
-    "tensors and return tensors of the same shapes and dtypes; torch._check(value >= 0) "
-    "and the like tell torch.export what it may assume about a value used as a size or "
-    "index. Where a model option avoids that branch (a config flag, an input that fixes "
-    "it), export with it."
-)
-
-
-def _is_data_dependent(error: BaseException) -> bool:
+def _cause(error: BaseException) -> str | None:
+    """``"numpy"``, ``"value"`` (data-dependent control flow) or ``None``."""
     text = f"{type(error).__name__}: {error}"
-    return any(marker in text for marker in _MARKERS)
+    if any(marker in text for marker in _NUMPY_MARKERS):
+        return "numpy"
+    return "value" if any(marker in text for marker in _MARKERS) else None
 
 
 def _from_traceback(error: BaseException) -> tuple[str, int] | None:
@@ -115,10 +147,12 @@ def data_dependent_line(errors: Sequence[BaseException | None]) -> DataDependent
         True
     """
     for error in errors:
-        if error is None or not _is_data_dependent(error):
+        cause = _cause(error) if error is not None else None
+        if error is None or cause is None:
             continue
         where = _from_traceback(error) or _from_message(error)
         if where is not None:
             path, line = where
-            return DataDependentLine(path, line, linecache.getline(path, line).strip())
+            code = linecache.getline(path, line).strip()
+            return DataDependentLine(path, line, code, numpy=cause == "numpy")
     return None

@@ -127,3 +127,19 @@ def test_longformer_global_attention_branch_is_named() -> None:
     first = _first_line(model, input_ids=ids, attention_mask=torch.ones_like(ids))
     source = transformers.models.longformer.modeling_longformer.__file__
     assert f"{source}:" in first and "(`if is_global_attn:`)" in first, first
+
+
+def test_numpy_call_on_a_traced_tensor_is_named() -> None:
+    """I-BERT (quant_mode) hands its requantisation scale to ``np.frexp``: the first line
+    names that line of transformers and the torch op to use instead."""
+    torch.manual_seed(0)
+    config = transformers.IBertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, quant_mode=True, pad_token_id=1,
+    )  # fmt: skip
+    model = transformers.IBertModel(config).eval()
+    ids = torch.randint(2, 99, (3, 7))
+    first = _first_line(model, input_ids=ids, attention_mask=torch.ones_like(ids))
+    source = transformers.models.ibert.quant_modules.__file__
+    assert f"{source}:" in first and "np.frexp(" in first, first
+    assert "hands a traced tensor to numpy" in first and "torch.frexp" in first
