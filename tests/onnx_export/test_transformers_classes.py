@@ -143,3 +143,51 @@ def test_numpy_call_on_a_traced_tensor_is_named() -> None:
     source = transformers.models.ibert.quant_modules.__file__
     assert f"{source}:" in first and "np.frexp(" in first, first
     assert "hands a traced tensor to numpy" in first and "torch.frexp" in first
+
+
+def test_dynamic_cache_of_linear_attention_layers_is_an_input() -> None:
+    """Mamba's next step takes the states back: the cache goes in as its four tensors and
+    the updated states come out."""
+    torch.manual_seed(0)
+    model = _mamba()
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 99, (2, 7))).cache
+    step = torch.randint(0, 99, (2, 1))
+    program = export_and_check(model, input_ids=step, cache=cache, use_cache=True)
+    names = [v.name for v in program.model.graph.inputs]
+    assert names == ["input_ids"] + [
+        f"cache.layers.{i}.{kind}_states.0" for i in range(2) for kind in ("conv", "recurrent")
+    ]
+
+
+@pytest.mark.slow  # ~16 s: Falcon-H1's Mamba mixer traced step by step
+def test_hybrid_cache_of_mamba_and_attention_layers_is_an_output() -> None:
+    """Falcon-H1 mixes Mamba states and attention keys/values in each layer
+    (``LinearAttentionAndFullAttentionLayer``): every tensor comes out by name."""
+    torch.manual_seed(0)
+    config = transformers.FalconH1Config(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=37,
+    )  # fmt: skip
+    model = transformers.FalconH1ForCausalLM(config).eval()
+    program = export_and_check(model, input_ids=torch.randint(0, 99, (2, 7)))
+    names = {v.name for v in program.model.graph.outputs}
+    for kind in ("conv_states.0", "recurrent_states.0", "keys", "values"):
+        assert f"cache.layers.1.{kind}" in names, names
+
+
+def test_sliding_window_cache_is_an_input() -> None:
+    """Gemma 3 text's next step takes its sliding-window cache back, keys and values by name."""
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=37, head_dim=8, sliding_window=4,
+    )  # fmt: skip
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    ids = torch.randint(0, 99, (2, 7))
+    with torch.no_grad():
+        cache = model(input_ids=ids).past_key_values
+    mask = torch.ones(2, 8, dtype=torch.long)
+    program = export_and_check(model, input_ids=ids[:, :1], attention_mask=mask, cache=cache)
+    names = [v.name for v in program.model.graph.inputs]
+    assert names[2:] == [f"cache.{kind}_cache.{i}" for kind in ("key", "value") for i in range(2)]
