@@ -8,6 +8,10 @@ returned cache tensors included.
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -145,19 +149,58 @@ def test_numpy_call_on_a_traced_tensor_is_named() -> None:
     assert "hands a traced tensor to numpy" in first and "torch.frexp" in first
 
 
-def test_dynamic_cache_of_linear_attention_layers_is_an_input() -> None:
-    """Mamba's next step takes the states back: the cache goes in as its four tensors and
-    the updated states come out."""
+_FRESH = """
+import sys, torch, transformers, onnx_export
+from tests.onnx_export.test_transformers_classes import _mamba_step
+model, inputs = _mamba_step()
+with torch.no_grad():
+    want = model(**_mamba_step()[1])
+loaded = onnx_export.load(sys.argv[1], allowed_classes=[transformers.DynamicCache])
+got = loaded(**inputs)
+layers = got["cache"].layers
+print(*sorted({type(layer).__name__ for layer in layers}))
+torch.testing.assert_close(torch.as_tensor(got["logits"]), want.logits, rtol=1e-4, atol=1e-5)
+for ours, theirs in zip(layers, want.cache.layers, strict=True):
+    for kind in ("conv_states", "recurrent_states"):
+        mine, eager = getattr(ours, kind)[0], getattr(theirs, kind)[0]
+        torch.testing.assert_close(torch.as_tensor(mine), eager, rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
+def _mamba_step() -> tuple[torch.nn.Module, dict[str, object]]:
+    """Mamba and the inputs of its next step: one token and the states of seven."""
     torch.manual_seed(0)
     model = _mamba()
     with torch.no_grad():
         cache = model(input_ids=torch.randint(0, 99, (2, 7))).cache
-    step = torch.randint(0, 99, (2, 1))
-    program = export_and_check(model, input_ids=step, cache=cache, use_cache=True)
+    return model, {"input_ids": torch.randint(0, 99, (2, 1)), "cache": cache, "use_cache": True}
+
+
+def test_dynamic_cache_of_linear_attention_layers_is_an_input() -> None:
+    """Mamba's next step takes the states back: the cache goes in as its four tensors and
+    the updated states come out."""
+    model, inputs = _mamba_step()
+    program = export_and_check(model, **inputs)
     names = [v.name for v in program.model.graph.inputs]
     assert names == ["input_ids"] + [
         f"cache.layers.{i}.{kind}_states.0" for i in range(2) for kind in ("conv", "recurrent")
     ]
+
+
+@pytest.mark.slow  # ~20 s: a second process imports torch and transformers
+def test_linear_attention_cache_in_a_fresh_process(tmp_path: pathlib.Path) -> None:
+    """A process that exported nothing takes Mamba's cache as an input and rebuilds the
+    returned one (``allowed_classes``) with the eager values."""
+    model, inputs = _mamba_step()
+    onnx_export.dynamo_export(model, **inputs).save(tmp_path / "mamba.onnx")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH, str(tmp_path / "mamba.onnx")], cwd=root,
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["LinearAttentionLayer", "ok"]
 
 
 @pytest.mark.slow  # ~16 s: Falcon-H1's Mamba mixer traced step by step
