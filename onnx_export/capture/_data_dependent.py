@@ -102,9 +102,15 @@ class DataDependentLine:
                 "none); compute it with torch ops (torch.frexp for np.frexp, ...), or "
                 "compute it before export and keep the result as a buffer."
             )
-        what = "branches on" if self.branches else "uses"
+        if not self.branches:
+            return (
+                "torch.export could not capture the model: it uses a tensor's value as a "
+                f"Python number at {self.path}:{self.line}{code} (data-dependent value); "
+                "take the number from a shape or a Python argument instead, or bound the "
+                "value with torch._check(...) right after it is read (.item())."
+            )
         return (
-            f"torch.export could not capture the model: it {what} a tensor's value at "
+            "torch.export could not capture the model: it branches on a tensor's value at "
             f"{self.path}:{self.line}{code} (data-dependent control flow); write that `if` "
             "as torch.cond(pred, true_fn, false_fn, operands), make it branchless "
             "(torch.where), or bound the value with torch._check(...)."

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -59,6 +60,64 @@ def test_constants_lifted_by_the_decomposition_retrace_are_kept() -> None:
     program = export_and_check(model, **inputs)
     names = [v.name for v in program.model.graph.outputs]
     assert "cache.key_cache.1" in names and "cache.value_cache.1" in names
+
+
+def _deepseek_vl() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    text = {
+        "model_type": "llama", "vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 37,
+    }  # fmt: skip
+    vision = {
+        "model_type": "siglip_vision_model", "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 37, "image_size": 20, "patch_size": 5,
+        "vision_use_head": False,
+    }  # fmt: skip
+    config = transformers.DeepseekVLConfig(text_config=text, vision_config=vision, image_token_id=4)
+    model = transformers.DeepseekVLForConditionalGeneration(config).eval()
+    ids = torch.randint(7, 99, (2, 20))
+    ids[:, 1:17] = 4  # 16 patches per image
+    pixels = torch.randn(2, 3, 20, 20)
+    return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
+
+
+def _emu3() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """Emu3 with its VQ-VAE image tokenizer (transformers' Emu3Vision2TextModelTester)."""
+    vocab = {chr(i): i for i in range(99)}
+    vocab.update({f"<|visual token{i:06d}|>": i for i in range(3, 23)})
+    vocab.update({"<image>": 3, "<|extra_200|>": 4})
+    text = transformers.Emu3TextConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, intermediate_size=37, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+    )  # fmt: skip
+    vq = {
+        "codebook_size": 20, "temporal_downsample_factor": 1, "base_channels": 32,
+        "channel_multiplier": [1, 2, 1], "hidden_size": 32, "attn_resolutions": [],
+    }  # fmt: skip
+    config = transformers.Emu3Config(text_config=text, vq_config=vq, vocabulary_map=vocab)
+    model = transformers.Emu3ForConditionalGeneration(config).eval()
+    ids = torch.randint(5, 99, (2, 19))
+    ids[:, :12] = 3  # the image's tokens
+    return model, {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.rand(2, 3, 15, 15), "image_sizes": torch.tensor([[15, 15]] * 2),
+    }  # fmt: skip
+
+
+@pytest.mark.slow  # ~10 s each; Gemma 3 above covers the class in CI
+@pytest.mark.parametrize("build", [_deepseek_vl, _emu3], ids=["deepseek_vl", "emu3"])
+def test_vision_language_models_with_their_cache(build: Any) -> None:
+    """DeepSeek-VL and Emu3 failed like Gemma 3 (lifted constants of the re-trace).
+
+    The model runs eagerly first, as transformers' tests do: Emu3's vocabulary mapping
+    (``cached_property``) is then computed from real tensors. Traced first, Emu3 stops at
+    ``int(size[0] / ...)`` of ``image_sizes`` with a first line naming that line."""
+    torch.manual_seed(0)
+    model, inputs = build()
+    with torch.no_grad():
+        model(**inputs)
+    program = export_and_check(model, **inputs)
+    assert "cache.key_cache.1" in {v.name for v in program.model.graph.outputs}
 
 
 def _mamba() -> torch.nn.Module:
