@@ -293,3 +293,19 @@ def test_sliding_window_cache_is_an_input() -> None:
     program = export_and_check(model, input_ids=ids[:, :1], attention_mask=mask, cache=cache)
     names = [v.name for v in program.model.graph.inputs]
     assert names[2:] == [f"cache.{kind}_cache.{i}" for kind in ("key", "value") for i in range(2)]
+
+
+def test_static_cache_is_an_input_and_an_output() -> None:
+    """Llama given a fresh ``StaticCache`` (``StaticLayer``): its position counters go
+    in, the filled fixed-length keys and values come out."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=37,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=16)
+    ids = torch.randint(0, 99, (2, 7))
+    program = export_and_check(model, input_ids=ids, cache=cache, use_cache=True)
+    keys = next(v for v in program.model.graph.outputs if v.name == "cache.layers.1.keys")
+    assert [str(d) for d in keys.shape or ()] == ["2", "2", "16", "8"]
