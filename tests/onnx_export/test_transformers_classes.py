@@ -311,3 +311,20 @@ def test_static_cache_is_an_input_and_an_output() -> None:
     program = export_and_check(model, input_ids=ids, cache=cache, use_cache=True)
     keys = next(v for v in program.model.graph.outputs if v.name == "cache.layers.1.keys")
     assert [str(d) for d in keys.shape or ()] == ["2", "2", "16", "8"]
+
+
+@pytest.mark.slow  # ~10 s: MoE and the compressed-attention cache
+def test_deepseek_v4_cache_layers_are_an_output() -> None:
+    """DeepSeek V4's own cache layers (``DeepseekV4HCACache``, a sliding-window layer with
+    compressor buffers) come out attribute by attribute."""
+    torch.manual_seed(0)
+    config = transformers.DeepseekV4Config(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, moe_intermediate_size=16, n_routed_experts=4,
+        num_experts_per_tok=2, n_shared_experts=1, q_lora_rank=16, index_n_heads=2,
+        index_head_dim=16, index_topk=4, head_dim=16,
+    )  # fmt: skip
+    model = transformers.DeepseekV4ForCausalLM(config).eval()
+    program = export_and_check(model, input_ids=torch.randint(0, 99, (2, 7)), atol=1e-4)
+    names = {v.name for v in program.model.graph.outputs}
+    assert {"cache.layers.1.keys", "cache.layers.1.values"} <= names, names
