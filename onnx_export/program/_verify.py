@@ -284,7 +284,8 @@ def find_culprit(
     atol: float,
 ) -> NodeMismatch | None:
     """The first FX node (in graph order) whose ONNX value is beyond tolerance."""
-    leaves = pytree.tree_leaves(canonical, is_leaf=lambda x: x is None)
+    copies = pytree.tree_map(_eager_leaf, canonical)  # the graph may update its inputs
+    leaves = pytree.tree_leaves(copies, is_leaf=lambda x: x is None)
     interpreter = _Recorder(program.graph_module)
     with torch.no_grad():
         interpreter.run(*_flat_graph_inputs(program, leaves))
