@@ -9,7 +9,9 @@ meets one. Nothing is imported unless such an object is passed in.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ._torch import pytree_registry
@@ -52,15 +54,12 @@ def register_library_container(cls: type) -> bool:
         return True
     if not is_transformers_cache(cls):
         return False
-    if cls.__name__ == "DynamicCache":
-        from transformers.integrations.executorch import register_dynamic_cache_export_support
-
-        register_dynamic_cache_export_support()  # type: ignore[no-untyped-call]
-    else:
-        try:
-            from transformers.exporters import exporter_dynamo
-        except ImportError:  # older transformers: no generic cache flattening
-            return False
+    exporter_dynamo: Any = None  # older transformers: no generic cache flattening
+    with contextlib.suppress(ImportError):
+        from transformers.exporters import exporter_dynamo
+    if cls.__name__ == "DynamicCache" and cls.__module__ == "transformers.cache_utils":
+        _register_dynamic_cache(cls, exporter_dynamo)
+    elif exporter_dynamo is not None:
         _register_sorted(cls, exporter_dynamo)
     return cls in registry
 
@@ -77,8 +76,8 @@ def _renumbered(context: Any, tensors: list[Any], out: list[Any]) -> Any:
     return context
 
 
-def _register_sorted(cls: type, exporter: Any) -> None:
-    """Register ``cls`` with ``transformers``' generic flattening, in a stable leaf order.
+def _sorted_flatten(exporter: Any) -> Callable[[Any], tuple[list[Any], Any]]:
+    """``transformers``' generic flattening of a cache, its leaves in a stable order.
 
     ``transformers`` flattens a cache's attributes in ``__dict__`` order, which changes
     once an object is rebuilt from a saved spec (JSON sorts keys): a cache fed back
@@ -86,28 +85,92 @@ def _register_sorted(cls: type, exporter: Any) -> None:
     order gives every object of the class the same leaf order; rebuilding goes by the
     tensor indices in the context, so it does not depend on the order.
     """
-    pytree = sys.modules["torch.utils._pytree"]  # imported: pytree_registry() said so
 
     def flatten(obj: Any) -> tuple[list[Any], Any]:
         tensors, context = exporter._pytree_flatten(obj)
         ordered: list[Any] = []
         return ordered, _renumbered(context, list(tensors), ordered)
 
-    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    return flatten
+
+
+def _register(
+    cls: type, flatten: Any, unflatten: Any, name: str, with_keys: Any | None = None
+) -> None:
+    """Register ``cls`` with torch's pytree (leaves keyed by position unless ``with_keys``)."""
+    pytree = sys.modules["torch.utils._pytree"]  # imported: pytree_registry() said so
+
+    def by_position(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
         leaves, context = flatten(obj)
         return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
 
+    flatten_with_keys = with_keys or by_position
     try:
         pytree.register_pytree_node(
             cls,
             flatten,
-            exporter._pytree_unflatten,
-            serialized_type_name=exporter._class_to_path(cls),
+            unflatten,
+            serialized_type_name=name,
             flatten_with_keys_fn=flatten_with_keys,
         )
     except ValueError as e:  # registered meanwhile (by transformers or another thread)
         if "already registered" not in str(e):
             raise
+
+
+def _register_sorted(cls: type, exporter: Any) -> None:
+    """Register ``cls`` with ``transformers``' generic flattening, in a stable leaf order."""
+    flatten = _sorted_flatten(exporter)
+    _register(cls, flatten, exporter._pytree_unflatten, exporter._class_to_path(cls))
+
+
+#: The layer types ``transformers``' own ``DynamicCache`` flattening takes.
+_KEY_VALUE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DummyLayer")
+
+
+def _register_dynamic_cache(cls: type, exporter: Any) -> None:
+    """Register ``DynamicCache``: as key and value lists, or attribute by attribute.
+
+    A cache of key/value layers (full or sliding-window attention) flattens as
+    ``transformers`` does, to ``key_cache``/``value_cache`` lists. One that holds other
+    layers (Mamba's or linear attention's conv and recurrent states, hybrid models'
+    mixed layers, DeepSeek's indexed layers), which ``transformers`` refuses, flattens
+    attribute by attribute with its generic cache flattening; the context tells the
+    two forms apart when the cache is rebuilt.
+    """
+    from transformers.integrations import executorch
+
+    hf: Any = executorch  # its helpers are untyped
+    generic = _sorted_flatten(exporter) if exporter is not None else None
+
+    def key_value(cache: Any) -> bool:
+        plain = all(type(layer).__name__ in _KEY_VALUE_LAYERS for layer in cache.layers)
+        return plain or generic is None
+
+    def flatten(cache: Any) -> tuple[list[Any], Any]:
+        if key_value(cache):
+            values, context = hf._flatten_cache_dict(
+                hf._get_cache_dict(cache), hf._get_dynamic_cache_layout(cache)
+            )
+            return list(values), context
+        return generic(cache)  # type: ignore[misc]  # key_value() is True without it
+
+    def with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
+        if key_value(cache):  # leaves named key_cache.0, value_cache.1, ...
+            keyed, context = hf._flatten_cache_dict_with_keys(
+                hf._get_cache_dict(cache), hf._get_dynamic_cache_layout(cache)
+            )
+            return list(keyed), context
+        pytree = sys.modules["torch.utils._pytree"]
+        leaves, context = flatten(cache)
+        return [(pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+
+    def unflatten(values: Any, context: Any) -> Any:
+        if isinstance(context, dict):  # the generic form: {"_t": "obj", ...}
+            return exporter._pytree_unflatten(values, context)
+        return hf._unflatten_dynamic_cache(values, context)
+
+    _register(cls, flatten, unflatten, f"{cls.__module__}.{cls.__name__}", with_keys)
 
 
 def _subclasses(cls: type) -> list[type]:

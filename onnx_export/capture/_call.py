@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 
 from onnx_export._options import ExportOptions
 from onnx_export.adapters import canonicalize_inputs
+from onnx_export.capture._data_dependent import data_dependent_line
 from onnx_export.capture._dynamic import (
     DynamicShapes,
     dynamic_axes_to_shapes,
@@ -329,9 +330,13 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
         for a in attempts
     )
     last = attempts[-1].exception if attempts else None
+    branch = data_dependent_line([a.exception for a in attempts])
+    first = "torch.export could not capture the model; every strategy failed:"
+    steps = _next_steps(last, call)
+    if branch is not None:
+        first, steps = f"{branch.first_line()}\nEvery strategy failed:", branch.next_steps()
     error = CaptureError(
-        f"torch.export could not capture the model; every strategy failed:\n{lines}\n"
-        f"Next steps: {_next_steps(last, call)} The last strategy's error is chained below."
+        f"{first}\n{lines}\nNext steps: {steps} The last strategy's error is chained below."
     )
     error.__cause__ = last
     return error

@@ -8,14 +8,21 @@ function stay whole (``scaled_dot_product_attention``, ``layer_norm``, ...).
 Decomposition runs under ``torch.no_grad()`` whatever the caller's grad mode: the graph
 was captured already (train/eval behaviour included) and ONNX has no autograd.
 Side-effect tokens that decompositions introduce (``_linalg_check_errors``) are removed.
+
+Tensors the re-trace creates and lifts as constants (the empty ``torch.tensor([])`` a
+``transformers`` cache layer starts from, met again under ``vmap``-built masks) are kept:
+torch builds the decomposed program with the old ``constants`` dictionary and would
+refuse its own result ("Constant tensor lifted_tensor_0 is not in the constants
+dictionary").
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -166,10 +173,20 @@ def _without_effect_tokens(program: ExportedProgram) -> ExportedProgram:
     return _remove_effect_tokens(program)
 
 
+#: Ops that turn a tensor condition into the scalar an assertion checks
+#: (``torch._check_tensor_all(cond)``: ``_is_all_true(cond).item() == 1``).
+_CONDITIONS = {
+    torch.ops.aten._is_all_true.default,
+    torch.ops.aten._is_any_true.default,
+    torch.ops.aten.item.default,
+    torch.ops.aten._local_scalar_dense.default,
+}
+
+
 def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
-    """``sym_size``, ``operator.eq``, ``torch.sym_not``...: what feeds an assertion."""
+    """``sym_size``, ``operator.eq``, ``torch.sym_not``, ``item``...: what feeds an assertion."""
     target = node.target
-    if target is torch.ops.aten.sym_size.int:
+    if target is torch.ops.aten.sym_size.int or target in _CONDITIONS:
         return True
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", "")
@@ -207,6 +224,35 @@ def _erase_with_inputs(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
             _erase_with_inputs(graph, value)
 
 
+@contextlib.contextmanager
+def _keeping_new_constants(program: ExportedProgram) -> Iterator[None]:
+    """Within the block, constants that torch.export lifts are added to ``program.constants``.
+
+    ``run_decompositions`` re-traces the graph, lifts the tensors created while tracing
+    (its ``_materialize_and_lift_constants``), then builds the new program with the
+    dictionary of ``program``: constants new to the re-trace would be missing from it.
+    """
+    from torch.export import _trace as trace_module
+
+    trace: Any = trace_module  # a private function, not in its stubs
+    lift = getattr(trace, "_materialize_and_lift_constants", None)
+    if lift is None:  # another torch: nothing to patch, its own behaviour stands
+        yield
+        return
+
+    def lift_and_keep(*args: Any, **kwargs: Any) -> Any:
+        constants = lift(*args, **kwargs)
+        for name, value in constants.items():
+            program.constants.setdefault(name, value)
+        return constants
+
+    trace._materialize_and_lift_constants = lift_and_keep
+    try:
+        yield
+    finally:
+        trace._materialize_and_lift_constants = lift
+
+
 def decompose(
     program: ExportedProgram, registry: OnnxRegistry, *, always: bool = False
 ) -> tuple[ExportedProgram, DecompositionReport]:
@@ -228,7 +274,7 @@ def decompose(
     # behaviour (dropout, batch norm) was fixed at capture. Re-tracing with grad mode on
     # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:
     # "Cannot view a tensor with shape ... and strides").
-    with EXPORT_LOCK, torch.no_grad():
+    with EXPORT_LOCK, torch.no_grad(), _keeping_new_constants(program):
         program = _without_effect_tokens(program.run_decompositions(_table(registry, program)))
     after = {str(t) for t in _call_targets(program.graph_module)}
     remove_assertions(program)

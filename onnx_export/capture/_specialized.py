@@ -26,7 +26,7 @@ from types import FrameType
 
 import torch
 
-__all__ = ["Specialization", "recording_specializations", "SHAPES_LOGGER"]
+__all__ = ["Specialization", "recording_specializations", "SHAPES_LOGGER", "model_file"]
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _EQ = re.compile(r"^Eq\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
@@ -68,6 +68,19 @@ class Specialization:
 def _skipped(path: str) -> bool:
     """Whether ``path`` is torch's, this package's, the stdlib's or not a file."""
     return path.startswith(("<", *_SKIPPED)) or any(name in path for name in _SKIPPED_NAMES)
+
+
+def model_file(path: str) -> str | None:
+    """The full path of ``path`` (maybe shortened) if it is the model's code, else ``None``.
+
+    Torch's files, this package's and the standard library's are not the model's.
+
+    Example:
+        >>> model_file(torch.__file__) is None
+        True
+    """
+    full = _full_path(path)
+    return None if _skipped(full) else full
 
 
 def _full_path(short: str) -> str:

@@ -284,7 +284,8 @@ def find_culprit(
     atol: float,
 ) -> NodeMismatch | None:
     """The first FX node (in graph order) whose ONNX value is beyond tolerance."""
-    leaves = pytree.tree_leaves(canonical, is_leaf=lambda x: x is None)
+    copies = pytree.tree_map(_eager_leaf, canonical)  # the graph may update its inputs
+    leaves = pytree.tree_leaves(copies, is_leaf=lambda x: x is None)
     interpreter = _Recorder(program.graph_module)
     with torch.no_grad():
         interpreter.run(*_flat_graph_inputs(program, leaves))
@@ -318,11 +319,19 @@ def run_model(model: ir.Model, feed: dict[str, Any], upcast: Sequence[str]) -> l
     return module._run_flat([feed[name] for name in module.input_names])
 
 
+def _eager_leaf(leaf: Any) -> Any:
+    if type(leaf) is np.ndarray:
+        return torch.from_numpy(leaf.copy())
+    return leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
+
+
 def run_eager(program: ExportedProgram, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
-    """Run the captured program on the canonical inputs (numpy leaves as torch tensors)."""
-    args, kwargs = pytree.tree_map(
-        lambda leaf: torch.from_numpy(leaf) if type(leaf) is np.ndarray else leaf, canonical
-    )
+    """Run the captured program on copies of the canonical inputs (numpy leaves as torch).
+
+    Copies: a program that updates an input in place (a cache's states written with
+    ``copy_``) must not change what ONNX Runtime is given next.
+    """
+    args, kwargs = pytree.tree_map(_eager_leaf, canonical)
     try:
         with torch.no_grad():
             return program.module()(*args, **kwargs)
