@@ -81,8 +81,10 @@ _RECURRENT = (
 )  # fmt: skip
 _RECURRENT_WHY = (
     "its cache holds recurrent (state-space / linear-attention) states, not only keys and "
-    "values, and the text-generation graph carries keys and values; export the model "
-    "with onnx_export.dynamo_export and use_cache=False, or use feature-extraction"
+    "values, and the text-generation graph and its generate() runtime carry keys and "
+    "values; export the model with onnx_export.dynamo_export(model, input_ids), which "
+    "returns the cache's states as outputs and takes them back as inputs (see "
+    "docs/deployment.md), or use feature-extraction"
 )
 
 # (model_type, task or "*") -> why it cannot work and what to try. Origin: the failures
