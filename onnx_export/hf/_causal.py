@@ -27,8 +27,9 @@ from onnx_export.hf._generate import (
 from onnx_export.hf._live import LiveSequence
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf._session import StepSession
+from onnx_export.hf._session import DecodeSession, StepSession
 from onnx_export.hf._settings import GenerationSettings, make_chooser, resolve_settings
+from onnx_export.hf._shared_cache import SharedCache
 from onnx_export.hf._text import TextTokenizer, left_pad
 
 __all__ = ["OrtModelForCausalLM"]
@@ -221,7 +222,7 @@ class OrtModelForCausalLM:
             )
         first, next_feed = self._feeds(plan.ids, plan.mask)
         return decode(
-            self.session,
+            self._decoder(plan),
             first,
             next_feed,
             plan.ids,
@@ -261,7 +262,7 @@ class OrtModelForCausalLM:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
         first, next_feed = self._feeds(plan.ids, plan.mask)
         steps = decode_steps(
-            self.session,
+            self._decoder(plan),
             first,
             next_feed,
             plan.ids,
@@ -305,6 +306,18 @@ class OrtModelForCausalLM:
         padding = (mask != 0).argmax(axis=1).astype(np.int64) if (mask == 0).any() else None
         chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
         return _Plan(ids, mask, settings, stopping, chooser, padding)
+
+    def _decoder(self, plan: _Plan) -> DecodeSession:
+        """What runs a greedy or sampled decoding's steps: a shared cache when it can.
+
+        A fused decoder (``session.shares_buffer``) gets one preallocated cache for the
+        prompt plus ``max_new_tokens``, updated in place; other graphs (and beam search,
+        which reorders the cache's rows) run on the session with per-step presents.
+        """
+        if not self.session.shares_buffer:
+            return self.session
+        capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
+        return SharedCache(self.session, plan.ids.shape[0], capacity)
 
     def live(self, input_ids: Any = None) -> LiveSequence:
         """A sequence whose cache lives between calls (continuous decoding), batch 1.

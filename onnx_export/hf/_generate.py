@@ -14,7 +14,7 @@ import onnxruntime as ort
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import token_ids
-from onnx_export.hf._session import StepSession
+from onnx_export.hf._session import DecodeSession
 
 __all__ = ["Stopping", "decode", "decode_steps", "as_ids", "as_mask", "as_rng", "check_vocab"]
 
@@ -133,7 +133,7 @@ def as_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
 
 
 def decode_steps(
-    session: StepSession,
+    session: DecodeSession,
     first: Feed,
     next_feed: NextFeed,
     start: npt.NDArray[np.int64],
@@ -181,7 +181,7 @@ def decode_steps(
 
 
 def decode(
-    session: StepSession,
+    session: DecodeSession,
     first: Feed,
     next_feed: NextFeed,
     start: npt.NDArray[np.int64],

@@ -11,6 +11,12 @@ MatMul by the weights concatenated (a lazily computed initializer, so
 packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and value.
 Repeated shape computations (each layer's ``seqlens_k``) are merged by common
 subexpression elimination.
+
+When every past key/value the graph takes goes to one GQA only, and that GQA's presents are
+graph outputs, the model is marked ``onnx_export.past_present_share_buffer = "1"``
+(:data:`SHARE_BUFFER_KEY`): a runtime may then bind each past and its present to one
+preallocated (batch, kv heads, max length, head size) buffer that GQA updates in place
+(ORT's shared past/present buffer; ``seqlens_k`` says how much of it is filled).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ import onnx_ir as ir
 
 from onnx_export.passes.fold_weights import derived_initializer
 
-__all__ = ["lean_group_query_attention"]
+__all__ = ["SHARE_BUFFER_KEY", "lean_group_query_attention", "shares_past_present"]
+
+#: Model metadata key set to ``"1"`` when the pasts and presents can share one buffer.
+SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -110,6 +119,26 @@ def _pack_qkv(graph: ir.Graph, gqa: ir.Node) -> bool:
     return True
 
 
+def shares_past_present(graph: ir.Graph) -> bool:
+    """Whether each cache input is one GQA's past key/value, whose present is an output.
+
+    Then a past and its present can be one buffer: nothing else reads the past, and the
+    present leaves the graph unchanged.
+    """
+    pasts = 0
+    for value in graph.inputs:
+        uses = list(value.uses())
+        if not any(u.node.op_type == "GroupQueryAttention" for u in uses):
+            continue
+        if len(uses) != 1 or uses[0].idx not in (3, 4):
+            return False
+        node, slot = uses[0].node, uses[0].idx
+        if node.domain != "com.microsoft" or not node.outputs[slot - 2].is_graph_output():
+            return False
+        pasts += 1
+    return pasts > 0
+
+
 def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     """Apply the rewrites in place; return how often each applied (none: no GQA)."""
     graph = model.graph
@@ -121,4 +150,11 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     packed = sum(_pack_qkv(graph, node) for node in attention)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)
-    return {"reshape chains dropped": dropped, "packed QKV MatMul": packed}
+    shared = shares_past_present(graph)
+    if shared:
+        model.metadata_props[SHARE_BUFFER_KEY] = "1"
+    return {
+        "reshape chains dropped": dropped,
+        "packed QKV MatMul": packed,
+        "shared past/present buffer": int(shared),
+    }
