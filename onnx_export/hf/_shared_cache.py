@@ -9,7 +9,8 @@ input and its ``present.*`` output are bound (one ``IOBinding``, made once) to t
 copied, allocated or renamed between steps. ``logits`` goes to a preallocated buffer too.
 
 Batch rows cannot be reordered in such a buffer without a copy: beam search keeps the
-per-step presents of :class:`~onnx_export.hf._session.StepSession`.
+per-step presents of :class:`~onnx_export.hf._session.StepSession`. A live sequence
+(``hf/_live.py``) grows its cache when it fills up and rewinds by reading less of it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ class SharedCache:
         else:  # not a fused decoder's (batch, 1, vocab): ORT allocates it each step
             self._logits = None
             self._binding.bind_output("logits", cpu)
+
+    def grown(self, capacity: int, filled: int) -> SharedCache:
+        """A cache of ``capacity`` positions holding this one's first ``filled``."""
+        bigger = SharedCache(self._session, self.batch, capacity)
+        for old, new in zip(self._arrays, bigger._arrays, strict=True):
+            new[:, :, :filled] = old[:, :, :filled]
+        return bigger
 
     def empty_past(self, batch: int) -> dict[str, Value]:
         """Nothing: the cache is bound already (``batch`` must be the buffers' rows)."""
