@@ -13,6 +13,7 @@ import numpy.typing as npt
 from onnx_export.hf._beam import BeamSettings, beam_search
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf._generate import (
+    NextFeed,
     StopCheck,
     Stopping,
     Streamer,
@@ -220,9 +221,9 @@ class OrtModelForCausalLM:
                 rng,
                 plan.padding,
             )
-        first, next_feed = self._feeds(plan.ids, plan.mask)
+        session, first, next_feed = self._decoder(plan)
         return decode(
-            self._decoder(plan),
+            session,
             first,
             next_feed,
             plan.ids,
@@ -260,9 +261,9 @@ class OrtModelForCausalLM:
         )
         if plan.settings.num_beams > 1:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
-        first, next_feed = self._feeds(plan.ids, plan.mask)
+        session, first, next_feed = self._decoder(plan)
         steps = decode_steps(
-            self._decoder(plan),
+            session,
             first,
             next_feed,
             plan.ids,
@@ -307,17 +308,22 @@ class OrtModelForCausalLM:
         chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
         return _Plan(ids, mask, settings, stopping, chooser, padding)
 
-    def _decoder(self, plan: _Plan) -> DecodeSession:
+    def _decoder(self, plan: _Plan) -> tuple[DecodeSession, dict[str, Any], NextFeed]:
         """What runs a greedy or sampled decoding's steps: a shared cache when it can.
 
         A fused decoder (``session.shares_buffer``) gets one preallocated cache for the
-        prompt plus ``max_new_tokens``, updated in place; other graphs (and beam search,
-        which reorders the cache's rows) run on the session with per-step presents.
+        prompt plus ``max_new_tokens``, updated in place, and a next-step feed that writes
+        into its bound inputs; other graphs (and beam search, which reorders the cache's
+        rows) run on the session with per-step presents. Returns the step runner, the
+        prompt's feed and the next-step feed.
         """
+        first, next_feed = self._feeds(plan.ids, plan.mask)
         if not self.session.shares_buffer:
-            return self.session
+            return self.session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
-        return SharedCache(self.session, plan.ids.shape[0], capacity)
+        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
+        positions = _positions(plan.mask)[:, -1:] if self._uses_positions else None
+        return cache, first, cache.stepper(plan.mask, positions)
 
     def live(self, input_ids: Any = None) -> LiveSequence:
         """A sequence whose cache lives between calls (continuous decoding), batch 1.

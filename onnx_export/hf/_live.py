@@ -120,7 +120,7 @@ class LiveSequence:
             feed["position_ids"] = np.arange(self._cached, total, dtype=np.int64)[None]
         if self._session.shares_buffer:
             cache = self._shared_for(total)
-            self._logits = cache.last_logits(cache.run(feed))[0]
+            self._logits = cache.last_logits(cache.run(feed))[0].copy()
         else:
             results = self._session.run({**feed, **self._past})
             self._past = self._session.next_past(results)

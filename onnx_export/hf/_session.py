@@ -112,8 +112,7 @@ class StepSession:
         self.shares_buffer = (
             self.device == "cpu"
             and metadata.get(SHARE_BUFFER_KEY) == "1"
-            and bool(self.past_names)
-            and "logits" in self._outputs
+            and self._static_cache_shapes()
         )
         missing = [n for n in self.present_names if n not in self.output_names]
         if missing:
@@ -121,6 +120,17 @@ class StepSession:
                 f"{os.fspath(path)!r} has past inputs without matching outputs {missing}: "
                 "it was not exported by onnx_export.hf.export_pretrained."
             )
+
+    def _static_cache_shapes(self) -> bool:
+        """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
+        logits = self._outputs.get("logits")
+        if not self.past_names or logits is None or len(logits.shape) != 3:
+            return False
+        dims = [logits.shape[1], logits.shape[2]]
+        for name in self.past_names:
+            shape = self._inputs[name].shape
+            dims += [shape[1], shape[3]] if len(shape) == 4 else [None]
+        return logits.shape[1] == 1 and all(isinstance(d, int) for d in dims)
 
     def input_meta(self, name: str) -> Any:
         """The ``NodeArg`` (onnxruntime's) of the input ``name`` (``.shape``, ``.type``)."""

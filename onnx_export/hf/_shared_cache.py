@@ -15,7 +15,7 @@ per-step presents of :class:`~onnx_export.hf._session.StepSession`. A live seque
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,9 @@ class SharedCache:
 
     Runs the steps of :func:`~onnx_export.hf._generate.decode_steps` in place of the
     session: :meth:`empty_past` and :meth:`next_past` are empty (the cache stays bound),
-    :meth:`run` binds the step's other inputs and runs. CPU only.
+    :meth:`run` binds the step's other inputs and runs. :meth:`stepper` gives the loop a
+    next-step feed that writes the new tokens, positions and mask into bound buffers
+    instead (no binding or array built per step). CPU only.
 
     Attributes:
         batch: The rows the buffers hold.
@@ -50,26 +52,21 @@ class SharedCache:
         self._run = session.session._sess.run_with_iobinding
         self._options = session.run_options
         self._binding = _C.SessionIOBinding(session.session._sess)
-        cpu = session.cpu_device
+        self._cpu = cpu = session.cpu_device
         self._arrays: list[npt.NDArray[Any]] = []  # the memory the bound values wrap
         for past, present in zip(session.past_names, session.present_names, strict=True):
             meta = session.input_meta(past)
-            if not all(isinstance(d, int) for d in meta.shape[1:2] + meta.shape[3:]):
-                raise GenerationError(f"{past} has no static head count and size: {meta.shape}.")
             self._arrays.append(_buffer(meta, (batch, meta.shape[1], capacity, meta.shape[3])))
             value = _C.OrtValue.ortvalue_from_numpy(self._arrays[-1], cpu)
             self._binding.bind_ortvalue_input(past, value)
             self._binding.bind_ortvalue_output(present, value)
-        logits = session.output_meta("logits")
-        if isinstance(logits.shape[1], int) and isinstance(logits.shape[2], int):
-            self._logits: npt.NDArray[Any] | None = _buffer(
-                logits, (batch, logits.shape[1], logits.shape[2])
-            )
-            self._logits_value = _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
-            self._binding.bind_ortvalue_output("logits", self._logits_value)
-        else:  # not a fused decoder's (batch, 1, vocab): ORT allocates it each step
-            self._logits = None
-            self._binding.bind_output("logits", cpu)
+        meta = session.output_meta("logits")
+        self._logits = _buffer(meta, (batch, meta.shape[1], meta.shape[2]))
+        self._binding.bind_ortvalue_output(
+            "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
+        )
+        self._total = 0
+        self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
 
     def grown(self, capacity: int, filled: int) -> SharedCache:
         """A cache of ``capacity`` positions holding this one's first ``filled``."""
@@ -89,28 +86,66 @@ class SharedCache:
     ) -> dict[str, Value]:
         """One step on the bound cache; ``feed`` holds the inputs other than the pasts.
 
-        Returns ``{"logits": ...}`` (a numpy array, or ORT's value when the logits have no
-        static shape); the presents are in the buffers.
+        An empty ``feed`` runs on what :meth:`stepper`'s feed wrote. Returns ``{"logits":
+        ...}``, the preallocated logits buffer; the presents are in the cache.
         """
-        binding = self._binding
-        for name, value in feed.items():
-            binding.bind_input(name, value)
-        total = feed["attention_mask"].shape[1]
-        if total > self.capacity:
+        if feed:
+            for name, value in feed.items():
+                self._binding.bind_input(name, value)
+            self._total = int(feed["attention_mask"].shape[1])
+        if self._total > self.capacity:
             raise GenerationError(
-                f"The sequence reached {total} positions, past the cache's {self.capacity}."
+                f"The sequence reached {self._total} positions, past the cache's {self.capacity}."
             )
-        self._run(binding, self._options)
-        if self._logits is not None:
-            return {"logits": self._logits}
-        return {"logits": binding.get_outputs()[len(self._arrays) * 2]}
+        self._run(self._binding, self._options)
+        return {"logits": self._logits}
+
+    def stepper(
+        self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None
+    ) -> Callable[[npt.NDArray[np.int64]], dict[str, Any]]:
+        """The next-step feed after the prompt ``mask``: it writes into bound buffers.
+
+        Each call takes the tokens just chosen (batch,), writes them, the next
+        ``positions`` (the prompt's last ones, (batch, 1), or ``None`` when the graph
+        takes none) and the mask one longer into buffers bound to the graph's inputs, and
+        returns an empty feed for :meth:`run`.
+        """
+        batch, start = mask.shape
+        full = np.ones((batch, self.capacity), np.int64)
+        full[:, :start] = mask
+        ids = np.zeros((batch, 1), np.int64)
+        step = None if positions is None else np.array(positions, np.int64)
+        self._step_arrays = [full, ids, step, None]  # the last: this step's mask
+        binding, cpu, wrap = self._binding, self._cpu, _C.OrtValue.ortvalue_from_numpy
+        first = [True]
+
+        def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
+            if first[0]:  # after the prompt: the step's one-token inputs, bound once
+                binding.bind_ortvalue_input("input_ids", wrap(ids, cpu))
+                if step is not None:
+                    binding.bind_ortvalue_input("position_ids", wrap(step, cpu))
+                first[0] = False
+            ids[:, 0] = tokens
+            if step is not None:
+                step[...] += 1
+            self._total += 1
+            # one row: a view of the full mask; more: a copy (a column slice is strided)
+            view = full[:, : self._total]
+            view = view if batch == 1 else np.ascontiguousarray(view)
+            self._step_arrays[-1] = view  # alive until the next step
+            binding.bind_ortvalue_input("attention_mask", wrap(view, cpu))
+            return {}
+
+        return next_feed
 
     def next_past(self, results: Mapping[str, Value]) -> dict[str, Value]:
         """Nothing: the presents were written in place."""
         return {}
 
     def last_logits(self, results: Mapping[str, Value]) -> npt.NDArray[np.float32]:
-        """The logits of each row's last position (batch, vocab), float32, a copy."""
-        logits = results["logits"]
-        array = logits if isinstance(logits, np.ndarray) else logits.numpy()
-        return np.array(array[:, -1, :], dtype=np.float32)
+        """The logits of each row's last position (batch, vocab), float32.
+
+        A view of the logits buffer (no copy), valid until the next :meth:`run`.
+        """
+        logits = self._logits[:, -1, :]
+        return logits if logits.dtype == np.float32 else logits.astype(np.float32)

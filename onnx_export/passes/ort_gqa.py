@@ -8,7 +8,9 @@ symbolic ones by name) is that input: the chains are dropped. Then, when the que
 and value are three ``MatMul`` of one activation by constant weights, they become one
 MatMul by the weights concatenated (a lazily computed initializer, so
 ``save(model_state=...)`` still recomputes it from the named weights) and GQA takes the
-packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and value.
+packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and
+value. A symbolic size's trip from a one-element ``Shape`` to a scalar (``Squeeze``)
+and back (``Reshape`` to ``[1]``) is dropped too.
 Repeated shape computations (each layer's ``seqlens_k``) are merged by common
 subexpression elimination.
 
@@ -68,6 +70,45 @@ def _drop_reshape_chains(graph: ir.Graph) -> int:
         if root is end or end.is_graph_output() or not _same_shape(root, end):
             continue
         ir.convenience.replace_all_uses_with(end, root)
+        dropped += 1
+    return dropped
+
+
+def _is_one_element_vector(value: ir.Value | None) -> bool:
+    """A value of shape ``[1]``: so typed, or a ``Shape`` of one dimension."""
+    if value is None:
+        return False
+    if value.shape is not None:
+        return list(value.shape) == [1]
+    node = value.producer()
+    if node is None or node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+        return False
+    start, end = node.attributes.get("start"), node.attributes.get("end")
+    if start is None or end is None:
+        return False
+    first, last = start.as_int(), end.as_int()
+    return first >= 0 and last == first + 1
+
+
+def _drop_squeeze_round_trips(graph: ir.Graph) -> int:
+    """``Reshape(Squeeze(x), [1])`` of a one-element vector ``x`` reads ``x`` itself.
+
+    That is a symbolic size's trip from ``Shape`` to a scalar and back, for a ``Concat``.
+    """
+    dropped = 0
+    for node in list(graph):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or None in node.inputs:
+            continue
+        squeeze, target = node.inputs[0].producer(), node.inputs[1]  # type: ignore[union-attr]
+        if squeeze is None or squeeze.op_type != "Squeeze" or squeeze.domain not in ("", "ai.onnx"):
+            continue
+        source = squeeze.inputs[0]
+        wanted = ir.convenience.get_const_tensor(target)  # type: ignore[arg-type]
+        if wanted is None or wanted.numpy().tolist() not in ([1], [-1]):
+            continue
+        if not _is_one_element_vector(source) or node.outputs[0].is_graph_output():
+            continue
+        ir.convenience.replace_all_uses_with(node.outputs[0], source)  # type: ignore[arg-type]
         dropped += 1
     return dropped
 
@@ -146,6 +187,7 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     if not attention:
         return {}
     dropped = _drop_reshape_chains(graph)
+    round_trips = _drop_squeeze_round_trips(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)  # the dropped chains still read their input
     packed = sum(_pack_qkv(graph, node) for node in attention)
     ir.passes.common.RemoveUnusedNodesPass()(model)
@@ -155,6 +197,7 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
         model.metadata_props[SHARE_BUFFER_KEY] = "1"
     return {
         "reshape chains dropped": dropped,
+        "squeeze round trips dropped": round_trips,
         "packed QKV MatMul": packed,
         "shared past/present buffer": int(shared),
     }
