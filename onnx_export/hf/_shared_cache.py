@@ -65,6 +65,8 @@ class SharedCache:
         self._binding.bind_ortvalue_output(
             "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
         )
+        self._last = self._logits[:, -1, :]
+        self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
 
@@ -105,35 +107,44 @@ class SharedCache:
     ) -> Callable[[npt.NDArray[np.int64]], dict[str, Any]]:
         """The next-step feed after the prompt ``mask``: it writes into bound buffers.
 
-        Each call takes the tokens just chosen (batch,), writes them, the next
-        ``positions`` (the prompt's last ones, (batch, 1), or ``None`` when the graph
-        takes none) and the mask one longer into buffers bound to the graph's inputs, and
-        returns an empty feed for :meth:`run`.
+        Each call takes the tokens just chosen (batch,), writes them into the bound
+        ``input_ids`` buffer, binds the step's ``position_ids`` (the prompt's last ones,
+        (batch, 1), plus the step; ``None`` when the graph takes none) and the mask one
+        longer, all made before the first step (one row: views of one mask), and returns
+        an empty feed for :meth:`run`.
         """
         batch, start = mask.shape
+        steps = self.capacity - start
+        wrap, cpu, binding = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
         full = np.ones((batch, self.capacity), np.int64)
         full[:, :start] = mask
         ids = np.zeros((batch, 1), np.int64)
-        step = None if positions is None else np.array(positions, np.int64)
-        self._step_arrays = [full, ids, step, None]  # the last: this step's mask
-        binding, cpu, wrap = self._binding, self._cpu, _C.OrtValue.ortvalue_from_numpy
-        first = [True]
+        # one row: each step's mask is a view; more: a copy each step (a slice is strided)
+        masks = [wrap(full[:, : start + i + 1], cpu) for i in range(steps)] if batch == 1 else []
+        rows = None  # (steps, batch): row i is step i's positions, contiguous
+        if positions is not None:
+            rows = np.ascontiguousarray((positions + 1 + np.arange(steps)[None, :]).T)
+        moves = [] if rows is None else [wrap(rows[i].reshape(batch, 1), cpu) for i in range(steps)]
+        self._step_arrays = [full, ids, rows, masks, moves, None]  # the memory bound below
+        count = [0]
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
-            if first[0]:  # after the prompt: the step's one-token inputs, bound once
+            i = count[0]
+            if i == 0:  # after the prompt: the one-token input, bound once
                 binding.bind_ortvalue_input("input_ids", wrap(ids, cpu))
-                if step is not None:
-                    binding.bind_ortvalue_input("position_ids", wrap(step, cpu))
-                first[0] = False
+            if i >= steps:
+                raise GenerationError(f"The cache holds {self.capacity} positions, no more.")
             ids[:, 0] = tokens
-            if step is not None:
-                step[...] += 1
-            self._total += 1
-            # one row: a view of the full mask; more: a copy (a column slice is strided)
-            view = full[:, : self._total]
-            view = view if batch == 1 else np.ascontiguousarray(view)
-            self._step_arrays[-1] = view  # alive until the next step
-            binding.bind_ortvalue_input("attention_mask", wrap(view, cpu))
+            if moves:
+                binding.bind_ortvalue_input("position_ids", moves[i])
+            if masks:
+                binding.bind_ortvalue_input("attention_mask", masks[i])
+            else:
+                step_mask = np.ascontiguousarray(full[:, : start + i + 1])
+                self._step_arrays[-1] = step_mask  # alive until the next step
+                binding.bind_ortvalue_input("attention_mask", wrap(step_mask, cpu))
+            self._total = start + i + 1
+            count[0] = i + 1
             return {}
 
         return next_feed
@@ -147,5 +158,4 @@ class SharedCache:
 
         A view of the logits buffer (no copy), valid until the next :meth:`run`.
         """
-        logits = self._logits[:, -1, :]
-        return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+        return self._last if self._float32 else self._last.astype(np.float32)
