@@ -160,6 +160,7 @@ def test_a_family_gqa_cannot_take_keeps_the_default_graph(tmp_path: pathlib.Path
     assert _ops(tmp_path / "out")["GroupQueryAttention"] == 0
     ids, mask = _prompts()
     ort_model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert not ort_model.session.shares_buffer  # no GQA: per-step presents
     with torch.no_grad():
         expected = model.generate(
             ids.remainder(64), attention_mask=mask, max_new_tokens=6, do_sample=False
