@@ -159,13 +159,17 @@ def decode_steps(
     sequences = rows[:, :length]
     pad = stopping.pad_token_id if stopping.eos_token_id else None
     can_stop = bool(stopping.eos_token_id) or stopping.stop is not None
+    plain = chooser.passes_through()  # greedy, nothing to process: the largest logit
     for step in range(stopping.max_new_tokens):
-        results = session.run({**feed, **past})
+        results = session.run({**feed, **past} if past else feed)
         logits = session.last_logits(results)
-        scores = chooser.process(
-            logits, sequences, step=step, max_length=max_length, padding=padding
-        )
-        tokens = chooser.choose(scores, rng)
+        if plain:
+            tokens = logits.argmax(axis=-1)
+        else:
+            scores = chooser.process(
+                logits, sequences, step=step, max_length=max_length, padding=padding
+            )
+            tokens = chooser.choose(scores, rng)
         if pad is not None:
             tokens = np.where(unfinished, tokens, pad).astype(np.int64)
         rows[:, length] = tokens
