@@ -1,15 +1,19 @@
 """Decode speed side by side with onnxruntime-genai (skipped when it is not installed).
 
-On random-weight Llama checkpoints (``bench_generate.CONFIGS``), batch 1, a 32-token
-prompt, 64 new tokens, greedy, 1 thread (``--threads``): ours (default target,
+On random-weight Llama checkpoints (``bench_generate.CONFIGS``, plus ``smollm-135M``:
+SmolLM-135M's shape, 30 layers, hidden 576, tied embeddings), batch 1, a 32-token prompt,
+64 new tokens, greedy, 1 thread (``--threads 1,2`` for several): ours (default target,
 ``--target onnxruntime``, ``--target onnxruntime --quantize int4``) through
 ``OrtModelForCausalLM.generate``, genai fp32 and int4 (its model builder, ``python -m
 onnxruntime_genai.models.builder``, in a subprocess) through ``og.Generator``, and eager
 transformers. Runs alternate between the tools (``--repeat`` rounds, best of each);
 tokens/s and the ratio to ours (default target) are printed, with each graph's node
-count and its com.microsoft ops. Absolute numbers on a shared machine are noise.
+count and its com.microsoft ops. Absolute numbers on a shared machine are noise; the
+process's CPU seconds (best round) are printed too, less moved by other processes (with
+one thread; with more, idle threads' spinning counts).
 
-    python bench/bench_genai.py [--sizes llama-5M,llama-135M] [--threads 1] [--repeat 3]
+    python bench/bench_genai.py [--sizes llama-5M,llama-135M,smollm-135M] [--threads 1,2]
+        [--repeat 3]
         [--genai-path DIR]   # a folder to put on PYTHONPATH for onnxruntime_genai
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -38,18 +43,34 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.bench_generate import CONFIGS, NEW, PROMPT
 from onnx_export import hf
 
+#: bench_generate's sizes, plus SmolLM-135M's shape (9 heads, 3 KV heads, head size 64).
+SIZES = {
+    **CONFIGS,
+    "smollm-135M": {
+        "vocab_size": 49152,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "tie_word_embeddings": True,
+    },
+}
+
 
 def checkpoint(name: str, folder: pathlib.Path) -> Any:
     """A random-weight Llama with a word-level tokenizer (genai's builder wants one)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    settings = {**CONFIGS[name], "max_position_embeddings": 512, "bos_token_id": 1}
+    settings = {**SIZES[name], "max_position_embeddings": 512, "bos_token_id": 1}
     config = tf.LlamaConfig(**settings, eos_token_id=2)
     torch.manual_seed(0)
     model = tf.LlamaForCausalLM(config).eval()
     model.save_pretrained(folder)
-    vocab = {f"t{i}": i for i in range(config.vocab_size)}
-    vocab.update({"<unk>": 0, "<s>": 1, "</s>": 2})
+    # One token per id (the special tokens are not also "t0".."t2"), or the tokenizer may
+    # give "</s>" a new id past the vocabulary and genai's builder adds it to its EOS list.
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"t{i}": i for i in range(3, config.vocab_size)})
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = tf.PreTrainedTokenizerFast(
@@ -136,40 +157,66 @@ def bench_size(
         folders[label] = root / label.replace(" ", "_")
         hf.export_pretrained(ckpt, folders[label], **kwargs)  # type: ignore[arg-type]
         print(f"  exported {label} in {time.perf_counter() - started:.0f} s", flush=True)
-    runners = {label: ours_runner(f, args.threads) for label, f in folders.items()}
+        # onnxruntime's MatMulNBits quantizer calls logging.basicConfig(level=INFO) on import
+        logging.getLogger().setLevel(logging.WARNING)
     if env:
         for precision in ("fp32", "int4"):
             out = root / f"genai_{precision}"
             build_genai(ckpt, out, precision, env)
-            set_genai_threads(out, args.threads)
             folders[f"genai {precision}"] = out
-            runners[f"genai {precision}"] = genai_runner(out)
-    runners["eager transformers"] = eager_runner(model, args.threads)
+    for threads in (int(t) for t in str(args.threads).split(",")):
+        bench_threads(name, model, folders, threads, args.repeat)
+
+
+def bench_threads(
+    name: str, model: Any, folders: dict[str, pathlib.Path], threads: int, repeat: int
+) -> None:
+    runners: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
+    for label, folder in folders.items():
+        if label.startswith("genai"):
+            set_genai_threads(folder, threads)
+            runners[label] = genai_runner(folder)
+        else:
+            runners[label] = ours_runner(folder, threads)
+    runners["eager transformers"] = eager_runner(model, threads)
     ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, PROMPT))
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     tokens: dict[str, np.ndarray] = {}
-    for _ in range(args.repeat):  # alternate the tools, best round of each
+    for _ in range(repeat):  # alternate the tools, best round of each
         for label, run in runners.items():
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             tokens[label] = run(ids)
+            cpu[label] = min(cpu.get(label, 1e9), time.process_time() - started_cpu)
             best[label] = min(best.get(label, 1e9), time.perf_counter() - started)
-    base = NEW / best["ours (default target)"]
-    print(f"\n{name}, {args.threads} thread(s), {PROMPT}-token prompt + {NEW} new tokens")
-    print("| | tokens/s | vs ours default | same tokens as eager | graph |")
-    print("|---|---|---|---|---|")
+    speeds = {label: NEW / seconds for label, seconds in best.items()}
+    print(f"\n{name}, {threads} thread(s), {PROMPT}-token prompt + {NEW} new tokens")
+    print(
+        "| | tokens/s | vs ours default | vs genai (same precision) | tokens per CPU s "
+        "(vs genai) | same tokens as eager | graph |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for label in runners:
-        speed = NEW / best[label]
+        speed = speeds[label]
+        rival = "genai int4" if "int4" in label else "genai fp32"
+        versus = cpu_versus = ""
+        if rival in speeds and "ours" in label:
+            versus = f"{speed / speeds[rival]:.2f}x"
+            cpu_versus = f" ({cpu[rival] / cpu[label]:.2f}x)"
         same = bool(np.array_equal(tokens[label], tokens["eager transformers"]))
         path = folders.get(label)
         graph = graph_summary(path / "model.onnx") if path is not None else ""
-        print(f"| {label} | {speed:.0f} | {speed / base:.2f}x | {same} | {graph} |")
+        print(
+            f"| {label} | {speed:.0f} | {speed / speeds['ours (default target)']:.2f}x "
+            f"| {versus} | {NEW / cpu[label]:.0f}{cpu_versus} | {same} | {graph} |"
+        )
     sys.stdout.flush()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="llama-5M")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1", help="comma-separated: 1,2")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--genai-path", default=None)
     args = parser.parse_args()

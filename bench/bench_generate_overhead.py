@@ -5,8 +5,9 @@ Exports a ~5M-parameter random Llama (bench_generate.py's ``llama-5M``), greedy-
 part inside ONNX Runtime (``run_with_iobinding``) and the rest (binding, numpy, the loop).
 Prints CPU milliseconds a step (this thread's: ORT computes on it with one intra-op thread,
 and other processes on a loaded machine do not count) and the loop's share; best of several
-runs. Run it from the
-repository root: ``python bench/bench_generate_overhead.py [--batch 2]``.
+runs. ``--target onnxruntime`` measures the fused decoder (GroupQueryAttention), whose
+greedy loop runs on one shared past/present buffer. Run it from the repository root:
+``python bench/bench_generate_overhead.py [--batch 2] [--target onnxruntime]``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CONFIG = {
 _clock = time.thread_time
 
 
-def _export(folder: pathlib.Path) -> pathlib.Path:
+def _export(folder: pathlib.Path, target: str) -> pathlib.Path:
     import torch
     import transformers as tf
 
@@ -47,7 +48,10 @@ def _export(folder: pathlib.Path) -> pathlib.Path:
 
     torch.manual_seed(0)
     tf.LlamaForCausalLM(tf.LlamaConfig(**CONFIG)).eval().save_pretrained(folder / "ckpt")
-    hf.export_pretrained(folder / "ckpt", folder / "onnx")
+    fused = target == "onnxruntime"
+    hf.export_pretrained(
+        folder / "ckpt", folder / "onnx", target="onnxruntime" if fused else "onnx"
+    )
     return folder / "onnx"
 
 
@@ -107,12 +111,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--folder", type=pathlib.Path, default=None, help="reuse an export")
+    parser.add_argument("--target", default="onnx", choices=["onnx", "onnxruntime"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.folder or _export(pathlib.Path(tmp))
+        folder = args.folder or _export(pathlib.Path(tmp), args.target)
         total, inside, calls = measure(folder, args.batch, args.repeat)
     outside = total - inside
-    print(f"llama-5M batch {args.batch}, {NEW} new tokens, 1 thread, {int(calls)} runs")
+    print(
+        f"llama-5M ({args.target} target) batch {args.batch}, {NEW} new tokens, 1 thread, "
+        f"{int(calls)} runs"
+    )
     print(f"  step: {1e3 * total / calls:.3f} ms; inside ORT {1e3 * inside / calls:.3f} ms; ")
     print(f"  Python around it: {1e3 * outside / calls:.3f} ms = {100 * outside / total:.1f}%")
 

@@ -13,6 +13,7 @@ import numpy.typing as npt
 from onnx_export.hf._beam import BeamSettings, beam_search
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf._generate import (
+    NextFeed,
     StopCheck,
     Stopping,
     Streamer,
@@ -27,8 +28,9 @@ from onnx_export.hf._generate import (
 from onnx_export.hf._live import LiveSequence
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf._session import StepSession
+from onnx_export.hf._session import DecodeSession, StepSession
 from onnx_export.hf._settings import GenerationSettings, make_chooser, resolve_settings
+from onnx_export.hf._shared_cache import SharedCache
 from onnx_export.hf._text import TextTokenizer, left_pad
 
 __all__ = ["OrtModelForCausalLM"]
@@ -219,9 +221,9 @@ class OrtModelForCausalLM:
                 rng,
                 plan.padding,
             )
-        first, next_feed = self._feeds(plan.ids, plan.mask)
+        session, first, next_feed = self._decoder(plan)
         return decode(
-            self.session,
+            session,
             first,
             next_feed,
             plan.ids,
@@ -259,9 +261,9 @@ class OrtModelForCausalLM:
         )
         if plan.settings.num_beams > 1:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
-        first, next_feed = self._feeds(plan.ids, plan.mask)
+        session, first, next_feed = self._decoder(plan)
         steps = decode_steps(
-            self.session,
+            session,
             first,
             next_feed,
             plan.ids,
@@ -305,6 +307,23 @@ class OrtModelForCausalLM:
         padding = (mask != 0).argmax(axis=1).astype(np.int64) if (mask == 0).any() else None
         chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
         return _Plan(ids, mask, settings, stopping, chooser, padding)
+
+    def _decoder(self, plan: _Plan) -> tuple[DecodeSession, dict[str, Any], NextFeed]:
+        """What runs a greedy or sampled decoding's steps: a shared cache when it can.
+
+        A fused decoder (``session.shares_buffer``) gets one preallocated cache for the
+        prompt plus ``max_new_tokens``, updated in place, and a next-step feed that writes
+        into its bound inputs; other graphs (and beam search, which reorders the cache's
+        rows) run on the session with per-step presents. Returns the step runner, the
+        prompt's feed and the next-step feed.
+        """
+        first, next_feed = self._feeds(plan.ids, plan.mask)
+        if not self.session.shares_buffer:
+            return self.session, first, next_feed
+        capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
+        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
+        positions = _positions(plan.mask)[:, -1:] if self._uses_positions else None
+        return cache, first, cache.stepper(plan.mask, positions)
 
     def live(self, input_ids: Any = None) -> LiveSequence:
         """A sequence whose cache lives between calls (continuous decoding), batch 1.

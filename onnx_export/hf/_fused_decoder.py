@@ -20,6 +20,10 @@ With the rotary inside GQA, ``position_ids`` goes unused: GQA rotates at the phy
 positions, which give the same scores (see ``hf/_gqa.py``).
 ``logits`` holds the last position only (transformers' ``logits_to_keep=1``): (batch, 1,
 vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
+GQA reads and writes the cache at ``seqlens_k`` only, and nothing else reads the pasts, so
+the runtime may bind each past and its present to one preallocated max-length buffer that
+GQA updates in place (``passes/ort_gqa.py`` marks the graph, ``hf/_shared_cache.py`` runs
+it); the graph is the same either way.
 
 Before it is used, the fused wrapper is run eagerly beside the default one on a padded
 prompt and on a step with a past: a family where the substitution changes the result
@@ -236,8 +240,8 @@ class FusedCausalLM(nn.Module):
         cache = dynamic_cache(past_key_values)
         cache.update = _keep_new  # GQA appends to the cache itself
         dtype = past_key_values[0]["key"].dtype
-        padding = (attention_mask == 0)[:, None, None, :]
-        bias = torch.zeros(padding.shape, dtype=dtype).masked_fill(padding, torch.finfo(dtype).min)
+        # 0 for tokens, the dtype's minimum for padding: (mask - 1) * max, three nodes
+        bias = (attention_mask[:, None, None, :] - 1).to(dtype) * torch.finfo(dtype).max
         rotary = None
         if self.rotary:
             rotary = (self.get_buffer("cos_cache"), self.get_buffer("sin_cache"))

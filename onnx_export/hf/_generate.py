@@ -14,7 +14,7 @@ import onnxruntime as ort
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._pretrained import token_ids
-from onnx_export.hf._session import StepSession
+from onnx_export.hf._session import DecodeSession
 
 __all__ = ["Stopping", "decode", "decode_steps", "as_ids", "as_mask", "as_rng", "check_vocab"]
 
@@ -133,7 +133,7 @@ def as_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
 
 
 def decode_steps(
-    session: StepSession,
+    session: DecodeSession,
     first: Feed,
     next_feed: NextFeed,
     start: npt.NDArray[np.int64],
@@ -159,13 +159,17 @@ def decode_steps(
     sequences = rows[:, :length]
     pad = stopping.pad_token_id if stopping.eos_token_id else None
     can_stop = bool(stopping.eos_token_id) or stopping.stop is not None
+    plain = chooser.passes_through()  # greedy, nothing to process: the largest logit
     for step in range(stopping.max_new_tokens):
-        results = session.run({**feed, **past})
+        results = session.run({**feed, **past} if past else feed)
         logits = session.last_logits(results)
-        scores = chooser.process(
-            logits, sequences, step=step, max_length=max_length, padding=padding
-        )
-        tokens = chooser.choose(scores, rng)
+        if plain:
+            tokens = logits.argmax(axis=-1)
+        else:
+            scores = chooser.process(
+                logits, sequences, step=step, max_length=max_length, padding=padding
+            )
+            tokens = chooser.choose(scores, rng)
         if pad is not None:
             tokens = np.where(unfinished, tokens, pad).astype(np.int64)
         rows[:, length] = tokens
@@ -181,7 +185,7 @@ def decode_steps(
 
 
 def decode(
-    session: StepSession,
+    session: DecodeSession,
     first: Feed,
     next_feed: NextFeed,
     start: npt.NDArray[np.int64],

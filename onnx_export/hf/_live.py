@@ -3,6 +3,10 @@
 Tokens appended are run through the model only when logits are needed, so a chat loop
 (append the user's turn, generate the answer, append the next turn...) runs each token
 once; ``rewind`` cuts the cache back instead of recomputing the prefix.
+
+A fused decoder (``session.shares_buffer``) keeps the cache in a :class:`SharedCache`
+that GQA updates in place: it doubles when full (one copy), and a rewind only lowers the
+filled length (GQA reads the attention mask's length of it, no further).
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf._generate import Stopping, Streamer, as_rng
 from onnx_export.hf._logits import TokenChooser
 from onnx_export.hf._session import StepSession
+from onnx_export.hf._shared_cache import SharedCache
 
 __all__ = ["LiveSequence"]
 
 #: Builds the chooser and stopping rule of one generate() call on the live tokens.
 PlanFor = Callable[..., tuple[TokenChooser, Stopping]]
+
+#: The first shared cache's positions (it doubles when full, up to the model's limit).
+_FIRST_CAPACITY = 64
 
 
 class LiveSequence:
@@ -56,7 +64,8 @@ class LiveSequence:
         self._vocab = vocab
         self._tokens: list[int] = []
         self._cached = 0
-        self._past: dict[str, ort.OrtValue] = session.empty_past(1)
+        self._past: dict[str, ort.OrtValue] = {} if session.shares_buffer else session.empty_past(1)
+        self._shared: SharedCache | None = None
         self._logits: npt.NDArray[np.float32] | None = None
 
     @property
@@ -87,7 +96,9 @@ class LiveSequence:
             raise GenerationError(f"rewind() takes 0 to {len(self._tokens)} tokens, got {count}.")
         del self._tokens[len(self._tokens) - count :]
         keep = max(len(self._tokens) - 1, 0)  # the last token reruns, for its logits
-        if keep < self._cached:
+        if keep < self._cached and self._session.shares_buffer:
+            self._cached = keep  # the shared cache is read up to the mask's length only
+        elif keep < self._cached:
             self._past = (
                 self._session.slice_past(self._past, keep) if keep else self._session.empty_past(1)
             )
@@ -107,11 +118,29 @@ class LiveSequence:
         }
         if self._uses_positions:
             feed["position_ids"] = np.arange(self._cached, total, dtype=np.int64)[None]
-        results = self._session.run({**feed, **self._past})
-        self._past = self._session.next_past(results)
+        if self._session.shares_buffer:
+            cache = self._shared_for(total)
+            self._logits = cache.last_logits(cache.run(feed))[0].copy()
+        else:
+            results = self._session.run({**feed, **self._past})
+            self._past = self._session.next_past(results)
+            self._logits = self._session.last_logits(results)[0]
         self._cached = total
-        self._logits = self._session.last_logits(results)[0]
         return self._logits
+
+    def _shared_for(self, total: int) -> SharedCache:
+        """The shared cache, grown (doubled, within the limit) to hold ``total`` positions."""
+        cache = self._shared
+        if cache is None or cache.capacity < total:
+            capacity = max(total, 2 * cache.capacity if cache else _FIRST_CAPACITY)
+            if self._limit is not None:
+                capacity = max(min(capacity, self._limit), total)
+            if cache is None:
+                cache = SharedCache(self._session, 1, capacity)
+            else:
+                cache = cache.grown(capacity, self._cached)
+            self._shared = cache
+        return cache
 
     def generate(
         self,

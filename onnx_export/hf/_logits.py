@@ -88,6 +88,30 @@ class TokenChooser:
                 f"{[list(w) for w in self.bad_words_ids]}."
             )
 
+    def passes_through(self) -> bool:
+        """Greedy with no processor: :meth:`process` returns every step's scores as given.
+
+        The decoding loop then takes the largest logit directly (the same token).
+
+        Example:
+            >>> TokenChooser().passes_through()
+            True
+            >>> TokenChooser(repetition_penalty=1.2).passes_through()
+            False
+        """
+        lengths = self.eos_token_id and (self.min_length or self.min_new_tokens)
+        processors = (
+            self.repetition_penalty != 1.0,
+            self.no_repeat_ngram_size,
+            self.bad_words_ids,
+            lengths,
+            self.forced_bos_token_id is not None,
+            self.forced_eos_token_id,
+            self.suppress_tokens,
+            self.begin_suppress_tokens,
+        )
+        return not self.do_sample and not any(processors)
+
     def process(
         self,
         scores: Scores,

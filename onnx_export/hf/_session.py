@@ -5,6 +5,10 @@ device and are bound as the next step's pasts without a copy. On the CPU one
 ``run_with_ort_values`` call does the same work with less Python. Either way no step
 converts the cache to numpy, and the values are onnxruntime's C ``OrtValue``s (no Python
 wrapper built per output). A ``StepSession`` is not meant to be run from two threads at once.
+
+A decoder marked ``onnx_export.past_present_share_buffer`` (``shares_buffer``) can also
+run over one preallocated cache that GQA updates in place (``hf/_shared_cache.py``);
+:class:`DecodeSession` is what the decoding loop needs of either.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -22,21 +26,42 @@ from onnxruntime.capi import _pybind_state as _C
 from onnx_export.adapters._session_checks import resolve_providers
 from onnx_export.hf._errors import CheckpointError
 
-__all__ = ["StepSession", "PAST_PREFIX", "PRESENT_PREFIX"]
+__all__ = ["DecodeSession", "StepSession", "PAST_PREFIX", "PRESENT_PREFIX", "SHARE_BUFFER_KEY"]
 
 PAST_PREFIX = "past_key_values."
 PRESENT_PREFIX = "present."
+#: The export's model metadata key: ``"1"`` when each past can share its present's buffer
+#: (the same key as ``passes/ort_gqa.py``'s, which the runtime does not import).
+SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 
 #: A value a step returns: onnxruntime's C ``OrtValue`` (``.numpy()``, fed back as is).
 Value = Any
 
-_ONNX_TO_NUMPY = {
+ONNX_TO_NUMPY = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
     "tensor(double)": np.float64,
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
+
+
+class DecodeSession(Protocol):
+    """What a decoding loop runs each step: a :class:`StepSession` or a shared cache."""
+
+    def empty_past(self, batch: int) -> dict[str, Value]:
+        """The first step's past inputs."""
+
+    def run(
+        self, feed: Mapping[str, Any], outputs: Sequence[str] | None = None
+    ) -> dict[str, Value]:
+        """One step."""
+
+    def next_past(self, results: Mapping[str, Value]) -> dict[str, Value]:
+        """The next step's past inputs, from a step's results."""
+
+    def last_logits(self, results: Mapping[str, Value]) -> npt.NDArray[np.float32]:
+        """The logits of each row's last position (batch, vocab)."""
 
 
 class StepSession:
@@ -48,6 +73,10 @@ class StepSession:
         input_names: The graph's input names.
         past_names: ``past_key_values.*`` inputs, in graph order.
         present_names: The ``present.*`` output feeding each past input.
+        shares_buffer: Each past can be bound to its present's buffer (a fused decoder
+            on the CPU, see ``hf/_shared_cache.py``).
+        run_options: The ``RunOptions`` every run uses.
+        cpu_device: onnxruntime's CPU device, for bindings.
     """
 
     def __init__(
@@ -73,9 +102,18 @@ class StepSession:
             _C.OrtDevice.default_memory(),
             0,
         )
-        self._cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
+        self._cpu = self.cpu_device = _C.OrtDevice(
+            _C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0
+        )
         self._binding = _C.SessionIOBinding(self.session._sess)
-        self._run_options = _C.RunOptions()
+        self._run_options = self.run_options = _C.RunOptions()
+        self._outputs = {o.name: o for o in self.session.get_outputs()}
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        self.shares_buffer = (
+            self.device == "cpu"
+            and metadata.get(SHARE_BUFFER_KEY) == "1"
+            and self._static_cache_shapes()
+        )
         missing = [n for n in self.present_names if n not in self.output_names]
         if missing:
             raise CheckpointError(
@@ -83,13 +121,32 @@ class StepSession:
                 "it was not exported by onnx_export.hf.export_pretrained."
             )
 
-    def empty_past(self, batch: int) -> dict[str, ort.OrtValue]:
+    def _static_cache_shapes(self) -> bool:
+        """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
+        logits = self._outputs.get("logits")
+        if not self.past_names or logits is None or len(logits.shape) != 3:
+            return False
+        dims = [logits.shape[1], logits.shape[2]]
+        for name in self.past_names:
+            shape = self._inputs[name].shape
+            dims += [shape[1], shape[3]] if len(shape) == 4 else [None]
+        return logits.shape[1] == 1 and all(isinstance(d, int) for d in dims)
+
+    def input_meta(self, name: str) -> Any:
+        """The ``NodeArg`` (onnxruntime's) of the input ``name`` (``.shape``, ``.type``)."""
+        return self._inputs[name]
+
+    def output_meta(self, name: str) -> Any:
+        """The ``NodeArg`` (onnxruntime's) of the output ``name`` (``.shape``, ``.type``)."""
+        return self._outputs[name]
+
+    def empty_past(self, batch: int) -> dict[str, Value]:
         """Past keys and values of length 0 for a batch of ``batch``."""
         feed = {}
         for name in self.past_names:
             meta = self._inputs[name]
             shape = [batch, *(d if isinstance(d, int) else 0 for d in meta.shape[1:])]
-            dtype = _ONNX_TO_NUMPY.get(meta.type, np.float32)
+            dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)
             feed[name] = self.to_device(np.zeros(shape, dtype=dtype))
         return feed
 

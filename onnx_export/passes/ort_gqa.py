@@ -8,9 +8,17 @@ symbolic ones by name) is that input: the chains are dropped. Then, when the que
 and value are three ``MatMul`` of one activation by constant weights, they become one
 MatMul by the weights concatenated (a lazily computed initializer, so
 ``save(model_state=...)`` still recomputes it from the named weights) and GQA takes the
-packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and value.
+packed ``(batch, seq, (heads + 2 * kv heads) * size)`` as its query, without key and
+value. A symbolic size's trip from a one-element ``Shape`` to a scalar (``Squeeze``)
+and back (``Reshape`` to ``[1]``) is dropped too.
 Repeated shape computations (each layer's ``seqlens_k``) are merged by common
 subexpression elimination.
+
+When every past key/value the graph takes goes to one GQA only, and that GQA's presents are
+graph outputs, the model is marked ``onnx_export.past_present_share_buffer = "1"``
+(:data:`SHARE_BUFFER_KEY`): a runtime may then bind each past and its present to one
+preallocated (batch, kv heads, max length, head size) buffer that GQA updates in place
+(ORT's shared past/present buffer; ``seqlens_k`` says how much of it is filled).
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ import onnx_ir as ir
 
 from onnx_export.passes.fold_weights import derived_initializer
 
-__all__ = ["lean_group_query_attention"]
+__all__ = ["SHARE_BUFFER_KEY", "lean_group_query_attention", "shares_past_present"]
+
+#: Model metadata key set to ``"1"`` when the pasts and presents can share one buffer.
+SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -59,6 +70,45 @@ def _drop_reshape_chains(graph: ir.Graph) -> int:
         if root is end or end.is_graph_output() or not _same_shape(root, end):
             continue
         ir.convenience.replace_all_uses_with(end, root)
+        dropped += 1
+    return dropped
+
+
+def _is_one_element_vector(value: ir.Value | None) -> bool:
+    """A value of shape ``[1]``: so typed, or a ``Shape`` of one dimension."""
+    if value is None:
+        return False
+    if value.shape is not None:
+        return list(value.shape) == [1]
+    node = value.producer()
+    if node is None or node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+        return False
+    start, end = node.attributes.get("start"), node.attributes.get("end")
+    if start is None or end is None:
+        return False
+    first, last = start.as_int(), end.as_int()
+    return first >= 0 and last == first + 1
+
+
+def _drop_squeeze_round_trips(graph: ir.Graph) -> int:
+    """``Reshape(Squeeze(x), [1])`` of a one-element vector ``x`` reads ``x`` itself.
+
+    That is a symbolic size's trip from ``Shape`` to a scalar and back, for a ``Concat``.
+    """
+    dropped = 0
+    for node in list(graph):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or None in node.inputs:
+            continue
+        squeeze, target = node.inputs[0].producer(), node.inputs[1]  # type: ignore[union-attr]
+        if squeeze is None or squeeze.op_type != "Squeeze" or squeeze.domain not in ("", "ai.onnx"):
+            continue
+        source = squeeze.inputs[0]
+        wanted = ir.convenience.get_const_tensor(target)  # type: ignore[arg-type]
+        if wanted is None or wanted.numpy().tolist() not in ([1], [-1]):
+            continue
+        if not _is_one_element_vector(source) or node.outputs[0].is_graph_output():
+            continue
+        ir.convenience.replace_all_uses_with(node.outputs[0], source)  # type: ignore[arg-type]
         dropped += 1
     return dropped
 
@@ -110,6 +160,26 @@ def _pack_qkv(graph: ir.Graph, gqa: ir.Node) -> bool:
     return True
 
 
+def shares_past_present(graph: ir.Graph) -> bool:
+    """Whether each cache input is one GQA's past key/value, whose present is an output.
+
+    Then a past and its present can be one buffer: nothing else reads the past, and the
+    present leaves the graph unchanged.
+    """
+    pasts = 0
+    for value in graph.inputs:
+        uses = list(value.uses())
+        if not any(u.node.op_type == "GroupQueryAttention" for u in uses):
+            continue
+        if len(uses) != 1 or uses[0].idx not in (3, 4):
+            return False
+        node, slot = uses[0].node, uses[0].idx
+        if node.domain != "com.microsoft" or not node.outputs[slot - 2].is_graph_output():
+            return False
+        pasts += 1
+    return pasts > 0
+
+
 def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     """Apply the rewrites in place; return how often each applied (none: no GQA)."""
     graph = model.graph
@@ -117,8 +187,17 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     if not attention:
         return {}
     dropped = _drop_reshape_chains(graph)
+    round_trips = _drop_squeeze_round_trips(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)  # the dropped chains still read their input
     packed = sum(_pack_qkv(graph, node) for node in attention)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)
-    return {"reshape chains dropped": dropped, "packed QKV MatMul": packed}
+    shared = shares_past_present(graph)
+    if shared:
+        model.metadata_props[SHARE_BUFFER_KEY] = "1"
+    return {
+        "reshape chains dropped": dropped,
+        "squeeze round trips dropped": round_trips,
+        "packed QKV MatMul": packed,
+        "shared past/present buffer": int(shared),
+    }

@@ -160,9 +160,110 @@ def test_a_family_gqa_cannot_take_keeps_the_default_graph(tmp_path: pathlib.Path
     assert _ops(tmp_path / "out")["GroupQueryAttention"] == 0
     ids, mask = _prompts()
     ort_model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert not ort_model.session.shares_buffer  # no GQA: per-step presents
     with torch.no_grad():
         expected = model.generate(
             ids.remainder(64), attention_mask=mask, max_new_tokens=6, do_sample=False
         )
     got = ort_model.generate(ids.remainder(64).numpy(), mask.numpy(), max_new_tokens=6)
     np.testing.assert_array_equal(got, expected.numpy())
+
+
+@pytest.fixture(scope="module")
+def fused_llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, pathlib.Path]:
+    """The head-size-16 Llama exported with ``target="onnxruntime"`` (once per module)."""
+    root = tmp_path_factory.mktemp("fused_llama")
+    model = _llama16()
+    hf.export_pretrained(model, root / "out", target="onnxruntime")
+    return model, root / "out"
+
+
+def _transformers_tokens(model: Any, batch: int, **kwargs: Any) -> np.ndarray:
+    ids, mask = _prompts()
+    with torch.no_grad():
+        out = model.generate(
+            ids[:batch], attention_mask=mask[:batch], do_sample=False, pad_token_id=0, **kwargs
+        )
+    return np.asarray(out.numpy())
+
+
+def test_fused_decoder_is_marked_to_share_its_cache_buffer(
+    fused_llama: tuple[Any, pathlib.Path],
+) -> None:
+    from onnx_export.hf._session import SHARE_BUFFER_KEY
+    from onnx_export.passes.ort_gqa import SHARE_BUFFER_KEY as PASS_KEY
+
+    _, folder = fused_llama
+    metadata = {p.key: p.value for p in onnx.load(folder / "model.onnx").metadata_props}
+    assert SHARE_BUFFER_KEY == PASS_KEY and metadata.get(SHARE_BUFFER_KEY) == "1"
+    assert hf.OrtModelForCausalLM.from_pretrained(folder).session.shares_buffer
+
+
+_FUSED_MODES: dict[str, dict[str, Any]] = {
+    "greedy": {"max_new_tokens": 12},
+    "repetition": {"repetition_penalty": 1.8, "max_new_tokens": 10},
+    "no-repeat-ngram": {"no_repeat_ngram_size": 2, "max_new_tokens": 10},
+    "bad-words": {"bad_words_ids": [[7], [40, 41]], "max_new_tokens": 8},
+    "beams": {"num_beams": 3, "max_new_tokens": 6},  # per-step presents (rows reorder)
+    "beams-return-2": {"num_beams": 3, "num_return_sequences": 2, "max_new_tokens": 5},
+}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("mode", sorted(_FUSED_MODES))
+def test_fused_decoder_modes_give_transformers_tokens(
+    fused_llama: tuple[Any, pathlib.Path], mode: str, batch: int
+) -> None:
+    """Greedy and processed decoding run on the shared cache, beam search without it."""
+    model, folder = fused_llama
+    ours = hf.OrtModelForCausalLM.from_pretrained(folder)
+    ids, mask = _prompts()
+    kwargs = _FUSED_MODES[mode]
+    got = ours.generate(ids[:batch].numpy(), mask[:batch].numpy(), pad_token_id=0, **kwargs)
+    np.testing.assert_array_equal(got, _transformers_tokens(model, batch, **kwargs))
+
+
+def test_fused_decoder_with_eos_sampling_and_streaming(
+    fused_llama: tuple[Any, pathlib.Path],
+) -> None:
+    """EOS ends rows on the shared cache as on per-step presents; samples and streams too."""
+    model, folder = fused_llama
+    ours = hf.OrtModelForCausalLM.from_pretrained(folder)
+    ids, mask = _prompts()
+    eos = int(ours.generate(ids[:1].numpy(), max_new_tokens=3)[0, -1])
+    kwargs: dict[str, Any] = {"max_new_tokens": 10, "eos_token_id": eos, "min_new_tokens": 4}
+    got = ours.generate(ids.numpy(), mask.numpy(), pad_token_id=0, **kwargs)
+    np.testing.assert_array_equal(got, _transformers_tokens(model, 2, **kwargs))
+    sampled = {"max_new_tokens": 10, "do_sample": True, "top_k": 8, "seed": 4}
+    shared = ours.generate(ids.numpy(), mask.numpy(), **sampled)
+    ours.session.shares_buffer = False  # the same draws from per-step presents
+    per_step = ours.generate(ids.numpy(), mask.numpy(), **sampled)
+    ours.session.shares_buffer = True
+    np.testing.assert_array_equal(shared, per_step)
+    streamed = list(ours.stream(ids.numpy(), mask.numpy(), max_new_tokens=6))
+    full = ours.generate(ids.numpy(), mask.numpy(), max_new_tokens=6)
+    np.testing.assert_array_equal(np.stack(streamed, axis=1), full[:, ids.shape[1] :])
+
+
+def test_fused_live_sequence_grows_and_rewinds_its_shared_cache(
+    fused_llama: tuple[Any, pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnx_export.hf import _live
+
+    monkeypatch.setattr(_live, "_FIRST_CAPACITY", 8)  # grows twice below
+    model, folder = fused_llama
+    ours = hf.OrtModelForCausalLM.from_pretrained(folder)
+    prompt = _prompts()[0][0].numpy()
+    full = ours.generate(prompt, max_new_tokens=14)[0]
+    live = ours.live(prompt[:4])
+    live.append(prompt[4:])
+    np.testing.assert_array_equal(live.generate(max_new_tokens=14), full[len(prompt) :])
+    live.rewind(5)
+    np.testing.assert_array_equal(live.generate(max_new_tokens=5), full[-5:])
+    turn = np.array([11, 12, 13], np.int64)
+    live.append(turn)
+    got = live.generate(max_new_tokens=6)
+    history = torch.from_numpy(np.concatenate([full, turn]))[None]
+    with torch.no_grad():
+        theirs = model.generate(history, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    np.testing.assert_array_equal(got, theirs[0, history.shape[1] :].numpy())
