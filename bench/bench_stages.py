@@ -186,8 +186,9 @@ def main() -> None:
         profile(found[args.profile])
         return
     names = args.models.split(",") if args.models else list(found)
+    every = models("all")
     for warm in ("resnet_d", "nf_resnet"):  # warm-up: imports, registries, decompositions
-        measure(found[warm], 1, not args.no_theirs)
+        measure(every[warm], 1, not args.no_theirs)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         try:

@@ -23,8 +23,8 @@ from onnx_export.passes import (
     fold_batch_norm_into_conv,
     fold_weight_computations,
     fold_weight_transforms,
-    fuse_erf_gelu,
     fuse_for_onnxruntime,
+    fuse_gelu,
     legalize_bool_data,
     optimize_model,
     remove_identity_reshapes,
@@ -123,11 +123,11 @@ def _legalize_and_convert(model: Any, options: ExportOptions, context: Diagnosti
     convert_opset(model, max(options.opset_version, 18))  # below 18: see _downgrade
     if options.optimize:
         nodes = model.graph.num_nodes()
-        if fuse_erf_gelu(model):
+        if fuse_gelu(model):
             context.emit(
                 rules.OPTIMIZER_PASS,
                 message_args={
-                    "pass_name": "fuse_erf_gelu",
+                    "pass_name": "fuse_gelu",
                     "nodes_before": nodes,
                     "nodes_after": model.graph.num_nodes(),
                 },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import pathlib
 
 import onnx_ir as ir
@@ -115,6 +116,43 @@ def test_exact_gelu_is_one_node_from_opset_20(opset: int, gelus: int) -> None:
     program = onnx_export.dynamo_export(model, x, export_options=options)
     assert _ops(program)["Gelu"] == gelus
     assert _ops(program)["Erf"] == 1 - gelus
+    assert_onnx_program_close(program, model, x)
+
+
+class _NewGelu(nn.Module):
+    """GPT-2's ``gelu_new`` written out: ``0.5 * x`` first, then ``* (1 + tanh(...))``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+        return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+@pytest.mark.parametrize(("opset", "gelus"), [(18, 0), (20, 1)], ids=["opset18", "opset20"])
+@pytest.mark.parametrize("written", ["aten", "gelu_new"])
+def test_tanh_gelu_is_one_node_from_opset_20(opset: int, gelus: int, written: str) -> None:
+    torch.manual_seed(0)
+    gelu = nn.GELU(approximate="tanh") if written == "aten" else _NewGelu()
+    model = nn.Sequential(nn.Linear(4, 4), gelu).eval()
+    x = torch.randn(3, 4) * 3
+    options = onnx_export.ExportOptions(opset_version=opset)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert _ops(program)["Gelu"] == gelus
+    assert _ops(program)["Tanh"] == 1 - gelus
+    if gelus:
+        gelu = next(n for n in program.model.graph if n.op_type == "Gelu")
+        assert gelu.attributes["approximate"].as_string() == "tanh"
+    assert_onnx_program_close(program, model, x)
+
+
+def test_a_tanh_gelu_with_other_uses_of_its_parts_stays_unfused() -> None:
+    class _Shared(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            inner = torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
+            return x * (0.5 * (inner + 1.0)), inner
+
+    model, x = _Shared(), torch.randn(3, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert _ops(program)["Gelu"] == 0
     assert_onnx_program_close(program, model, x)
 
 
