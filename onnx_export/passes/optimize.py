@@ -19,6 +19,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.version_converter
@@ -128,13 +129,77 @@ class _PrunedRewritePass(ir.passes.InPlacePass):
         return rewriter.RewritePass(rules)(model)
 
 
+class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
+    """onnxscript's constant folding, with ``GatherElements`` computed by numpy.
+
+    The folder evaluates ops with ``onnx.reference``, whose ``GatherElements`` fails when
+    the gathered axis has more than 32 entries (``np.choose``'s limit; its fallback then
+    raises "cannot reshape array of size 1 into shape (1,8)"): BERT's and RoBERTa's
+    ``token_type_ids`` buffer gathered at the position ids stayed a node, and the
+    folder logged the failure as a warning (#22). ``np.take_along_axis`` is
+    ``GatherElements``' definition (negative indices count from the end).
+    """
+
+    def process_node(self, node: ir.Node, is_function: bool) -> Any:
+        if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
+            folded = self._gather_elements(node)
+            if folded is not None:
+                return folded
+        return super().process_node(node, is_function)
+
+    def _gather_elements(self, node: ir.Node) -> Any:
+        arrays = self._constant_inputs(node) if len(node.inputs) == 2 else None
+        if arrays is None or node.graph is None:
+            return None
+        result = _take_along_axis(arrays[0], arrays[1], node.attributes.get_int("axis", 0))
+        initializer = self.new_initializer(node, result) if result is not None else None
+        if initializer is None:
+            return None
+        node.graph.register_initializer(initializer)
+        return _constant_folding.Replacement([initializer], [])
+
+    def _constant_inputs(self, node: ir.Node) -> list[np.ndarray] | None:
+        """The data of ``node``'s inputs when all are small constants, else None."""
+        for i, value in enumerate(node.inputs):  # what the folder knows them to be
+            known = self._state.get_sym_value(value)
+            if isinstance(known, ir.Value):
+                node.replace_input_with(i, known)
+        arrays = []
+        for value in node.inputs:
+            tensor = value.const_value if value is not None else None
+            if value is None or tensor is None or value.is_graph_input():
+                return None
+            if tensor.size > self.input_size_limit:
+                return None
+            arrays.append(np.asarray(tensor.numpy()))
+        return arrays
+
+
+def _take_along_axis(array: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray | None:
+    """ONNX's ``GatherElements``, or None where its inputs are out of its domain."""
+    axis = axis + array.ndim if axis < 0 else axis
+    if array.ndim != index.ndim or not 0 <= axis < array.ndim:
+        return None
+    if any(
+        a != i for d, (a, i) in enumerate(zip(array.shape, index.shape, strict=True)) if d != axis
+    ):
+        return None  # numpy would broadcast where ONNX reads a corner: the folder's way
+    index = np.where(index < 0, index + array.shape[axis], index).astype(np.int64)
+    if index.size and (index.min() < 0 or index.max() >= array.shape[axis]):
+        return None  # out of range: ONNX Runtime's error at run time, not ours now
+    try:
+        return np.ascontiguousarray(np.take_along_axis(array, index, axis=axis))
+    except ValueError:
+        return None
+
+
 def _passes() -> ir.passes.Sequential:
     """``onnxscript.optimizer.optimize_ir``'s passes, with the linear rewrite rules only."""
     return ir.passes.Sequential(
         common_passes.InlinePass(),
         ir.passes.PassManager(
             [
-                _constant_folding.FoldConstantsPass(
+                _FoldConstantsPass(
                     shape_inference=True,
                     input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
                     output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
