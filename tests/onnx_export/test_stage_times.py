@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import onnx_export
+from onnx_export.diagnostics import DiagnosticOptions, Level
 
 _STAGES = ("capture", "decomposition", "translation", "report", "adapter", "optimizer")
 
@@ -48,3 +49,28 @@ def test_without_the_optimizer_no_optimizer_stage_is_recorded() -> None:
     assert "optimizer" not in program.stage_times
     assert "folding" not in program.stage_times
     assert program.stage_times["translation"] > 0.0
+
+
+def test_the_report_has_the_stage_times_as_one_note() -> None:
+    model, x = _Net().eval(), torch.randn(2, 4)
+    verbose = DiagnosticOptions(verbosity=Level.NOTE)
+    options = onnx_export.ExportOptions(diagnostic_options=verbose)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    log = program.diagnostic_context.to_sarif()
+    (note,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "OXE0021"]
+    seconds = note["properties"]["stage_seconds"]
+    times = program.stage_times
+    assert list(seconds) == [s for s in times if s not in ("total", "save")]
+    assert seconds == pytest.approx({s: times[s] for s in seconds}, abs=1e-6)
+    assert note["properties"]["total_seconds"] <= times["total"]
+    assert f"capture {times['capture']:.3f} s" in note["message"]["text"]
+
+
+def test_the_stage_times_note_is_dropped_at_the_default_verbosity() -> None:
+    model, x = _Net().eval(), torch.randn(2, 4)
+    program = onnx_export.dynamo_export(model, x)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    log = program.diagnostic_context.to_sarif()
+    assert not [r for r in log["runs"][0]["results"] if r["ruleId"] == "OXE0021"]
+    assert program.stage_times["capture"] > 0.0  # still on the program
