@@ -51,10 +51,12 @@ def optimize(
     legalisation, opset conversion, GELU fusion) and ``ort_target``.
     """
     if options.optimize:
+        with stage("folding"):  # weight-only chains first: the optimizer sees fewer nodes
+            _fold(model, context, _EARLY_FOLDS)
         with stage("optimizer"):
             _optimizer(model, context)
         with stage("folding"):
-            _fold(model, context)
+            _fold(model, context, _FOLDS)
     with stage("opset"):
         _legalize_and_convert(model, options, context)
     if options.target == "onnxruntime":
@@ -93,8 +95,10 @@ def _optimizer(model: Any, context: DiagnosticContext) -> None:
         )
 
 
-def _fold(model: Any, context: DiagnosticContext) -> None:
-    for name, apply in _FOLDS:
+def _fold(
+    model: Any, context: DiagnosticContext, folds: tuple[tuple[str, Callable[[Any], int]], ...]
+) -> None:
+    for name, apply in folds:
         nodes = model.graph.num_nodes()
         changed = apply(model)
         if changed:
@@ -156,6 +160,13 @@ def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
         },
     )
 
+
+#: Before the optimizer: computations on weights only (NF-ResNet's weight standardisation
+#: was 316 FX nodes, 877 translated ones, that the optimizer reduced before the fold, #22).
+_EARLY_FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
+    ("fold_weight_transforms (before the optimizer)", fold_weight_transforms),
+    ("fold_weight_computations (before the optimizer)", fold_weight_computations),
+)
 
 #: Passes after the optimizer that fold weights into new (lazily computed) initializers.
 _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (

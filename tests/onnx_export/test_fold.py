@@ -13,6 +13,7 @@ from torch import nn
 
 import onnx_export
 from onnx_export._fake import WeightPlaceholder, weight_values
+from onnx_export.diagnostics import DiagnosticOptions, Level
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -274,6 +275,20 @@ def test_computations_on_weights_only_are_folded(
             other.get_buffer(name).copy_(buffer)
     path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
     assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
+
+
+def test_weight_standardisation_is_folded_before_the_optimizer_sees_it() -> None:
+    model, x = _seeded(_ScaledStdConv), torch.randn(2, 3, 8, 8)
+    verbose = DiagnosticOptions(verbosity=Level.NOTE)
+    options = onnx_export.ExportOptions(diagnostic_options=verbose)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    passes = [d.message for d in program.diagnostic_context.diagnostics if d.rule.id == "OXE0008"]
+    early = [m for m in passes if "fold_weight_computations (before the optimizer)" in m]
+    assert early and passes.index(early[0]) < next(
+        i for i, m in enumerate(passes) if "onnxscript.optimizer.optimize" in m
+    )
+    assert _ops(program) == {"Conv": 1}
+    assert_onnx_program_close(program, model, x)
 
 
 def test_a_fake_export_of_standardised_weights_stays_weight_free(tmp_path: pathlib.Path) -> None:
