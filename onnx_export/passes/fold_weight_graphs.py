@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnxscript.optimizer import basic_constant_propagation
 
 from onnx_export._fake import is_weight
 from onnx_export.passes.fold_weights import derived_initializer, weight_sources
@@ -173,7 +172,6 @@ def _worth_it(output: ir.Value, leaves: Sequence[ir.Value], chain: set[ir.Node])
 def fold_weight_computations(model: ir.Model) -> int:
     """Fold every weight-only computation into lazily computed initializers; return how many."""
     graph = model.graph
-    basic_constant_propagation(graph)  # Constant nodes' outputs: their data, as constants
     nodes, computed, weighty = _weight_nodes(graph)
     if not weighty:
         return 0

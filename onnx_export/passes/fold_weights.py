@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.optimizer import basic_constant_propagation
 
 from onnx_export._fake import FOLDED_FROM_KEY, WEIGHT_KEY, is_weight
 
@@ -221,7 +220,6 @@ def _bound(
 def fold_weight_transforms(model: ir.Model) -> int:
     """Replace layout ops on weights by lazily computed initializers; return how many."""
     graph = model.graph
-    basic_constant_propagation(graph)  # Constant nodes' outputs: their data, as constants
     folded = 0
     touched: list[ir.Value] = []
     for node in list(graph):
