@@ -142,8 +142,8 @@ class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
     """onnxscript's constant folding, with ``GatherElements`` computed by numpy.
 
     The folder evaluates ops with ``onnx.reference``, whose ``GatherElements`` fails when
-    the gathered axis has more than 32 entries (``np.choose``'s limit; its fallback then
-    raises "cannot reshape array of size 1 into shape (1,8)"): BERT's and RoBERTa's
+    the gathered axis has 64 entries or more (``np.choose`` takes at most 64 arrays; its
+    fallback then raises "cannot reshape array of size 1 into shape (1,8)"): BERT's and RoBERTa's
     ``token_type_ids`` buffer gathered at the position ids stayed a node, and the
     folder logged the failure as a warning (#22). ``np.take_along_axis`` is
     ``GatherElements``' definition (negative indices count from the end).
