@@ -426,7 +426,8 @@ def main() -> None:
     exporters: dict[str, Any] = {"torch.onnx": _export_theirs}
     for target in args.targets.split(","):
         exporters["ours" if target == "default" else f"ours:{target}"] = _export_ours(target)
-    _row("warm-up", found["cnn"], exporters, 1)  # imports and registries, for both
+    for warm in ("cnn", "bert"):  # imports, registries, transformers: for both exporters
+        _row("warm-up", found[warm], exporters, 1)
     rows = []
     for name in names:
         rows.append(_row(name, found[name], exporters, args.repeat))

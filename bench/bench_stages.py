@@ -89,7 +89,7 @@ def measure(
     model, inputs = make()
     ours: list[dict[str, float]] = []
     their_times: list[float] = []
-    row: dict[str, Any] = {}
+    row: dict[str, Any] = {"group": _group(model)}
     with tempfile.TemporaryDirectory() as name, torch.no_grad():
         folder = Path(name)
         for _ in range(repeat):
@@ -109,6 +109,27 @@ def measure(
     if their_times:
         row["theirs"] = statistics.median(their_times)
     return row
+
+
+def _group(model: nn.Module) -> str:
+    """``transformers``, ``vision`` (the stand-ins) or ``torch.nn`` (the other zoo models)."""
+    modules = {type(m).__module__.split(".")[0] for m in model.modules()}
+    if "transformers" in modules:
+        return "transformers"
+    return "vision" if vision_standins.__name__ in modules else "torch.nn"
+
+
+def _geomeans(ratios: dict[str, float], rows: dict[str, dict[str, Any]]) -> str:
+    """Per group: the geomean and max of ``ratios`` and the number of models."""
+    parts = []
+    for group in ("transformers", "vision", "torch.nn"):
+        values = [r for n, r in ratios.items() if rows[n]["group"] == group]
+        if values:
+            parts.append(
+                f"{group} {statistics.geometric_mean(values):.2f}x "
+                f"(max {max(values):.2f}x, {len(values)} models)"
+            )
+    return "; ".join(parts)
 
 
 def _line(name: str, row: dict[str, Any]) -> str:
@@ -147,6 +168,8 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
         f"{statistics.geometric_mean(node_ratios.values()):.2f}x "
         f"(max {max(node_ratios.values()):.2f}x)"
     )
+    print(f"export time by group: {_geomeans(time_ratios, rows)}")
+    print(f"nodes by group: {_geomeans(node_ratios, rows)}")
     worst = sorted(time_ratios, key=time_ratios.__getitem__, reverse=True)[:5]
     print("slowest by time ratio: " + ", ".join(f"{n} {time_ratios[n]:.2f}x" for n in worst))
     larger = sorted(
@@ -186,8 +209,11 @@ def main() -> None:
         profile(found[args.profile])
         return
     names = args.models.split(",") if args.models else list(found)
-    for warm in ("resnet_d", "nf_resnet"):  # warm-up: imports, registries, decompositions
-        measure(found[warm], 1, not args.no_theirs)
+    every = models("all")
+    # Warm-up of both exporters, so neither pays a first-use cost in the table: imports,
+    # registries, torch's decomposition tables (nf_resnet, buffer_update), transformers (bert).
+    for warm in ("resnet_d", "nf_resnet", "buffer_update", "bert"):
+        measure(every[warm], 1, not args.no_theirs)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         try:

@@ -42,6 +42,7 @@ __all__ = [
     "SERIALIZATION_FAILED",
     "VERIFICATION_RESULT",
     "VERIFICATION_MISMATCH",
+    "STAGE_TIMES",
     # Messages from other code
     "PYTHON_WARNING",
     "LOG_RECORD",
@@ -354,6 +355,23 @@ DYNAMIC_SHAPE_FIXED = _rule(
 )
 """OXE0020: a dynamic dim was repaired. Example: ``DYNAMIC_SHAPE_FIXED.id == "OXE0020"``."""
 
+STAGE_TIMES = _rule(
+    "OXE0021",
+    "stage-times",
+    Level.NOTE,
+    template="The export took {total} s: {stages}.",
+    short="Where the export's time went, stage by stage.",
+    full=(
+        "Wall time of each stage of a successful export, in the order they ran (the same "
+        "seconds as ONNXProgram.stage_times; saving comes later and is not in it). Fields: "
+        "total (seconds from the call to the end of the export), stages (each stage and "
+        "its seconds, e.g. 'capture 0.210 s, translation 0.069 s'). The result's "
+        "properties hold the same numbers: stage_seconds (stage to seconds) and "
+        "total_seconds."
+    ),
+)
+"""OXE0021: per-stage export time. Example: ``STAGE_TIMES.fields == ("total", "stages")``."""
+
 ALL_RULES: tuple[Rule, ...] = (
     CAPTURE_ATTEMPT_FAILED,
     CAPTURE_SUCCEEDED,
@@ -375,6 +393,7 @@ ALL_RULES: tuple[Rule, ...] = (
     EXPORT_FAILED,
     INPUT_MISMATCH,
     DYNAMIC_SHAPE_FIXED,
+    STAGE_TIMES,
 )
 """Every rule of the exporter, in id order.
 

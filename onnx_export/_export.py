@@ -39,7 +39,7 @@ from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import build_spec, with_made_static
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
-from onnx_export.reporting._timing import StageTimer
+from onnx_export.reporting._timing import StageTimer, record_stage_times
 from onnx_export.reporting._torch_output import record_torch_output
 from onnx_export.translation._graph_io import name_graph_io
 from onnx_export.translation._naming import MergedDimName, warn_merged_dim_names
@@ -295,6 +295,7 @@ def dynamo_export(
     except Exception as e:
         error = OnnxExportError(f"The export failed unexpectedly: {type(e).__name__}: {e}")
         raise _fail(error, context) from e
+    record_stage_times(context, timer.times, timer.total())
     context.finish(success=True)
     _report.write_success_report(context)
     program.stage_times.update(timer.times, total=timer.total())

@@ -23,8 +23,8 @@ from onnx_export.passes import (
     fold_batch_norm_into_conv,
     fold_weight_computations,
     fold_weight_transforms,
-    fuse_erf_gelu,
     fuse_for_onnxruntime,
+    fuse_gelu,
     legalize_bool_data,
     optimize_model,
     remove_identity_reshapes,
@@ -51,10 +51,12 @@ def optimize(
     legalisation, opset conversion, GELU fusion) and ``ort_target``.
     """
     if options.optimize:
+        with stage("folding"):  # weight-only chains first: the optimizer sees fewer nodes
+            _fold(model, context, _EARLY_FOLDS)
         with stage("optimizer"):
             _optimizer(model, context)
         with stage("folding"):
-            _fold(model, context)
+            _fold(model, context, _FOLDS)
     with stage("opset"):
         _legalize_and_convert(model, options, context)
     if options.target == "onnxruntime":
@@ -93,8 +95,10 @@ def _optimizer(model: Any, context: DiagnosticContext) -> None:
         )
 
 
-def _fold(model: Any, context: DiagnosticContext) -> None:
-    for name, apply in _FOLDS:
+def _fold(
+    model: Any, context: DiagnosticContext, folds: tuple[tuple[str, Callable[[Any], int]], ...]
+) -> None:
+    for name, apply in folds:
         nodes = model.graph.num_nodes()
         changed = apply(model)
         if changed:
@@ -123,11 +127,11 @@ def _legalize_and_convert(model: Any, options: ExportOptions, context: Diagnosti
     convert_opset(model, max(options.opset_version, 18))  # below 18: see _downgrade
     if options.optimize:
         nodes = model.graph.num_nodes()
-        if fuse_erf_gelu(model):
+        if fuse_gelu(model):
             context.emit(
                 rules.OPTIMIZER_PASS,
                 message_args={
-                    "pass_name": "fuse_erf_gelu",
+                    "pass_name": "fuse_gelu",
                     "nodes_before": nodes,
                     "nodes_after": model.graph.num_nodes(),
                 },
@@ -156,6 +160,13 @@ def _fuse_for_onnxruntime(model: Any, context: DiagnosticContext) -> None:
         },
     )
 
+
+#: Before the optimizer: computations on weights only (NF-ResNet's weight standardisation
+#: was 316 FX nodes, 877 translated ones, that the optimizer reduced before the fold, #22).
+_EARLY_FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
+    ("fold_weight_transforms (before the optimizer)", fold_weight_transforms),
+    ("fold_weight_computations (before the optimizer)", fold_weight_computations),
+)
 
 #: Passes after the optimizer that fold weights into new (lazily computed) initializers.
 _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (

@@ -11,7 +11,7 @@
   standardisation, scaled weights, position tables) as lazily computed initializers.
 - :mod:`~onnx_export.passes.fold_batch_norm`: inference BatchNorm folded into the Conv
   before it.
-- :mod:`~onnx_export.passes.gelu`: the exact GELU as one ``Gelu`` node (opset 20+).
+- :mod:`~onnx_export.passes.gelu`: the exact and the tanh GELU as one ``Gelu`` node (opset 20+).
 - :mod:`~onnx_export.passes.ort_fusions`: ONNX Runtime's fused ``com.microsoft`` ops
   (``ExportOptions(target="onnxruntime")``).
 
@@ -25,7 +25,7 @@ from onnx_export.passes.cleanup import remove_identity_reshapes
 from onnx_export.passes.fold_batch_norm import fold_batch_norm_into_conv
 from onnx_export.passes.fold_weight_graphs import fold_weight_computations
 from onnx_export.passes.fold_weights import fold_weight_transforms
-from onnx_export.passes.gelu import fuse_erf_gelu
+from onnx_export.passes.gelu import fuse_gelu
 from onnx_export.passes.legalize import legalize_bool_data
 from onnx_export.passes.optimize import convert_opset, optimize_model, weights_shielded
 from onnx_export.passes.ort_fusions import fuse_for_onnxruntime
@@ -35,8 +35,8 @@ __all__ = [
     "fold_batch_norm_into_conv",
     "fold_weight_computations",
     "fold_weight_transforms",
-    "fuse_erf_gelu",
     "fuse_for_onnxruntime",
+    "fuse_gelu",
     "legalize_bool_data",
     "optimize_model",
     "remove_identity_reshapes",

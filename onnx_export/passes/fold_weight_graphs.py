@@ -34,6 +34,8 @@ _SMALL_COPY = 1 << 16
 #: Ops whose output is not a function of their inputs.
 _NOT_PURE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
 _NOT_PURE |= {"Multinomial", "Bernoulli"}
+#: Ops whose output depends on the shape of their input, not its data.
+_SHAPE_ONLY = {"Shape", "Size"}
 
 
 def _pure(node: ir.Node) -> bool:
@@ -43,8 +45,14 @@ def _pure(node: ir.Node) -> bool:
     return not any(attr.type in kinds for attr in node.attributes.values())
 
 
-def _weight_nodes(graph: ir.Graph) -> tuple[list[ir.Node], set[ir.Value]]:
-    """The nodes computed from constants and weights only (in order), and their outputs."""
+def _weight_nodes(graph: ir.Graph) -> tuple[list[ir.Node], set[ir.Value], set[ir.Value]]:
+    """The nodes computed from constants only (in order), their outputs, the weighty ones.
+
+    The weighty outputs are those that depend on a weight's data. Constant-only nodes
+    join the chains they feed (the ``Concat`` of a reshape's target shape, before the
+    optimizer has folded it); only weighty values are folded here, the others (a
+    weight's ``Shape`` too) are the optimizer's, which reads them as constants.
+    """
     nodes: list[ir.Node] = []
     computed: set[ir.Value] = set()
     weighty: set[ir.Value] = set()
@@ -56,12 +64,13 @@ def _weight_nodes(graph: ir.Graph) -> tuple[list[ir.Node], set[ir.Value]]:
         inputs = [v for v in node.inputs if v is not None]
         if not _pure(node) or not inputs or not all(constant(v) for v in inputs):
             continue
-        if not any(v in weighty or weight_sources(v) for v in inputs):
-            continue  # constants without weights are the optimizer's to fold
         nodes.append(node)
         computed.update(node.outputs)
-        weighty.update(node.outputs)
-    return nodes, computed
+        if node.op_type in _SHAPE_ONLY:
+            continue  # a weight's shape: a constant that the optimizer folds (and reads)
+        if any(v in weighty or weight_sources(v) for v in inputs):
+            weighty.update(node.outputs)
+    return nodes, computed, weighty
 
 
 def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
@@ -94,21 +103,30 @@ def _closure(value: ir.Value, computed: set[ir.Value]) -> tuple[list[ir.Node], l
 def _program(
     nodes: Sequence[ir.Node], leaves: Sequence[ir.Value], output: ir.Value, opsets: dict[str, int]
 ) -> bytes:
-    """The chain as a small ONNX model: leaves in, ``output`` out (no data)."""
+    """The chain as a small ONNX model: leaves in (``leaf0``...), ``output`` out (no data).
+
+    Its values get names of their own: before the optimizer (whose ``NameFixPass`` makes
+    them unique) two values of the model may share one.
+    """
+    names = {leaf: f"leaf{i}" for i, leaf in enumerate(leaves)}
+
+    def name(value: ir.Value | None) -> str:
+        return "" if value is None else names.setdefault(value, f"v{len(names)}")
 
     def info(value: ir.Value) -> onnx.ValueInfoProto:
         dtype, shape = value.dtype, _static_shape(value)
         if shape is None and value.const_value is not None:  # a constant: its data's shape
             dtype, shape = value.const_value.dtype, tuple(value.const_value.shape.numpy())
         assert dtype is not None and shape is not None
-        return onnx.helper.make_tensor_value_info(str(value.name), int(dtype), list(shape))
+        return onnx.helper.make_tensor_value_info(name(value), int(dtype), list(shape))
 
-    graph = onnx.helper.make_graph(
-        [ir.serde.serialize_node(node) for node in nodes],
-        "folded",
-        [info(v) for v in leaves],
-        [info(output)],
-    )
+    protos = []
+    for node in nodes:
+        proto = ir.serde.serialize_node(node)
+        proto.input[:] = [name(v) for v in node.inputs]
+        proto.output[:] = [name(v) for v in node.outputs]
+        protos.append(proto)
+    graph = onnx.helper.make_graph(protos, "folded", [info(v) for v in leaves], [info(output)])
     imports = [onnx.helper.make_opsetid(d, v) for d, v in opsets.items() if d in ("", "ai.onnx")]
     model = onnx.helper.make_model(graph, opset_imports=imports, ir_version=10)
     data: bytes = model.SerializeToString()
@@ -154,13 +172,13 @@ def _worth_it(output: ir.Value, leaves: Sequence[ir.Value], chain: set[ir.Node])
 def fold_weight_computations(model: ir.Model) -> int:
     """Fold every weight-only computation into lazily computed initializers; return how many."""
     graph = model.graph
-    nodes, computed = _weight_nodes(graph)
-    if not nodes:
+    nodes, computed, weighty = _weight_nodes(graph)
+    if not weighty:
         return 0
     chain = set(nodes)
     opsets = dict(model.opset_imports)
     folded = 0
-    for value in [v for n in nodes for v in n.outputs]:
+    for value in [v for n in nodes for v in n.outputs if v in weighty]:
         if value.is_graph_output() or not any(u.node not in chain for u in value.uses()):
             continue
         shape, dtype = _static_shape(value), value.dtype
@@ -171,7 +189,8 @@ def fold_weight_computations(model: ir.Model) -> int:
             continue
         sources = _sources(leaves)
         base = max(sources, key=_bytes).name if sources else value.name
-        compute = _runner(_program(members, leaves, value, opsets), [str(v.name) for v in leaves])
+        names = [f"leaf{i}" for i in range(len(leaves))]
+        compute = _runner(_program(members, leaves, value, opsets), names)
         initializer = derived_initializer(graph, f"{base}.folded", leaves, compute, dtype, shape)
         for use in [u for u in value.uses() if u.node not in chain]:
             use.node.replace_input_with(use.idx, initializer)

@@ -34,6 +34,7 @@ COMMITTED_RULES = (
     ("OXE0018", "export-failed", Level.ERROR),
     ("OXE0019", "input-mismatch", Level.ERROR),
     ("OXE0020", "dynamic-shape-fixed", Level.WARNING),
+    ("OXE0021", "stage-times", Level.NOTE),
 )
 
 # The fields the exporter passes for each rule.
@@ -58,6 +59,7 @@ EXPECTED_FIELDS = {
     "OXE0018": {"stage", "exception_message"},
     "OXE0019": {"detail"},
     "OXE0020": {"dim", "change", "reason"},
+    "OXE0021": {"total", "stages"},
 }
 
 RULE_IDS = [rule.id for rule in ALL_RULES]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import pathlib
 
 import onnx_ir as ir
@@ -12,6 +13,7 @@ from torch import nn
 
 import onnx_export
 from onnx_export._fake import WeightPlaceholder, weight_values
+from onnx_export.diagnostics import DiagnosticOptions, Level
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -115,6 +117,43 @@ def test_exact_gelu_is_one_node_from_opset_20(opset: int, gelus: int) -> None:
     program = onnx_export.dynamo_export(model, x, export_options=options)
     assert _ops(program)["Gelu"] == gelus
     assert _ops(program)["Erf"] == 1 - gelus
+    assert_onnx_program_close(program, model, x)
+
+
+class _NewGelu(nn.Module):
+    """GPT-2's ``gelu_new`` written out: ``0.5 * x`` first, then ``* (1 + tanh(...))``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+        return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+@pytest.mark.parametrize(("opset", "gelus"), [(18, 0), (20, 1)], ids=["opset18", "opset20"])
+@pytest.mark.parametrize("written", ["aten", "gelu_new"])
+def test_tanh_gelu_is_one_node_from_opset_20(opset: int, gelus: int, written: str) -> None:
+    torch.manual_seed(0)
+    gelu = nn.GELU(approximate="tanh") if written == "aten" else _NewGelu()
+    model = nn.Sequential(nn.Linear(4, 4), gelu).eval()
+    x = torch.randn(3, 4) * 3
+    options = onnx_export.ExportOptions(opset_version=opset)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert _ops(program)["Gelu"] == gelus
+    assert _ops(program)["Tanh"] == 1 - gelus
+    if gelus:
+        gelu = next(n for n in program.model.graph if n.op_type == "Gelu")
+        assert gelu.attributes["approximate"].as_string() == "tanh"
+    assert_onnx_program_close(program, model, x)
+
+
+def test_a_tanh_gelu_with_other_uses_of_its_parts_stays_unfused() -> None:
+    class _Shared(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            inner = torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
+            return x * (0.5 * (inner + 1.0)), inner
+
+    model, x = _Shared(), torch.randn(3, 4)
+    program = onnx_export.dynamo_export(model, x)
+    assert _ops(program)["Gelu"] == 0
     assert_onnx_program_close(program, model, x)
 
 
@@ -236,6 +275,20 @@ def test_computations_on_weights_only_are_folded(
             other.get_buffer(name).copy_(buffer)
     path = program.save(tmp_path / "m.onnx", model_state=other.state_dict())
     assert_onnx_program_close(onnx_export.load(path), other, x)  # type: ignore[arg-type]
+
+
+def test_weight_standardisation_is_folded_before_the_optimizer_sees_it() -> None:
+    model, x = _seeded(_ScaledStdConv), torch.randn(2, 3, 8, 8)
+    verbose = DiagnosticOptions(verbosity=Level.NOTE)
+    options = onnx_export.ExportOptions(diagnostic_options=verbose)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    passes = [d.message for d in program.diagnostic_context.diagnostics if d.rule.id == "OXE0008"]
+    early = [m for m in passes if "fold_weight_computations (before the optimizer)" in m]
+    assert early and passes.index(early[0]) < next(
+        i for i, m in enumerate(passes) if "onnxscript.optimizer.optimize" in m
+    )
+    assert _ops(program) == {"Conv": 1}
+    assert_onnx_program_close(program, model, x)
 
 
 def test_a_fake_export_of_standardised_weights_stays_weight_free(tmp_path: pathlib.Path) -> None:
