@@ -77,9 +77,28 @@ def _name_nodes(model: object) -> None:
             node.name = f"{node.op_type}_{i}"
 
 
+def _import_quantizer() -> type:
+    """ORT's ``MatMulNBitsQuantizer``, imported without touching the user's root logger.
+
+    Its module calls ``logging.basicConfig(level=INFO)`` on import, which would add a
+    handler to the root logger and print every INFO record of the user's program.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    return MatMulNBitsQuantizer  # type: ignore[no-any-return]
+
+
 def _int4(path: pathlib.Path, options: QuantizeOptions) -> object:
     import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    MatMulNBitsQuantizer = _import_quantizer()
 
     model = onnx.load(os.fspath(path))
     _name_nodes(model)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -100,3 +102,19 @@ def test_bad_quantize_options_are_refused_before_export(
     with pytest.raises(hf.CheckpointError, match=message):
         hf.export_pretrained(_llama(), tmp_path / "out", **kwargs)  # type: ignore[arg-type]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_int4_quantizer_leaves_the_root_logger_alone() -> None:
+    # ORT's quantizer module calls logging.basicConfig(level=INFO) on import; in a fresh
+    # process (the import is cached in this one) the user's root logger must be untouched.
+    code = (
+        "import logging\n"
+        "from onnx_export.hf._quantize import _import_quantizer\n"
+        "assert _import_quantizer().__name__ == 'MatMulNBitsQuantizer'\n"
+        "root = logging.getLogger()\n"
+        "print(logging.getLevelName(root.level), len(root.handlers))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["WARNING", "0"]
