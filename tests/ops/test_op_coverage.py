@@ -2,9 +2,10 @@
 
 A key counts as exercised when a CI OpInfo entry claims it in ``OWN_OPS`` of
 ``ops_test_data.py`` (and ``test_op_ci`` checks the claim: that export dispatches the key
-to our function) or when a case of ``test_own_ops.py`` exports it and compares with eager
-in ONNX Runtime; the few exceptions are listed in ``ELSEWHERE`` with where or why. A
-newly registered key fails here until one of them covers it.
+to our function) or when a case of ``test_own_ops.py`` or ``test_own_vs_torchlib.py``
+exports it and compares with eager in ONNX Runtime; the few exceptions are listed in
+``ELSEWHERE`` with where or why. A newly registered key fails here until one of them
+covers it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import onnx_export.ops  # noqa: F401  (importing the topic modules registers the
 from onnx_export.ops._registration import registered_ops
 from tests.ops import ops_test_data as table
 from tests.ops.test_own_ops import CASES
+from tests.ops.test_own_vs_torchlib import CASES as OVERLAP_CASES
 
 #: Keys exercised elsewhere, or not reachable from a test, each with where or why.
 ELSEWHERE: dict[str, str] = {
@@ -48,6 +50,9 @@ def _covered() -> dict[str, str]:
                 covered.setdefault(key, f"OpInfo {op}")
     for case in CASES:
         covered.setdefault(case.key, f"test_own_ops.py::{case.name}")
+    for overlap in OVERLAP_CASES:  # each also checks that the key dispatched to ours
+        if overlap.xfail is None:
+            covered.setdefault(overlap.key, f"test_own_vs_torchlib.py::{overlap.name}")
     for key, where in ELSEWHERE.items():
         covered.setdefault(key, where)
     return covered
