@@ -141,15 +141,20 @@ def test_dynamic_cache_of_linear_attention_layers_is_an_output() -> None:
     ]
 
 
-def test_sliding_window_cache_is_an_output() -> None:
-    """Gemma 3 text (sliding-window layers): the cache's sliding layers come out as keys
-    and values, cut to the window."""
+def _gemma3_text() -> torch.nn.Module:
+    """A tiny Gemma 3 text model: two layers, a sliding window of 4 on the first."""
     torch.manual_seed(0)
     config = transformers.Gemma3TextConfig(
         vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, intermediate_size=37, head_dim=8, sliding_window=4,
     )  # fmt: skip
-    model = transformers.Gemma3ForCausalLM(config).eval()
+    return transformers.Gemma3ForCausalLM(config).eval()
+
+
+def test_sliding_window_cache_is_an_output() -> None:
+    """Gemma 3 text (sliding-window layers): the cache's sliding layers come out as keys
+    and values, cut to the window."""
+    model = _gemma3_text()
     ids = torch.randint(0, 99, (3, 7))
     program = export_and_check(model, input_ids=ids, attention_mask=torch.ones_like(ids))
     assert [str(d) for d in program.model.graph.outputs[1].shape or ()] == ["3", "2", "3", "8"]
@@ -282,12 +287,7 @@ def test_hybrid_cache_of_mamba_and_attention_layers_is_an_output() -> None:
 
 def test_sliding_window_cache_is_an_input() -> None:
     """Gemma 3 text's next step takes its sliding-window cache back, keys and values by name."""
-    torch.manual_seed(0)
-    config = transformers.Gemma3TextConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=37, head_dim=8, sliding_window=4,
-    )  # fmt: skip
-    model = transformers.Gemma3ForCausalLM(config).eval()
+    model = _gemma3_text()
     ids = torch.randint(0, 99, (2, 7))
     with torch.no_grad():
         cache = model(input_ids=ids).past_key_values
