@@ -1,8 +1,8 @@
 """Attention and losses torchlib gets wrong or lacks.
 
-``scaled_dot_product_attention`` on inputs that are not 4-D (torchlib's handles 4-D and is
-used for those), and ``cross_entropy_loss`` with probability targets, unbatched inputs,
-class weights and label smoothing.
+``scaled_dot_product_attention`` on inputs that are not 4-D and on 4-D ones with a bool
+mask (torchlib's is used for the rest), and ``cross_entropy_loss`` with probability
+targets, unbatched inputs, class weights and label smoothing.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def aten_scaled_dot_product_attention(
     fused = attention_node(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if fused is not None:  # opset >= 23: ONNX's own Attention (see ops/opset23.py)
         return fused
-    if rank(query) == 4 and rank(key) == 4 and rank(value) == 4:
+    if rank(query) == 4 and rank(key) == 4 and rank(value) == 4 and not _own_4d(
+        query, attn_mask, dropout_p
+    ):
         from onnxscript.function_libs.torch_lib.ops.nn import (
             aten_scaled_dot_product_attention as torchlib_sdpa,
         )
@@ -90,6 +92,24 @@ def aten_scaled_dot_product_attention(
             scores = op.Add(scores, op.CastLike(attn_mask, scores))
     weights = op.Softmax(scores, axis=-1)
     return _zero_fully_masked_rows(op.MatMul(weights, v), attn_mask)
+
+
+def _own_4d(query: ir.Value, attn_mask: Any, dropout_p: float) -> bool:
+    """Whether a 4-D call with a bool mask takes our path below instead of torchlib's.
+
+    torchlib's bool-mask path fills masked scores with the dtype's lowest value, so a row
+    that hides every key comes out as the mean of the values, and its ``IsNaN`` + ``Where``
+    per layer never fires; ours zeros such rows with one ``Where`` per layer (the mask's
+    check is shared by the layers), so the graph is a node a layer smaller, not larger.
+    Dropout, a dynamic head size and ``target="onnxruntime"`` (whose fusions match
+    torchlib's pattern) keep torchlib's.
+    """
+    if attn_mask is None or attn_mask.dtype != ir.DataType.BOOL or dropout_p != 0.0:
+        return False
+    if target_runtime() == "onnxruntime":
+        return False
+    shape = query.shape
+    return shape is not None and isinstance(shape[-1], int)
 
 
 def _zero_fully_masked_rows(result: ir.Value, attn_mask: Any) -> ir.Value:
