@@ -54,8 +54,11 @@ def aten_scaled_dot_product_attention(
     fused = attention_node(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if fused is not None:  # opset >= 23: ONNX's own Attention (see ops/opset23.py)
         return fused
-    if rank(query) == 4 and rank(key) == 4 and rank(value) == 4 and not _own_4d(
-        query, attn_mask, dropout_p
+    if (
+        rank(query) == 4
+        and rank(key) == 4
+        and rank(value) == 4
+        and not _own_4d(query, attn_mask, dropout_p)
     ):
         from onnxscript.function_libs.torch_lib.ops.nn import (
             aten_scaled_dot_product_attention as torchlib_sdpa,
