@@ -147,6 +147,14 @@ def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
             raise spec_error(
                 f"{where}.shape[{axis}]", "an int >= 0 or a symbolic dimension name", dim
             )
+    if type(tensor.python_int) is not bool:
+        raise spec_error(f"{where}.python_int", "a bool", tensor.python_int)
+    if tensor.python_int and (tensor.dtype != "int64" or tensor.shape != ()):
+        raise spec_error(
+            f"{where}",
+            "dtype int64 and shape () for a Python int input",
+            f"dtype {tensor.dtype}, shape {tensor.shape}",
+        )
 
 
 def _check_adapter_spec(spec: AdapterSpec) -> None:

@@ -89,6 +89,8 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
         obj["tensor"] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
         if t.made_static:  # only then: older readers read the other specs unchanged
             obj["tensor"]["made_static"] = list(t.made_static)  # type: ignore[index]
+        if t.python_int:  # likewise: only then
+            obj["tensor"]["python_int"] = True  # type: ignore[index]
     else:
         obj["value"] = leaf.value
     return obj
@@ -167,7 +169,7 @@ def _read_leaf(obj: object, where: str) -> LeafSpec:
 
 
 def _read_tensor(obj: object, where: str) -> TensorSpec:
-    data = read_object(obj, where, ("name", "dtype", "shape"), ("made_static",))
+    data = read_object(obj, where, ("name", "dtype", "shape"), ("made_static", "python_int"))
     shape = tuple(
         _read_dim(d, f"{where}.shape[{i}]")
         for i, d in enumerate(read_list(data["shape"], f"{where}.shape"))
@@ -181,7 +183,14 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
         dtype=read_str(data["dtype"], f"{where}.dtype"),
         shape=shape,
         made_static=made_static,
+        python_int=_read_bool(data.get("python_int", False), f"{where}.python_int"),
     )
+
+
+def _read_bool(obj: object, where: str) -> bool:
+    if type(obj) is not bool:
+        raise spec_error(where, "true or false", obj)
+    return obj
 
 
 def _read_dim(obj: object, where: str) -> Dim:

@@ -58,16 +58,22 @@ class TensorSpec:
         made_static: Axes (of an input) that were asked to be dynamic but were exported
             static because the model's code fixes their size
             (``ExportOptions(allow_static_fallback=True)``); shape errors say so.
+        python_int: The input is a Python ``int`` marked dynamic (a SymInt at export):
+            the caller passes an int, the adapter feeds it as a 0-d ``int64`` array.
+            Such a spec has dtype ``"int64"`` and shape ``()``.
 
     Example:
         >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
         ('batch', 16)
+        >>> TensorSpec("n", "int64", (), python_int=True).python_int
+        True
     """
 
     name: str
     dtype: str
     shape: tuple[Dim, ...]
     made_static: tuple[int, ...] = ()
+    python_int: bool = False
 
 
 @dataclass(frozen=True)

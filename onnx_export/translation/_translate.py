@@ -36,9 +36,13 @@ __all__ = [
     "find_unsupported",
     "walk_call_nodes",
     "decision_key",
+    "PYTHON_INT_KEY",
 ]
 
 _PRODUCER_OPSET = PRODUCER_OPSET
+
+PYTHON_INT_KEY = "onnx_export.python_int"
+"""``ir.Value.meta`` key of a graph input fed from a Python int: its input path (``"n"``)."""
 
 # Higher-order ops whose body is simply inlined: (operand index where the body starts).
 _INLINED_HOPS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
@@ -367,11 +371,21 @@ class _Translator:
                 self.graph.inputs.append(value)
                 self._used_names.add(str(value.name))
                 env[node] = value
+            elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.SymInt):
+                env[node] = self._int_input(next(names))
             elif spec.kind == InputKind.USER_INPUT:
                 env[node] = val  # Python constant (int, float, bool, str, None)
             else:
                 raise NotImplementedError(f"graph input of kind {spec.kind.name}")
         return env
+
+    def _int_input(self, name: str) -> ir.Value:
+        """A Python int marked dynamic: a 0-d INT64 graph input (the adapter passes the int)."""
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+        value.meta[PYTHON_INT_KEY] = name
+        self.graph.inputs.append(value)
+        self._used_names.add(name)
+        return value
 
     def _graph_output(self, raw: Any, seen: set[int]) -> ir.Value:
         value: ir.Value = raw if isinstance(raw, ir.Value) else self.builder.constant(raw)

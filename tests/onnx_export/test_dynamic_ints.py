@@ -1,0 +1,138 @@
+"""A Python ``int`` input marked dynamic becomes a 0-d INT64 graph input.
+
+torch.export takes ``Dim.DYNAMIC`` on an int and makes it a SymInt; the ONNX model takes
+it as an input and the adapter passes the caller's int. Names and bounded ``Dim``s (which
+torch.export refuses on an int) are accepted too: a name names the dims equal to the int,
+bounds are checked against the range the model's code holds for. Each export runs in
+ONNX Runtime against eager at other values of the int and other sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import onnx_export
+from onnx_export.adapters import AdapterSpec, InputStructureError
+from tests.helpers import assert_onnx_program_close
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
+
+
+class UsesCount(nn.Module):
+    """``n`` in arithmetic, a range, a repeat count and a view size."""
+
+    def forward(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+        ramp = torch.arange(n) + x.shape[0]
+        return x * n, ramp, x.repeat(n, 1), x.repeat(n, 1).view(n, -1)
+
+
+class Slices(nn.Module):
+    """``x[:, :n]``: torch.export finds n at most ``x.shape[1]``."""
+
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x[:, :n] * 2
+
+
+def _export(model: nn.Module, *args: Any, shapes: Any) -> onnx_export.ONNXProgram:
+    options = onnx_export.ExportOptions(dynamic_shapes=shapes)
+    return onnx_export.dynamo_export(model, *args, export_options=options)
+
+
+def _int_input(program: onnx_export.ONNXProgram, name: str) -> ir.Value:
+    value = next(v for v in program.model.graph.inputs if v.name == name)
+    assert value.dtype == ir.DataType.INT64
+    assert value.shape is not None and list(value.shape) == []
+    return value
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(Dim.DYNAMIC, id="dynamic"),
+        pytest.param("n", id="name"),
+        pytest.param(Dim("n", min=2, max=64), id="bounded_dim"),
+    ],
+)
+def test_int_marked_dynamic_is_a_graph_input(spec: Any) -> None:
+    model = UsesCount()
+    program = _export(model, torch.randn(3, 4), 5, shapes={"x": {0: Dim.DYNAMIC}, "n": spec})
+    _int_input(program, "n")
+    for rows, n in ((3, 5), (2, 7), (6, 2), (1, 3)):
+        assert_onnx_program_close(program, model, torch.randn(rows, 4), n)
+
+
+def test_named_int_names_the_dims_equal_to_it() -> None:
+    program = _export(UsesCount(), torch.randn(3, 4), 5, shapes={"x": {0: "rows"}, "n": "n"})
+    ramp = program.model.graph.outputs[1]
+    assert ramp.shape is not None and [str(d) for d in ramp.shape] == ["n"]
+    assert_onnx_program_close(program, UsesCount(), torch.randn(2, 4), 9)
+
+
+def test_slice_by_int_within_the_range_torch_found() -> None:
+    model = Slices()
+    program = _export(model, torch.randn(3, 8), 5, shapes={"x": {0: "rows"}, "n": Dim.DYNAMIC})
+    for n in (2, 5, 8):
+        assert_onnx_program_close(program, model, torch.randn(4, 8), n)
+
+
+def test_saved_and_loaded_model_takes_a_plain_int(tmp_path: Path) -> None:
+    model = UsesCount()
+    program = _export(model, torch.randn(3, 4), 5, shapes={"x": {0: "rows"}, "n": "n"})
+    path = tmp_path / "model.onnx"
+    program.save(path)
+    loaded = onnx_export.load(path)
+    assert_onnx_program_close(loaded, model, torch.randn(2, 4), 6)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(2.5, id="float"),
+        pytest.param(True, id="bool"),
+        pytest.param(torch.tensor(3), id="tensor"),
+    ],
+)
+def test_wrong_type_at_call_time_says_an_int_is_expected(value: Any) -> None:
+    program = _export(UsesCount(), torch.randn(3, 4), 5, shapes={"x": None, "n": Dim.DYNAMIC})
+    with pytest.raises(InputStructureError, match="n: expected a Python int"):
+        program(torch.randn(3, 4), value)
+
+
+def test_bounds_the_model_narrows_are_refused_with_the_range_it_holds_for() -> None:
+    with pytest.raises(onnx_export.ExportInputError, match=r"only holds for n in \[0, 8\]"):
+        _export(Slices(), torch.randn(3, 8), 5, shapes={"x": None, "n": Dim("n", max=64)})
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "match"),
+    [
+        pytest.param(2.5, Dim.DYNAMIC, "only a Python int can be a dynamic scalar", id="float"),
+        pytest.param(True, Dim.DYNAMIC, "only a Python int can be a dynamic scalar", id="bool"),
+        pytest.param(5, 2 * Dim("n"), "relates ints to no other dim", id="derived_dim"),
+    ],
+)
+def test_dynamic_scalars_torch_cannot_make_are_refused(value: Any, spec: Any, match: str) -> None:
+    with pytest.raises(onnx_export.ExportInputError, match=match):
+        _export(UsesCount(), torch.randn(3, 4), value, shapes={"x": None, "n": spec})
+
+
+def test_spec_json_round_trips_and_older_specs_still_load() -> None:
+    program = _export(UsesCount(), torch.randn(3, 4), 5, shapes={"x": None, "n": Dim.DYNAMIC})
+    spec = program.adapter_spec
+    assert spec is not None
+    text = spec.to_json()
+    assert AdapterSpec.from_json(text) == spec
+    older = json.loads(text)  # a spec written before python_int existed: no such key
+    for leaf in older["inputs"]:
+        leaf.get("tensor", {}).pop("python_int", None)
+    loaded = AdapterSpec.from_json(json.dumps(older))
+    assert [leaf.tensor.python_int for leaf in loaded.inputs if leaf.tensor] == [False, False]
+    assert [leaf.tensor.python_int for leaf in spec.inputs if leaf.tensor] == [False, True]
