@@ -136,3 +136,39 @@ def test_spec_json_round_trips_and_older_specs_still_load() -> None:
     loaded = AdapterSpec.from_json(json.dumps(older))
     assert [leaf.tensor.python_int for leaf in loaded.inputs if leaf.tensor] == [False, False]
     assert [leaf.tensor.python_int for leaf in spec.inputs if leaf.tensor] == [False, True]
+
+
+class Nested(nn.Module):
+    def forward(self, x: torch.Tensor, cfg: list[Any], y: torch.Tensor) -> torch.Tensor:
+        return x[: cfg[1]] * cfg[1] + cfg[0].sum() + y[: cfg[1]]
+
+
+def test_int_nested_in_a_list_and_keywords_out_of_order() -> None:
+    model, x, y = Nested(), torch.randn(6, 2), torch.randn(6, 2)
+    shapes = {"x": {0: "rows"}, "y": {0: "rows"}, "cfg.1": Dim.DYNAMIC}
+    options = onnx_export.ExportOptions(dynamic_shapes=shapes)
+    program = onnx_export.dynamo_export(
+        model, x, y=y, cfg=[torch.randn(2), 4], export_options=options
+    )
+    _int_input(program, "cfg.1")
+    assert_onnx_program_close(
+        program, model, torch.randn(5, 2), [torch.randn(2), 3], torch.randn(5, 2)
+    )
+
+
+def test_exported_program_with_a_symint_input() -> None:
+    model, x = UsesCount(), torch.randn(3, 4)
+    shapes = ({0: Dim.DYNAMIC}, Dim.DYNAMIC)
+    program = onnx_export.dynamo_export(
+        torch.export.export(model, (x, 5), dynamic_shapes=shapes), x, 5
+    )
+    _int_input(program, "n")
+    assert_onnx_program_close(program, model, torch.randn(2, 4), 3)
+
+
+def test_example_of_one_is_not_specialised() -> None:
+    model = UsesCount()
+    program = _export(model, torch.randn(3, 4), 1, shapes={"x": None, "n": Dim.DYNAMIC})
+    _int_input(program, "n")
+    for n in (1, 4):
+        assert_onnx_program_close(program, model, torch.randn(3, 4), n)
