@@ -278,7 +278,8 @@ class IntsToArrays:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise InputStructureError(
                     f"{path}: expected a Python int (the model was exported with this input "
-                    f"dynamic), got {describe_value(value)}. Pass an int, e.g. int(value)."
+                    f"dynamic), got {describe_value(value)}. Pass a Python int, as at export "
+                    "(int(t) of a 0-d tensor t)."
                 )
             out[i] = np.array(value, dtype=np.int64)
         return out

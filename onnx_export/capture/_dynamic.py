@@ -246,11 +246,6 @@ def _scalar(where: str, spec: Any, value: Any) -> DynamicInt | None:
     )
 
 
-def _to_torch_scalar(node: Any) -> Any:
-    """torch.export's spec for a dynamic int: ``Dim.DYNAMIC`` (it refuses names and ``Dim``s)."""
-    return Dim.DYNAMIC
-
-
 def _by_path(
     inputs: Mapping[str, Any], paths: Mapping[str, Any], direct: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -313,6 +308,7 @@ def _keyed(spec: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _to_torch(node: Any) -> Any:
+    """torch.export's spec: names and dynamic ints become ``Dim.DYNAMIC`` (all it takes on ints)."""
     if isinstance(node, (str, DynamicInt)):
         return Dim.DYNAMIC
     if isinstance(node, dict):

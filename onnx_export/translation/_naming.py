@@ -284,7 +284,9 @@ def check_int_bounds(
     """Refuse a bounded ``Dim`` on a Python int that the model's code narrows further.
 
     torch.export takes only ``Dim.DYNAMIC`` on an int, so a ``Dim``'s bounds are checked
-    here, as torch checks them on a tensor axis: the program must hold on all of them.
+    here, as torch checks them on a tensor axis: the program must hold on all of them,
+    lower bounds of 0 and 1 counting as 2 (torch's sizes 0 and 1 are special cases, so it
+    finds ``n >= 2`` wherever ``n`` sizes a tensor).
 
     Raises:
         ValueError: The program's range for the int is narrower than the ``Dim``'s.
@@ -300,7 +302,7 @@ def check_int_bounds(
         found = program.range_constraints.get(val.node.expr)
         if found is None or low is None or high is None:
             continue
-        if found.lower > low or found.upper < high:
+        if found.lower > max(low, 2) or found.upper < high:
             raise ValueError(
                 f"dynamic_shapes[{path!r}] is {spec.spec!r} (range [{low}, {high}]), but the "
                 f"model's code only holds for {path} in [{found.lower}, {found.upper}]. Give "

@@ -59,13 +59,14 @@ def _int_input(program: onnx_export.ONNXProgram, name: str) -> ir.Value:
         pytest.param(Dim.DYNAMIC, id="dynamic"),
         pytest.param("n", id="name"),
         pytest.param(Dim("n", min=2, max=64), id="bounded_dim"),
+        pytest.param(Dim("n", min=1, max=64), id="bounded_dim_from_one"),
     ],
 )
 def test_int_marked_dynamic_is_a_graph_input(spec: Any) -> None:
     model = UsesCount()
     program = _export(model, torch.randn(3, 4), 5, shapes={"x": {0: Dim.DYNAMIC}, "n": spec})
     _int_input(program, "n")
-    for rows, n in ((3, 5), (2, 7), (6, 2), (1, 3)):
+    for rows, n in ((3, 5), (2, 7), (6, 2), (1, 3), (4, 1)):
         assert_onnx_program_close(program, model, torch.randn(rows, 4), n)
 
 
