@@ -81,8 +81,9 @@ def build_adapter_spec(
         >>> spec = build_adapter_spec(  # an int exported dynamic: a graph input, not a constant
         ...     inspect.signature(forward), (np.zeros(2, np.float32), 5), {}, np.zeros(2),
         ...     int_inputs={"scale": "scale"})
-        >>> spec.inputs[1].tensor
-        TensorSpec(name='scale', dtype='int64', shape=(), made_static=(), python_int=True)
+        >>> n = spec.inputs[1].tensor
+        >>> n.name, n.dtype, n.shape, n.python_int
+        ('scale', 'int64', (), True)
     """
     parameters = parameters_from_signature(signature)
     in_leaves, in_tree = tree_flatten(canonicalize_inputs(signature, args, kwargs))

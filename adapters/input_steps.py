@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._binding import Binder, argument_roots
-from ._errors import ConstantMismatchError, InputStructureError
+from ._errors import ConstantMismatchError, InputShapeError, InputStructureError
 from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
 from ._json import Constant
 from ._matchers import ArgumentsMatcher
@@ -264,22 +264,34 @@ class IntsToArrays:
 
     def __init__(self, tensors: Sequence[LeafSpec]) -> None:
         self._ints = tuple(
-            (i, leaf.path)
+            (i, leaf.path, leaf.tensor.int_range or (None, None))
             for i, leaf in enumerate(tensors)
             if leaf.tensor is not None and leaf.tensor.python_int
         )
         self.is_identity = not self._ints
 
     def __call__(self, leaves: list[object]) -> list[object]:
-        """Return the leaves with each such int as an array; raise ``InputStructureError``."""
+        """Return the leaves with each such int as an array.
+
+        Raises:
+            InputStructureError: Not an int (a float, a bool, a tensor).
+            InputShapeError: An int outside the range the program holds for.
+        """
         out = list(leaves)
-        for i, path in self._ints:
+        for i, path, (low, high) in self._ints:
             value = out[i]
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise InputStructureError(
                     f"{path}: expected a Python int (the model was exported with this input "
                     f"dynamic), got {describe_value(value)}. Pass a Python int, as at export "
                     "(int(t) of a 0-d tensor t)."
+                )
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise InputShapeError(
+                    f"{path}: expected an int in [{low}, {'inf' if high is None else high}], "
+                    f"the values the model's code was exported for, got {value}. Re-export "
+                    "with an example in the range you need (torch.export finds the range "
+                    "from the code: a branch on the value, sizes 0 and 1)."
                 )
             out[i] = np.array(value, dtype=np.int64)
         return out

@@ -47,7 +47,8 @@ class DynamicInt:
     """The user's spec of a Python ``int`` input marked dynamic: a 0-d INT64 graph input.
 
     Attributes:
-        spec: What the user gave: ``Dim.DYNAMIC``, a name, or a ``Dim`` (maybe bounded).
+        spec: What the user gave: ``Dim.DYNAMIC``, ``Dim.AUTO``, a name, or a ``Dim``
+            (maybe bounded).
             torch.export is given ``Dim.DYNAMIC`` (it takes no other form on an int);
             a ``Dim``'s bounds are checked against the program's range afterwards.
     """
@@ -210,11 +211,13 @@ def _check(where: str, spec: Any, value: Any) -> Any:
 def _scalar(where: str, spec: Any, value: Any) -> DynamicInt | None:
     """A Python scalar's spec: static (``None``, ``Dim.STATIC``, ``Dim.AUTO``) or an int's dim.
 
-    A static scalar's value is recorded in the adapter and checked on each call; ``Dim.AUTO``
-    (dynamic only where the model allows) is static too. An ``int`` marked dynamic
-    (``Dim.DYNAMIC``, a name, a ``Dim``) becomes a 0-d INT64 graph input; the spec is kept
-    (as a :class:`DynamicInt`).
+    A static scalar's value is recorded in the adapter and checked on each call. An ``int``
+    marked dynamic (``Dim.DYNAMIC``, a name, a ``Dim``) becomes a 0-d INT64 graph input; the
+    spec is kept (as a :class:`DynamicInt`). ``Dim.AUTO`` on an int is torch's: dynamic
+    unless the model's code fixes the value; on other scalars it is static.
     """
+    if spec is Dim.AUTO and type(value) is int:
+        return DynamicInt(spec)
     if spec is Dim.STATIC or spec is Dim.AUTO:
         return None
     dynamic = spec is Dim.DYNAMIC or _is_dim(spec) or isinstance(spec, str)
@@ -308,8 +311,13 @@ def _keyed(spec: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _to_torch(node: Any) -> Any:
-    """torch.export's spec: names and dynamic ints become ``Dim.DYNAMIC`` (all it takes on ints)."""
-    if isinstance(node, (str, DynamicInt)):
+    """torch.export's spec: names and dynamic ints become ``Dim.DYNAMIC`` (all it takes on ints).
+
+    ``Dim.AUTO`` on an int stays (torch makes it a SymInt unless the code fixes it).
+    """
+    if isinstance(node, DynamicInt):
+        return Dim.AUTO if node.spec is Dim.AUTO else Dim.DYNAMIC
+    if isinstance(node, str):
         return Dim.DYNAMIC
     if isinstance(node, dict):
         return {k: _to_torch(v) for k, v in node.items()}

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from torch.export import ExportedProgram
+from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, SymIntArgument, TensorArgument
 from torch.utils import _pytree as pytree
 
@@ -24,6 +24,7 @@ __all__ = [
     "graph_names",
     "warn_merged_dim_names",
     "check_int_bounds",
+    "int_range",
 ]
 
 
@@ -278,18 +279,32 @@ def _user_inputs(program: ExportedProgram) -> list[torch.fx.Node]:
     ]
 
 
+def _finite(bound: Any) -> int | None:
+    """A range bound as an int; ``None`` for torch's ``int_oo`` (a sympy non-Integer)."""
+    if isinstance(bound, int) or bool(getattr(bound, "is_Integer", False)):
+        return int(bound)
+    return None
+
+
+def int_range(program: ExportedProgram, val: torch.SymInt) -> tuple[int | None, int | None]:
+    """The values a SymInt input may take in ``program`` (``None``: unbounded that side)."""
+    found = program.range_constraints.get(val.node.expr)
+    if found is None:
+        return None, None
+    return _finite(found.lower), _finite(found.upper)
+
+
 def check_int_bounds(
     program: ExportedProgram, dynamic_shapes: Any, input_paths: Sequence[str]
 ) -> None:
-    """Refuse a bounded ``Dim`` on a Python int that the model's code narrows further.
+    """Refuse a Python int marked dynamic that the model's code fixes, or narrows past a ``Dim``.
 
     torch.export takes only ``Dim.DYNAMIC`` on an int, so a ``Dim``'s bounds are checked
-    here, as torch checks them on a tensor axis: the program must hold on all of them,
-    lower bounds of 0 and 1 counting as 2 (torch's sizes 0 and 1 are special cases, so it
-    finds ``n >= 2`` wherever ``n`` sizes a tensor).
+    here, as torch checks them on a tensor axis: the program must hold on all of them.
+    ``Dim.AUTO`` lets the code fix the int (it is then a constant).
 
     Raises:
-        ValueError: The program's range for the int is narrower than the ``Dim``'s.
+        ValueError: The program fixes the int, or its range is narrower than the ``Dim``'s.
     """
     if not isinstance(dynamic_shapes, dict):
         return
@@ -298,11 +313,19 @@ def check_int_bounds(
         spec = _spec_at(dynamic_shapes, path.split("."))
         if not isinstance(val, torch.SymInt) or not isinstance(spec, DynamicInt):
             continue
-        low, high = getattr(spec.spec, "min", None), getattr(spec.spec, "max", None)
         found = program.range_constraints.get(val.node.expr)
-        if found is None or low is None or high is None:
+        if found is None or spec.spec is Dim.AUTO:
             continue
-        if found.lower > max(low, 2) or found.upper < high:
+        if found.lower == found.upper:
+            raise ValueError(
+                f"dynamic_shapes[{path!r}] is {spec.spec!r}, but the model's code fixes "
+                f"{path} to {found.lower}. Give Dim.AUTO or None to export it at that value "
+                "(the exported model checks it on each call), or change the code."
+            )
+        low, high = getattr(spec.spec, "min", None), getattr(spec.spec, "max", None)
+        if low is None or high is None:
+            continue
+        if found.lower > low or found.upper < high:
             raise ValueError(
                 f"dynamic_shapes[{path!r}] is {spec.spec!r} (range [{low}, {high}]), but the "
                 f"model's code only holds for {path} in [{found.lower}, {found.upper}]. Give "

@@ -37,8 +37,8 @@ class Scaled(nn.Module):
         return x.softmax(-1) * scale
 
 
-@pytest.mark.parametrize("spec", [Dim.STATIC, Dim.AUTO, None], ids=["static", "auto", "none"])
-def test_python_scalar_takes_static_forms(spec: Any) -> None:
+@pytest.mark.parametrize("spec", [Dim.STATIC, None], ids=["static", "none"])
+def test_python_scalar_takes_static_forms(spec: Any) -> None:  # Dim.AUTO: test_dynamic_ints
     model = Scaled()
     program = _export(model, torch.randn(2, 3), 5, shapes={"x": {0: "batch"}, "scale": spec})
     assert _dims(program) == ["sym", 3]

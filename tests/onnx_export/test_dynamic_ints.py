@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import pytest
 import torch
@@ -20,7 +21,14 @@ from torch import nn
 from torch.export import Dim
 
 import onnx_export
-from onnx_export.adapters import AdapterSpec, InputStructureError
+from onnx_export.adapters import (
+    AdapterSpec,
+    AdapterSpecError,
+    ConstantMismatchError,
+    InputShapeError,
+    InputStructureError,
+    build_adapter_spec,
+)
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
@@ -59,14 +67,13 @@ def _int_input(program: onnx_export.ONNXProgram, name: str) -> ir.Value:
         pytest.param(Dim.DYNAMIC, id="dynamic"),
         pytest.param("n", id="name"),
         pytest.param(Dim("n", min=2, max=64), id="bounded_dim"),
-        pytest.param(Dim("n", min=1, max=64), id="bounded_dim_from_one"),
     ],
 )
 def test_int_marked_dynamic_is_a_graph_input(spec: Any) -> None:
     model = UsesCount()
     program = _export(model, torch.randn(3, 4), 5, shapes={"x": {0: Dim.DYNAMIC}, "n": spec})
     _int_input(program, "n")
-    for rows, n in ((3, 5), (2, 7), (6, 2), (1, 3), (4, 1)):
+    for rows, n in ((3, 5), (2, 7), (6, 2), (1, 3)):
         assert_onnx_program_close(program, model, torch.randn(rows, 4), n)
 
 
@@ -107,9 +114,55 @@ def test_wrong_type_at_call_time_says_an_int_is_expected(value: Any) -> None:
         program(torch.randn(3, 4), value)
 
 
-def test_bounds_the_model_narrows_are_refused_with_the_range_it_holds_for() -> None:
-    with pytest.raises(onnx_export.ExportInputError, match=r"only holds for n in \[0, 8\]"):
-        _export(Slices(), torch.randn(3, 8), 5, shapes={"x": None, "n": Dim("n", max=64)})
+@pytest.mark.parametrize(
+    ("model", "dim", "match"),
+    [
+        pytest.param(Slices(), Dim("n", max=64), r"n in \[0, 8\]", id="slice_bound"),
+        pytest.param(UsesCount(), Dim("n", min=1, max=64), r"n in \[2, ", id="size_from_two"),
+    ],
+)
+def test_bounds_the_model_narrows_are_refused_with_the_range_it_holds_for(
+    model: nn.Module, dim: Any, match: str
+) -> None:
+    x = torch.randn(3, 8)
+    with pytest.raises(onnx_export.ExportInputError, match=f"only holds for {match}"):
+        _export(model, x, 5, shapes={"x": None, "n": dim})
+
+
+@pytest.mark.parametrize(
+    ("model", "n", "match"),
+    [
+        pytest.param(Slices(), 9, r"\[0, 8\]", id="above"),
+        pytest.param(UsesCount(), 1, r"\[2, inf\]", id="below"),
+    ],
+)
+def test_int_outside_the_range_the_program_holds_for_is_refused_at_call_time(
+    model: nn.Module, n: int, match: str
+) -> None:
+    program = _export(model, torch.randn(3, 8), 5, shapes={"x": None, "n": Dim.DYNAMIC})
+    with pytest.raises(InputShapeError, match=f"n: expected an int in {match}"):
+        program(torch.randn(3, 8), n)
+
+
+class FixedByCode(nn.Module):
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.reshape(n, -1) if n == 5 else x
+
+
+def test_auto_int_is_dynamic_where_the_code_allows() -> None:
+    model = UsesCount()
+    program = _export(model, torch.randn(3, 4), 5, shapes={"x": None, "n": Dim.AUTO})
+    _int_input(program, "n")
+    assert_onnx_program_close(program, model, torch.randn(3, 4), 3)
+
+
+def test_auto_int_the_code_fixes_is_a_constant() -> None:
+    model = FixedByCode()
+    program = _export(model, torch.randn(10, 8), 5, shapes={"x": None, "n": Dim.AUTO})
+    assert [v.name for v in program.model.graph.inputs] == ["x"]
+    assert_onnx_program_close(program, model, torch.randn(10, 8), 5)
+    with pytest.raises(ConstantMismatchError, match="n: expected the constant 5"):
+        program(torch.randn(10, 8), 4)
 
 
 @pytest.mark.parametrize(
@@ -134,9 +187,11 @@ def test_spec_json_round_trips_and_older_specs_still_load() -> None:
     older = json.loads(text)  # a spec written before python_int existed: no such key
     for leaf in older["inputs"]:
         leaf.get("tensor", {}).pop("python_int", None)
+        leaf.get("tensor", {}).pop("int_range", None)
     loaded = AdapterSpec.from_json(json.dumps(older))
     assert [leaf.tensor.python_int for leaf in loaded.inputs if leaf.tensor] == [False, False]
     assert [leaf.tensor.python_int for leaf in spec.inputs if leaf.tensor] == [False, True]
+    assert [leaf.tensor.int_range for leaf in spec.inputs if leaf.tensor] == [None, (2, None)]
 
 
 class Nested(nn.Module):
@@ -173,3 +228,28 @@ def test_example_of_one_is_not_specialised() -> None:
     _int_input(program, "n")
     for n in (1, 4):
         assert_onnx_program_close(program, model, torch.randn(3, 4), n)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "match"),
+    [
+        pytest.param({"dtype": "float32", "python_int": True}, "dtype int64 and shape", id="dtype"),
+        pytest.param({"python_int": 1}, "expected true or false", id="not_bool"),
+        pytest.param({"int_range": [2, None]}, "on a Python int input", id="range_on_tensor"),
+        pytest.param({"python_int": True, "int_range": [5, 2]}, "low <= high", id="empty_range"),
+        pytest.param({"python_int": True, "int_range": [2]}, r"\[low, high\]", id="one_bound"),
+    ],
+)
+def test_malformed_int_input_specs_are_refused(tensor: dict[str, Any], match: str) -> None:
+    valid = build_adapter_spec(None, (5,), {}, np.zeros(1), int_inputs={"args.0": "n"})
+    obj = json.loads(valid.to_json())
+    assert obj["inputs"][0]["tensor"] == {
+        "name": "n",
+        "dtype": "int64",
+        "shape": [],
+        "python_int": True,
+    }
+    del obj["inputs"][0]["tensor"]["python_int"]
+    obj["inputs"][0]["tensor"].update(tensor)
+    with pytest.raises(AdapterSpecError, match=match):
+        AdapterSpec.from_json(json.dumps(obj))
