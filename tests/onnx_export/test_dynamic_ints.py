@@ -3,8 +3,9 @@
 torch.export takes ``Dim.DYNAMIC`` on an int and makes it a SymInt; the ONNX model takes
 it as an input and the adapter passes the caller's int. Names and bounded ``Dim``s (which
 torch.export refuses on an int) are accepted too: a name names the dims equal to the int,
-bounds are checked against the range the model's code holds for. Each export runs in
-ONNX Runtime against eager at other values of the int and other sizes.
+bounds are checked against the range the model's code holds for. ``Dim.AUTO`` is torch's
+(dynamic unless the code fixes the value). Each call's int is checked against that range.
+Each export runs in ONNX Runtime against eager at other values of the int and other sizes.
 """
 
 from __future__ import annotations
