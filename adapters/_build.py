@@ -32,6 +32,7 @@ def build_adapter_spec(
     input_shapes: Mapping[int, tuple[Dim, ...]] | None = None,
     output_names: Sequence[str] | None = None,
     output_shapes: Mapping[int, tuple[Dim, ...]] | None = None,
+    int_inputs: Mapping[str, str] | None = None,
 ) -> AdapterSpec:
     """Describe a model's call from the example inputs and eager outputs seen at export.
 
@@ -51,6 +52,10 @@ def build_adapter_spec(
         output_names: Graph output names, one per tensor output; default the dotted path
             (``"output"``, ``"output.0"``, ``"output.logits"``).
         output_shapes: Like ``input_shapes``, for outputs.
+        int_inputs: Python ``int`` inputs that are graph inputs (marked dynamic), not
+            constants: dotted path (``"n"``, ``"cfg.0"``) -> graph name. Each becomes a
+            tensor leaf (``int64``, shape ``()``, ``python_int``), not counted in the
+            tensor index of ``input_names``/``input_shapes``.
 
     Returns:
         The validated spec.
@@ -69,17 +74,25 @@ def build_adapter_spec(
         ...     (np.zeros(2), None), input_shapes={0: ("batch", 3)})
         >>> [(leaf.path, leaf.kind) for leaf in spec.inputs]
         [("x['a']", 'tensor'), ('scale', 'constant')]
-        >>> spec.inputs[0].tensor
-        TensorSpec(name='x.a', dtype='float32', shape=('batch', 3), made_static=())
+        >>> spec.inputs[0].tensor.name, spec.inputs[0].tensor.shape
+        ('x.a', ('batch', 3))
         >>> flat_input_names(spec), flat_output_names(spec)
         (['x.a'], ['output.0'])
+        >>> spec = build_adapter_spec(  # an int exported dynamic: a graph input, not a constant
+        ...     inspect.signature(forward), (np.zeros(2, np.float32), 5), {}, np.zeros(2),
+        ...     int_inputs={"scale": "scale"})
+        >>> n = spec.inputs[1].tensor
+        >>> n.name, n.dtype, n.shape, n.python_int
+        ('scale', 'int64', (), True)
     """
     parameters = parameters_from_signature(signature)
     in_leaves, in_tree = tree_flatten(canonicalize_inputs(signature, args, kwargs))
     paths = input_leaf_paths(in_tree, parameters)
     dotted = _input_dotted_names(in_tree, parameters)
     names_in = _names_from_callable(input_names, paths, in_leaves)
-    inputs = _leaf_specs(in_leaves, paths, dotted, names_in, input_shapes or {}, side="input")
+    inputs = _leaf_specs(
+        in_leaves, paths, dotted, names_in, input_shapes or {}, side="input", ints=int_inputs
+    )
     out_leaves, out_tree = tree_flatten(outputs)
     out_paths = leaf_paths(out_tree, "output")
     names_out = _names_from_sequence(output_names, out_leaves)
@@ -180,11 +193,17 @@ def _leaf_specs(
     shapes: Mapping[int, tuple[Dim, ...]],
     *,
     side: str,
+    ints: Mapping[str, str] | None = None,
 ) -> tuple[LeafSpec, ...]:
     specs: list[LeafSpec] = []
     used: set[str] = set()
     index = 0
     for leaf, path, default_name in zip(leaves, paths, dotted, strict=True):
+        if ints and type(leaf) is int and default_name in ints:
+            tensor = TensorSpec(ints[default_name], "int64", (), python_int=True)
+            specs.append(LeafSpec(path, "tensor", tensor=tensor))
+            used.add(tensor.name)
+            continue
         if not _is_tensor(leaf):
             specs.append(LeafSpec(path, "constant", value=_constant(leaf, path, side)))
             continue

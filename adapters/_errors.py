@@ -131,6 +131,8 @@ class InputDtypeError(InputError):
 class InputShapeError(InputError):
     """A tensor input has another rank, static dimension, or inconsistent symbolic dimension.
 
+    Also raised for a Python int exported dynamic that is outside its exported range.
+
     Example:
         >>> str(InputShapeError("x: expected rank 2, got rank 3"))
         'x: expected rank 2, got rank 3'

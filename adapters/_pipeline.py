@@ -15,6 +15,7 @@ from .input_steps import (
     CheckTensors,
     ComplexToRealView,
     FlattenInputs,
+    IntsToArrays,
     RemoveNones,
 )
 from .output_steps import BuildOutputTree, CheckOutputCount, InsertConstants, RealToComplex
@@ -28,10 +29,11 @@ class InputAdapter:
     Steps, in order: :class:`~adapters.input_steps.BindToSignature`,
     :class:`~adapters.input_steps.FlattenInputs`, :class:`~adapters.input_steps.CheckStructure`,
     :class:`~adapters.input_steps.RemoveNones`, :class:`~adapters.input_steps.CheckConstants`,
-    :class:`~adapters.input_steps.CheckTensors`, :class:`~adapters.input_steps.ComplexToRealView`.
-    numpy arrays and torch tensors are both accepted and passed on unchanged (complex ones as
-    their real view); converting them is the runtime's job. A step with nothing to do for this
-    spec (``is_identity``) is skipped.
+    :class:`~adapters.input_steps.IntsToArrays`, :class:`~adapters.input_steps.CheckTensors`,
+    :class:`~adapters.input_steps.ComplexToRealView`. numpy arrays and torch tensors are both
+    accepted and passed on unchanged (complex ones as their real view; Python ints exported
+    dynamic as 0-d int64 arrays); converting them is the runtime's job. A step with nothing
+    to do for this spec (``is_identity``) is skipped.
 
     Args:
         spec: The adapter spec.
@@ -54,6 +56,7 @@ class InputAdapter:
         self.check_structure = CheckStructure(spec)
         self.remove_nones = RemoveNones(spec.input_tree)
         self.check_constants = CheckConstants(spec.inputs)
+        self.ints_to_arrays = IntsToArrays(tensors)
         self.check_tensors = CheckTensors(tensors)
         self.to_real = ComplexToRealView(tensors)
 
@@ -73,6 +76,7 @@ class InputAdapter:
             self.check_structure,
             self.remove_nones,
             self.check_constants,
+            self.ints_to_arrays,
             self.check_tensors,
             self.to_real,
         )
@@ -94,6 +98,8 @@ class InputAdapter:
             leaves = self.remove_nones(leaves)
         if not self.check_constants.is_identity:
             leaves = self.check_constants(leaves)
+        if not self.ints_to_arrays.is_identity:
+            leaves = self.ints_to_arrays(leaves)
         self.check_tensors(leaves)
         if not self.to_real.is_identity:
             leaves = self.to_real(leaves)

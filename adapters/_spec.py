@@ -147,6 +147,31 @@ def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
             raise spec_error(
                 f"{where}.shape[{axis}]", "an int >= 0 or a symbolic dimension name", dim
             )
+    if type(tensor.python_int) is not bool:
+        raise spec_error(f"{where}.python_int", "a bool", tensor.python_int)
+    if tensor.python_int and (tensor.dtype != "int64" or tensor.shape != ()):
+        raise spec_error(
+            f"{where}",
+            "dtype int64 and shape () for a Python int input",
+            f"dtype {tensor.dtype}, shape {tensor.shape}",
+        )
+    if tensor.int_range is not None:
+        _check_int_range(tensor, f"{where}.int_range")
+
+
+def _check_int_range(tensor: TensorSpec, where: str) -> None:
+    bounds = tensor.int_range
+    ok = (
+        tensor.python_int
+        and isinstance(bounds, tuple)
+        and len(bounds) == 2
+        and all(b is None or type(b) is int for b in bounds)
+    )
+    if not ok:
+        raise spec_error(where, "(low, high) of ints or None, on a Python int input", bounds)
+    low, high = bounds  # type: ignore[misc]  # checked above: a pair
+    if low is not None and high is not None and low > high:
+        raise spec_error(where, "low <= high", bounds)
 
 
 def _check_adapter_spec(spec: AdapterSpec) -> None:

@@ -89,6 +89,10 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
         obj["tensor"] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
         if t.made_static:  # only then: older readers read the other specs unchanged
             obj["tensor"]["made_static"] = list(t.made_static)  # type: ignore[index]
+        if t.python_int:  # likewise: only then
+            obj["tensor"]["python_int"] = True  # type: ignore[index]
+        if t.int_range is not None:
+            obj["tensor"]["int_range"] = list(t.int_range)  # type: ignore[index]
     else:
         obj["value"] = leaf.value
     return obj
@@ -167,7 +171,8 @@ def _read_leaf(obj: object, where: str) -> LeafSpec:
 
 
 def _read_tensor(obj: object, where: str) -> TensorSpec:
-    data = read_object(obj, where, ("name", "dtype", "shape"), ("made_static",))
+    optional = ("made_static", "python_int", "int_range")
+    data = read_object(obj, where, ("name", "dtype", "shape"), optional)
     shape = tuple(
         _read_dim(d, f"{where}.shape[{i}]")
         for i, d in enumerate(read_list(data["shape"], f"{where}.shape"))
@@ -181,7 +186,28 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
         dtype=read_str(data["dtype"], f"{where}.dtype"),
         shape=shape,
         made_static=made_static,
+        python_int=_read_bool(data.get("python_int", False), f"{where}.python_int"),
+        int_range=_read_range(data.get("int_range"), f"{where}.int_range"),
     )
+
+
+def _read_range(obj: object, where: str) -> tuple[int | None, int | None] | None:
+    if obj is None:
+        return None
+    items = read_list(obj, where)
+    if len(items) != 2:
+        raise spec_error(where, "[low, high] (null for no bound)", obj)
+    low, high = (
+        None if b is None else read_int(b, f"{where}[{i}]", minimum=-(2**63))
+        for i, b in enumerate(items)
+    )
+    return low, high
+
+
+def _read_bool(obj: object, where: str) -> bool:
+    if type(obj) is not bool:
+        raise spec_error(where, "true or false", obj)
+    return obj
 
 
 def _read_dim(obj: object, where: str) -> Dim:

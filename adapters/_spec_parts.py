@@ -58,16 +58,25 @@ class TensorSpec:
         made_static: Axes (of an input) that were asked to be dynamic but were exported
             static because the model's code fixes their size
             (``ExportOptions(allow_static_fallback=True)``); shape errors say so.
+        python_int: The input is a Python ``int`` marked dynamic (a SymInt at export):
+            the caller passes an int, the adapter feeds it as a 0-d ``int64`` array.
+            Such a spec has dtype ``"int64"`` and shape ``()``.
+        int_range: For such an int, the values the exported program holds for, ``(low,
+            high)`` with ``None`` for no bound; the adapter refuses others.
 
     Example:
         >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
         ('batch', 16)
+        >>> TensorSpec("n", "int64", (), python_int=True, int_range=(2, None)).int_range
+        (2, None)
     """
 
     name: str
     dtype: str
     shape: tuple[Dim, ...]
     made_static: tuple[int, ...] = ()
+    python_int: bool = False
+    int_range: tuple[int | None, int | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@
    order; they are put back in export order).
 4. :class:`RemoveNones` - drop the ``None`` placeholders; the graph has no input for them.
 5. :class:`CheckConstants` - non-tensor leaves must equal the exported constants; only the
-   tensors go on.
-6. :class:`CheckTensors` - tensor type, dtype, rank, static dims, and one size per symbolic
+   tensors (and the Python ints exported dynamic) go on.
+6. :class:`IntsToArrays` - Python ints exported dynamic become 0-d ``int64`` arrays.
+7. :class:`CheckTensors` - tensor type, dtype, rank, static dims, and one size per symbolic
    dimension name across all inputs.
-7. :class:`ComplexToRealView` - complex tensors become their real view (trailing axis of 2).
+8. :class:`ComplexToRealView` - complex tensors become their real view (trailing axis of 2).
 
 Everything that depends only on the spec is computed when a step is built; calls do the
 minimum. Errors name the input by display path (``past_key_values[1][0]``).
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ._binding import Binder, argument_roots
-from ._errors import ConstantMismatchError, InputStructureError
+from ._errors import ConstantMismatchError, InputShapeError, InputStructureError
 from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
 from ._json import Constant
 from ._matchers import ArgumentsMatcher
@@ -39,6 +42,7 @@ __all__ = [
     "CheckStructure",
     "RemoveNones",
     "CheckConstants",
+    "IntsToArrays",
     "CheckTensors",
     "ComplexToRealView",
 ]
@@ -239,6 +243,58 @@ class CheckConstants:
         if self._all_tensors:
             return leaves
         return [leaves[i] for i in self._tensor_positions]
+
+
+class IntsToArrays:
+    """Step 6: Python ints exported dynamic (``Dim.DYNAMIC`` on an int) become 0-d int64 arrays.
+
+    Args:
+        tensors: The tensor leaf specs, in graph order (the leaves this step gets).
+
+    Attributes:
+        is_identity: True when no input is such an int; the adapter then skips this step.
+
+    Example:
+        >>> from onnx_export.adapters import TensorSpec
+        >>> n = TensorSpec("n", "int64", (), python_int=True)
+        >>> step = IntsToArrays([LeafSpec("n", "tensor", tensor=n)])
+        >>> step([7])
+        [array(7)]
+    """
+
+    def __init__(self, tensors: Sequence[LeafSpec]) -> None:
+        self._ints = tuple(
+            (i, leaf.path, leaf.tensor.int_range or (None, None))
+            for i, leaf in enumerate(tensors)
+            if leaf.tensor is not None and leaf.tensor.python_int
+        )
+        self.is_identity = not self._ints
+
+    def __call__(self, leaves: list[object]) -> list[object]:
+        """Return the leaves with each such int as an array.
+
+        Raises:
+            InputStructureError: Not an int (a float, a bool, a tensor).
+            InputShapeError: An int outside the range the program holds for.
+        """
+        out = list(leaves)
+        for i, path, (low, high) in self._ints:
+            value = out[i]
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise InputStructureError(
+                    f"{path}: expected a Python int (the model was exported with this input "
+                    f"dynamic), got {describe_value(value)}. Pass a Python int, as at export "
+                    "(int(t) of a 0-d tensor t)."
+                )
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise InputShapeError(
+                    f"{path}: expected an int in [{low}, {'inf' if high is None else high}], "
+                    f"the values the model's code was exported for, got {value}. Re-export "
+                    "with an example in the range you need (torch.export finds the range "
+                    "from the code: a branch on the value, sizes 0 and 1)."
+                )
+            out[i] = np.array(value, dtype=np.int64)
+        return out
 
 
 def _constant_error(path: str, expected: Constant, got: object) -> ConstantMismatchError:

@@ -20,6 +20,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "DynamicShapes",
+    "DynamicInt",
     "GeneratedDimName",
     "named_inputs",
     "resolve_dynamic_shapes",
@@ -39,6 +40,20 @@ class GeneratedDimName(str):
     """
 
     __slots__ = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicInt:
+    """The user's spec of a Python ``int`` input marked dynamic: a 0-d INT64 graph input.
+
+    Attributes:
+        spec: What the user gave: ``Dim.DYNAMIC``, ``Dim.AUTO``, a name, or a ``Dim``
+            (maybe bounded).
+            torch.export is given ``Dim.DYNAMIC`` (it takes no other form on an int);
+            a ``Dim``'s bounds are checked against the program's range afterwards.
+    """
+
+    spec: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,24 +208,44 @@ def _check(where: str, spec: Any, value: Any) -> Any:
     return spec  # a custom container: torch.export matches it
 
 
-def _scalar(where: str, spec: Any, value: Any) -> None:
-    """A Python scalar's spec: static (``None``, ``Dim.STATIC``, ``Dim.AUTO``) or refused.
+def _scalar(where: str, spec: Any, value: Any) -> DynamicInt | None:
+    """A Python scalar's spec: static (``None``, ``Dim.STATIC``, ``Dim.AUTO``) or an int's dim.
 
-    A scalar's value is recorded in the adapter and checked on each call, so it is static;
-    ``Dim.AUTO`` (dynamic only where the model allows) is that too.
+    A static scalar's value is recorded in the adapter and checked on each call. An ``int``
+    marked dynamic (``Dim.DYNAMIC``, a name, a ``Dim``) becomes a 0-d INT64 graph input; the
+    spec is kept (as a :class:`DynamicInt`). ``Dim.AUTO`` on an int is torch's: dynamic
+    unless the model's code fixes the value; on other scalars it is static.
     """
+    if spec is Dim.AUTO and type(value) is int:
+        return DynamicInt(spec)
     if spec is Dim.STATIC or spec is Dim.AUTO:
         return None
-    if spec is Dim.DYNAMIC or _is_dim(spec) or isinstance(spec, str):
+    dynamic = spec is Dim.DYNAMIC or _is_dim(spec) or isinstance(spec, str)
+    if dynamic and type(value) is int:
+        if isinstance(spec, str) and not spec.strip():
+            raise ValueError(
+                f"dynamic_shapes[{where!r}] names the int input with an empty string; give "
+                "it a name such as 'n', or Dim.DYNAMIC."
+            )
+        if type(spec).__name__ == "_DerivedDim":
+            raise ValueError(
+                f"dynamic_shapes[{where!r}] is the derived dim {spec!r} for the int "
+                f"{value!r}: torch.export relates ints to no other dim. Give Dim.DYNAMIC, a "
+                "name or a plain Dim (with bounds), and compute the relation in forward."
+            )
+        return DynamicInt(spec)
+    if dynamic:
         raise ValueError(
             f"dynamic_shapes[{where!r}] is {spec!r} for the Python {type(value).__name__} "
-            f"{value!r}: a Python scalar input is exported at its value (the exported model "
-            "checks it on each call). To make it dynamic pass it as a 0-d tensor "
-            "(torch.tensor(value)); otherwise give None, Dim.STATIC or Dim.AUTO."
+            f"{value!r}: only a Python int can be a dynamic scalar (torch.export makes a "
+            f"SymInt of it; it has no dynamic {type(value).__name__}). To make it dynamic "
+            "pass it as a 0-d tensor (torch.tensor(value)); otherwise give None, "
+            "Dim.STATIC or Dim.AUTO (the model is exported at this value and checks it on "
+            "each call)."
         )
     raise ValueError(
         f"dynamic_shapes[{where!r}] is {spec!r}, but that input is {value!r}, not a "
-        "tensor: only tensor dimensions can be dynamic; leave it out."
+        "tensor: only tensor dimensions and Python ints can be dynamic; leave it out."
     )
 
 
@@ -276,6 +311,12 @@ def _keyed(spec: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _to_torch(node: Any) -> Any:
+    """torch.export's spec: names and dynamic ints become ``Dim.DYNAMIC`` (all it takes on ints).
+
+    ``Dim.AUTO`` on an int stays (torch makes it a SymInt unless the code fixes it).
+    """
+    if isinstance(node, DynamicInt):
+        return Dim.AUTO if node.spec is Dim.AUTO else Dim.DYNAMIC
     if isinstance(node, str):
         return Dim.DYNAMIC
     if isinstance(node, dict):

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from onnx_export._dtypes import to_torch_dtype
 from onnx_export.adapters import AdapterSpec, build_adapter_spec
 from onnx_export.capture._shape_fixes import StaticDim
+from onnx_export.translation._translate import INT_RANGE_KEY, PYTHON_INT_KEY
 
 __all__ = ["build_spec", "with_made_static"]
 
@@ -79,14 +80,23 @@ def build_spec(
     model: ir.Model,
     user_outputs: Sequence[Any],
 ) -> AdapterSpec:
-    """The adapter spec for ``model``, exported from ``program`` with these example inputs."""
-    inputs = list(model.graph.inputs)
+    """The adapter spec for ``model``, exported from ``program`` with these example inputs.
+
+    Graph inputs fed from a Python int (marked dynamic) are matched to their leaf by path;
+    the others are the tensor leaves, in order.
+    """
+    inputs = [v for v in model.graph.inputs if PYTHON_INT_KEY not in v.meta]
+    int_inputs = {
+        str(v.meta[PYTHON_INT_KEY]): str(v.name)
+        for v in model.graph.inputs
+        if PYTHON_INT_KEY in v.meta
+    }
     outputs = [v for v in user_outputs if isinstance(v, ir.Value)]
     input_leaves = [
         leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)
     ]
     complex_inputs = [leaf.is_complex() for leaf in input_leaves]
-    return build_adapter_spec(
+    spec = build_adapter_spec(
         signature,
         args,
         kwargs,
@@ -98,4 +108,27 @@ def build_spec(
         },
         output_names=[str(v.name) for v in outputs],
         output_shapes={i: _dims(v, bool(v.meta.get("complex"))) for i, v in enumerate(outputs)},
+        int_inputs=int_inputs,
     )
+    ranges = {
+        str(v.name): v.meta[INT_RANGE_KEY] for v in model.graph.inputs if INT_RANGE_KEY in v.meta
+    }
+    return _with_int_ranges(spec, ranges)
+
+
+def _with_int_ranges(
+    spec: AdapterSpec, ranges: dict[str, tuple[int | None, int | None]]
+) -> AdapterSpec:
+    """``spec`` with each dynamic int's range (from the program), checked on each call."""
+    if not ranges:
+        return spec
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        if tensor is None or not tensor.python_int or tensor.name not in ranges:
+            leaves.append(leaf)
+            continue
+        low, high = ranges[tensor.name]
+        tensor = dataclasses.replace(tensor, int_range=(low, high))
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves))

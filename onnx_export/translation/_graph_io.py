@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from onnx_export._options import ExportOptions
 from onnx_export.capture._call import Call
 from onnx_export.errors import ExportInputError
+from onnx_export.translation._translate import PYTHON_INT_KEY
 
 __all__ = ["canonical_input_order", "name_graph_io", "rename_values"]
 
@@ -36,10 +37,12 @@ def canonical_input_order(
 
     Both are the same call, so they hold the same tensor objects: each canonical tensor
     is matched to the captured one that is the same object (in order, for a tensor
-    passed twice).
+    passed twice). Inputs fed from Python ints (marked dynamic) stay where they are; the
+    adapter feeds them by name.
     """
     given, wanted = _tensor_leaves(captured), _tensor_leaves(canonical)
-    inputs = list(graph.inputs)
+    slots = [i for i, v in enumerate(graph.inputs) if PYTHON_INT_KEY not in v.meta]
+    inputs = [graph.inputs[i] for i in slots]
     if len(given) != len(inputs) or len(wanted) != len(inputs):
         return  # constants folded into the graph: nothing to match against
     free = list(range(len(given)))
@@ -51,8 +54,11 @@ def canonical_input_order(
         free.remove(index)
         order.append(index)
     if order != sorted(order):
+        reordered = list(graph.inputs)
+        for slot, index in zip(slots, order, strict=True):
+            reordered[slot] = inputs[index]
         graph.inputs.clear()
-        graph.inputs.extend(inputs[i] for i in order)
+        graph.inputs.extend(reordered)
 
 
 def _unique_elsewhere(graph: ir.Graph, value: ir.Value, name: str) -> None:

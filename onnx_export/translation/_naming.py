@@ -9,11 +9,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, TensorArgument
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind, SymIntArgument, TensorArgument
 from torch.utils import _pytree as pytree
 
-from onnx_export.capture._dynamic import GeneratedDimName, key_text
+from onnx_export.capture._dynamic import DynamicInt, GeneratedDimName, key_text
 from onnx_export.errors import DimensionNameWarning
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "dim_names_from_program",
     "graph_names",
     "warn_merged_dim_names",
+    "check_int_bounds",
+    "int_range",
 ]
 
 
@@ -245,9 +247,14 @@ def dim_names_from_program(
     _walk_spec(program.call_spec.in_spec, [], positional, positional=True)
     for index, (path, node) in enumerate(zip(input_paths, user_inputs, strict=True)):
         val = node.meta.get("val")
+        spec = _spec_at(dynamic_shapes, path.split("."))
+        if isinstance(val, torch.SymInt) and isinstance(spec, DynamicInt):
+            name = _dim_name(spec.spec)  # a dynamic int named "n": dims equal to it read "n"
+            if name is not None:
+                result.setdefault(str(val.node.expr), name)
+            continue
         if not isinstance(val, torch.Tensor):
             continue
-        spec = _spec_at(dynamic_shapes, path.split("."))
         if spec is None and index < len(positional):
             spec = _spec_at(dynamic_shapes, [path.split(".")[0], *positional[index][2:]])
         for axis, name in _axis_names(spec, val).items():
@@ -263,6 +270,70 @@ def dim_names_from_program(
     return DimNames(result, tuple(merged))
 
 
+def _user_inputs(program: ExportedProgram) -> list[torch.fx.Node]:
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    return [
+        node
+        for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=True)
+        if spec.kind == InputKind.USER_INPUT
+    ]
+
+
+def _finite(bound: Any) -> int | None:
+    """A range bound as an int; ``None`` for torch's ``int_oo`` (a sympy non-Integer)."""
+    if isinstance(bound, int) or bool(getattr(bound, "is_Integer", False)):
+        return int(bound)
+    return None
+
+
+def int_range(program: ExportedProgram, val: torch.SymInt) -> tuple[int | None, int | None]:
+    """The values a SymInt input may take in ``program`` (``None``: unbounded that side)."""
+    found = program.range_constraints.get(val.node.expr)
+    if found is None:
+        return None, None
+    return _finite(found.lower), _finite(found.upper)
+
+
+def check_int_bounds(
+    program: ExportedProgram, dynamic_shapes: Any, input_paths: Sequence[str]
+) -> None:
+    """Refuse a Python int marked dynamic that the model's code fixes, or narrows past a ``Dim``.
+
+    torch.export takes only ``Dim.DYNAMIC`` on an int, so a ``Dim``'s bounds are checked
+    here, as torch checks them on a tensor axis: the program must hold on all of them.
+    ``Dim.AUTO`` lets the code fix the int (it is then a constant).
+
+    Raises:
+        ValueError: The program fixes the int, or its range is narrower than the ``Dim``'s.
+    """
+    if not isinstance(dynamic_shapes, dict):
+        return
+    for path, node in zip(input_paths, _user_inputs(program), strict=True):
+        val = node.meta.get("val")
+        spec = _spec_at(dynamic_shapes, path.split("."))
+        if not isinstance(val, torch.SymInt) or not isinstance(spec, DynamicInt):
+            continue
+        found = program.range_constraints.get(val.node.expr)
+        if found is None or spec.spec is Dim.AUTO:
+            continue
+        if found.lower == found.upper:
+            raise ValueError(
+                f"dynamic_shapes[{path!r}] is {spec.spec!r}, but the model's code fixes "
+                f"{path} to {found.lower}. Give Dim.AUTO or None to export it at that value "
+                "(the exported model checks it on each call), or change the code."
+            )
+        low, high = getattr(spec.spec, "min", None), getattr(spec.spec, "max", None)
+        if low is None or high is None:
+            continue
+        if found.lower > low or found.upper < high:
+            raise ValueError(
+                f"dynamic_shapes[{path!r}] is {spec.spec!r} (range [{low}, {high}]), but the "
+                f"model's code only holds for {path} in [{found.lower}, {found.upper}]. Give "
+                f"Dim({_dim_name(spec.spec)!r}, min={found.lower}, max={found.upper}) or "
+                "narrower, or Dim.DYNAMIC."
+            )
+
+
 def warn_merged_dim_names(merged: Sequence[MergedDimName]) -> None:
     """One ``DimensionNameWarning`` per unused axis name, at the caller's caller's line.
 
@@ -275,7 +346,10 @@ def warn_merged_dim_names(merged: Sequence[MergedDimName]) -> None:
 def graph_names(
     model: torch.nn.Module, program: ExportedProgram
 ) -> tuple[list[str], list[str], list[str]]:
-    """Leaf paths of the inputs, names of the tensor inputs and of the outputs, for ONNX."""
+    """Leaf paths of the inputs, names of the graph inputs and of the outputs, for ONNX.
+
+    The graph inputs are the tensors and the Python ints marked dynamic (SymInts).
+    """
     signature = inspect.signature(model.forward)
     positional = [  # the captured call: positional parameters keep their names
         p.name
@@ -292,7 +366,7 @@ def graph_names(
     tensor_inputs = [
         path
         for path, spec in zip(paths, user_specs, strict=True)
-        if isinstance(spec.arg, TensorArgument)
+        if isinstance(spec.arg, (TensorArgument, SymIntArgument))
     ]
     taken = set(tensor_inputs)
     outputs = [f"{o}_out" if o in taken else o for o in output_paths(program.call_spec.out_spec)]

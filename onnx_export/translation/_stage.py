@@ -16,8 +16,12 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export._dtypes import PACKED_X2
-from onnx_export.errors import ConversionError, UnsupportedOpsError
-from onnx_export.translation._naming import dim_names_from_program, graph_names
+from onnx_export.errors import ConversionError, ExportInputError, UnsupportedOpsError
+from onnx_export.translation._naming import (
+    check_int_bounds,
+    dim_names_from_program,
+    graph_names,
+)
 from onnx_export.translation._translate import (
     NodeTranslationError,
     TranslationResult,
@@ -97,12 +101,17 @@ def translate_program(
     """Translate ``program`` with the dispatch ``decisions`` already made for its nodes.
 
     Raises:
+        ExportInputError: A bounded ``Dim`` on a Python int that the model narrows.
         NodeTranslationError: One node's ONNX function failed (see ``conversion_error``).
         ConversionError: The graph uses something ONNX export does not support.
     """
     _check_float4_opset(program, opset_version)
     paths, input_names, output_names = graph_names(module, program)
     names = user_dynamic.names if user_dynamic is not None else None
+    try:
+        check_int_bounds(program, names, paths)
+    except ValueError as e:
+        raise ExportInputError(f"{e}") from e
     dim_names = dim_names_from_program(program, names, paths)
     try:
         result = translate(

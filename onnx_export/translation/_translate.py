@@ -22,7 +22,7 @@ from onnx_export.ops._target_opset import targeting
 from onnx_export.translation._builder import TaggingGraphBuilder
 from onnx_export.translation._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export.translation._dispatch import Dispatch, dispatch
-from onnx_export.translation._naming import MergedDimName
+from onnx_export.translation._naming import MergedDimName, int_range
 from onnx_export.translation._operands import complex_scalar_dispatch, operand_values
 from onnx_export.translation._recorder import recording
 from onnx_export.translation._source import NodeOrigin, node_origin
@@ -36,9 +36,17 @@ __all__ = [
     "find_unsupported",
     "walk_call_nodes",
     "decision_key",
+    "PYTHON_INT_KEY",
+    "INT_RANGE_KEY",
 ]
 
 _PRODUCER_OPSET = PRODUCER_OPSET
+
+PYTHON_INT_KEY = "onnx_export.python_int"
+"""``ir.Value.meta`` key of a graph input fed from a Python int: its input path (``"n"``)."""
+
+INT_RANGE_KEY = "onnx_export.int_range"
+"""``ir.Value.meta`` key of such an input's range, ``(low, high)``, ``None`` where unbounded."""
 
 # Higher-order ops whose body is simply inlined: (operand index where the body starts).
 _INLINED_HOPS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
@@ -367,11 +375,27 @@ class _Translator:
                 self.graph.inputs.append(value)
                 self._used_names.add(str(value.name))
                 env[node] = value
+            elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.SymInt):
+                low, high = int_range(program, val)
+                if low is not None and low == high:  # the code fixes it: a constant
+                    next(names)
+                    env[node] = low
+                else:
+                    env[node] = self._int_input(next(names), (low, high))
             elif spec.kind == InputKind.USER_INPUT:
                 env[node] = val  # Python constant (int, float, bool, str, None)
             else:
                 raise NotImplementedError(f"graph input of kind {spec.kind.name}")
         return env
+
+    def _int_input(self, name: str, bounds: tuple[int | None, int | None]) -> ir.Value:
+        """A Python int marked dynamic: a 0-d INT64 graph input (the adapter passes the int)."""
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+        value.meta[PYTHON_INT_KEY] = name
+        value.meta[INT_RANGE_KEY] = bounds
+        self.graph.inputs.append(value)
+        self._used_names.add(name)
+        return value
 
     def _graph_output(self, raw: Any, seen: set[int]) -> ir.Value:
         value: ir.Value = raw if isinstance(raw, ir.Value) else self.builder.constant(raw)

@@ -242,6 +242,7 @@ def test_steps_run_in_documented_order() -> None:
         "CheckStructure",
         "RemoveNones",
         "CheckConstants",
+        "IntsToArrays",
         "CheckTensors",
         "ComplexToRealView",
     ]

@@ -37,8 +37,8 @@ class Scaled(nn.Module):
         return x.softmax(-1) * scale
 
 
-@pytest.mark.parametrize("spec", [Dim.STATIC, Dim.AUTO, None], ids=["static", "auto", "none"])
-def test_python_scalar_takes_static_forms(spec: Any) -> None:
+@pytest.mark.parametrize("spec", [Dim.STATIC, None], ids=["static", "none"])
+def test_python_scalar_takes_static_forms(spec: Any) -> None:  # Dim.AUTO: test_dynamic_ints
     model = Scaled()
     program = _export(model, torch.randn(2, 3), 5, shapes={"x": {0: "batch"}, "scale": spec})
     assert _dims(program) == ["sym", 3]
@@ -46,9 +46,17 @@ def test_python_scalar_takes_static_forms(spec: Any) -> None:
         assert_onnx_program_close(program, model, torch.randn(batch, 3), 5)
 
 
-def test_python_scalar_marked_dynamic_is_refused_with_what_to_do() -> None:
+def test_python_int_marked_dynamic_is_an_input() -> None:
+    model = Scaled()
+    program = _export(model, torch.randn(2, 3), 5, shapes={"x": None, "scale": Dim.DYNAMIC})
+    assert [v.name for v in program.model.graph.inputs] == ["x", "scale"]
+    for scale in (5, 3):
+        assert_onnx_program_close(program, model, torch.randn(2, 3), scale)
+
+
+def test_python_float_marked_dynamic_is_refused_with_what_to_do() -> None:
     with pytest.raises(onnx_export.ExportInputError, match="pass it as a 0-d tensor"):
-        _export(Scaled(), torch.randn(2, 3), 5, shapes={"x": None, "scale": Dim.DYNAMIC})
+        _export(Scaled(), torch.randn(2, 3), 2.5, shapes={"x": None, "scale": Dim.DYNAMIC})
 
 
 @pytest.mark.parametrize(
