@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import onnx_export
 from onnx_export.cli import _common as _cli_common
 from onnx_export.cli import _factory as _cli_factory
 from onnx_export.cli import main
@@ -385,3 +386,28 @@ def test_demo(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Result: outputs match PyTorch." in result.stdout
     assert (tmp_path / "demo.onnx").is_file() and (tmp_path / "demo.sarif").is_file()
+
+
+def test_a_module_of_the_same_name_from_another_folder_is_not_reused(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In one process, `factories` imported from folder a must not answer for folder b's
+    # `factories.py` once b is the one on sys.path (xdist ran test_cli.py after another
+    # file's `factories` module, and `verify` got that module's model).
+    outputs = []
+    for name, width in (("a", 4), ("b", 8)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "factories.py").write_text(
+            "import torch\n\n\ndef make():\n"
+            f"    return torch.nn.Linear({width}, 2), (torch.randn(3, {width}),)\n"
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.syspath_prepend(str(folder))
+            out = folder / "m.onnx"
+            assert main(["export", "factories:make", "-o", str(out)]) == 0
+        outputs.append(onnx_export.load(out))
+    capsys.readouterr()
+    for model, width in zip(outputs, (4, 8), strict=True):
+        x = np.ones((3, width), np.float32)
+        assert model(x).shape == (3, 2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import pathlib
@@ -89,12 +90,13 @@ def _import(module_part: str) -> types.ModuleType:
         return _import_path(pathlib.Path(module_part))
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does, for the console script
-    local = pathlib.Path(os.getcwd(), *module_part.split(".")).with_suffix(".py")
     loaded = getattr(sys.modules.get(module_part), "__file__", None)
-    if loaded and local.is_file() and pathlib.Path(loaded).resolve() != local.resolve():
+    meant = _file_on_path(module_part) if loaded else None
+    if loaded and meant is not None and pathlib.Path(loaded).resolve() != meant.resolve():
         # An earlier call in this process imported another folder's module of that name:
-        # this folder's file is meant (``main()`` called from several folders).
-        return _import_path(local)
+        # the file the current folder or sys.path holds now is meant (``main()`` called
+        # from several folders, or with sys.path changed between calls).
+        return _import_path(meant)
     try:
         return importlib.import_module(module_part)
     except ModuleNotFoundError as e:
@@ -106,6 +108,21 @@ def _import(module_part: str) -> types.ModuleType:
         raise UsageError(f"importing {module_part!r} raised {_describe(e)}") from e
     except Exception as e:
         raise UsageError(f"importing {module_part!r} raised {_describe(e)}") from e
+
+
+def _file_on_path(module_part: str) -> pathlib.Path | None:
+    """The ``.py`` file that importing ``module_part`` afresh would run.
+
+    The current folder's first, then the first on ``sys.path`` (top-level modules only).
+    """
+    local = pathlib.Path(os.getcwd(), *module_part.split(".")).with_suffix(".py")
+    if local.is_file():
+        return local
+    if "." in module_part:
+        return None
+    spec = importlib.machinery.PathFinder.find_spec(module_part, sys.path)
+    origin = getattr(spec, "origin", None)
+    return pathlib.Path(origin) if origin and origin.endswith(".py") else None
 
 
 def _import_path(path: pathlib.Path) -> types.ModuleType:
