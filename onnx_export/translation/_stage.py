@@ -66,28 +66,32 @@ def conversion_error(error: NodeTranslationError) -> ConversionError:
 _FLOAT4_OPSET = 23  # ONNX's FLOAT4E2M1 appears in opset 23
 
 
-def required_opset(program: ExportedProgram) -> int | None:
-    """The lowest opset that can hold the program's dtypes, where the default cannot."""
+def _float4_node(program: ExportedProgram) -> Any:
+    """The first FX node whose value is a ``float4_e2m1fn_x2`` tensor, or None."""
     for node in program.graph.nodes:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.dtype in PACKED_X2:
-            return _FLOAT4_OPSET
+            return node
     return None
+
+
+def required_opset(program: ExportedProgram) -> int | None:
+    """The lowest opset that can hold the program's dtypes, where the default cannot."""
+    return _FLOAT4_OPSET if _float4_node(program) is not None else None
 
 
 def _check_float4_opset(program: ExportedProgram, opset_version: int) -> None:
     """Refuse ``float4_e2m1fn_x2`` tensors below opset 23, which has no op that takes them."""
     if opset_version >= _FLOAT4_OPSET:
         return
-    for node in program.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype in PACKED_X2:
-            raise ConversionError(
-                f"The model has {val.dtype} tensors (FX node {node.name!r}), which ONNX has "
-                f"as FLOAT4E2M1 from opset {_FLOAT4_OPSET} on; opset {opset_version} has no "
-                f"op that takes them. Export with ExportOptions(opset_version={_FLOAT4_OPSET}) "
-                f"(CLI: --opset {_FLOAT4_OPSET})."
-            )
+    node = _float4_node(program)
+    if node is not None:
+        raise ConversionError(
+            f"The model has {node.meta['val'].dtype} tensors (FX node {node.name!r}), which "
+            f"ONNX has as FLOAT4E2M1 from opset {_FLOAT4_OPSET} on; opset {opset_version} "
+            f"has no op that takes them. Export with "
+            f"ExportOptions(opset_version={_FLOAT4_OPSET}) (CLI: --opset {_FLOAT4_OPSET})."
+        )
 
 
 def translate_program(
