@@ -88,6 +88,7 @@ class _Step:
 
     past: list[dict[str, torch.Tensor]]
     bias: torch.Tensor
+    padding: torch.Tensor
     rotary: tuple[torch.Tensor, torch.Tensor] | None
     presents: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
     deferred: int = 0
@@ -125,6 +126,7 @@ def _attention(
         past["key"],
         past["value"],
         step.bias.to(query.dtype),
+        step.padding.to(query.dtype),
         cos,
         sin,
         1 if rotary else 0,
@@ -240,13 +242,14 @@ class FusedCausalLM(nn.Module):
         cache = dynamic_cache(past_key_values)
         cache.update = _keep_new  # GQA appends to the cache itself
         dtype = past_key_values[0]["key"].dtype
-        # 0 for tokens, the dtype's minimum for padding: (mask - 1) * max, three nodes
-        bias = (attention_mask[:, None, None, :] - 1).to(dtype) * torch.finfo(dtype).max
+        # 0 for tokens, the dtype's minimum for padding (Cast + Where); GQA wants it
+        # (batch, 1, new, total): ORT checks dim 2 (no broadcasting)
+        padding = torch.where(attention_mask.bool(), 0.0, torch.finfo(dtype).min).to(dtype)
         rotary = None
         if self.rotary:
             rotary = (self.get_buffer("cos_cache"), self.get_buffer("sin_cache"))
-        bias = bias.expand(-1, -1, input_ids.shape[1], -1)
-        step = _Step(past_key_values, bias, rotary)
+        bias = padding[:, None, None, :].expand(-1, -1, input_ids.shape[1], -1)
+        step = _Step(past_key_values, bias, padding, rotary)
         extra = {"logits_to_keep": 1} if self.keeps_logits else {}
         _CURRENT.append(step)
         try:

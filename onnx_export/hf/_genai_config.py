@@ -4,9 +4,11 @@ onnxruntime-genai's ``og.Model(folder)`` reads this file to drive a decoder: the
 input and output names (ours: ``input_ids``, ``attention_mask``, ``position_ids``,
 ``past_key_values.%d.key``/``.value``; ``logits``, ``present.%d.key``/``.value``), the
 head counts and sizes, the special tokens and the search defaults (from
-``generation_config.json``). Our graph returns its presents as new tensors (past +
-new), so ``past_present_share_buffer`` is false: genai passes the presents back as the
-next pasts. Written by :func:`onnx_export.hf.export_pretrained` only; nothing here
+``generation_config.json``). ``past_present_share_buffer`` is true when the export
+marked the graph so (``onnx_export.past_present_share_buffer``: every past goes to one
+GroupQueryAttention only, which updates the cache in place): genai then binds each past
+and its present to one max-length buffer, as for its own graphs. Otherwise the presents
+are new tensors (past + new) that genai passes back as the next pasts. Written by :func:`onnx_export.hf.export_pretrained` only; nothing here
 imports onnxruntime-genai.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import pathlib
 from typing import Any
+
+from onnx_export.hf._session import SHARE_BUFFER_KEY
 
 __all__ = ["GENAI_CONFIG_NAME", "write_genai_config"]
 
@@ -43,7 +47,7 @@ def _first(value: Any) -> Any:
     return value[0] if isinstance(value, (list, tuple)) and value else value
 
 
-def _search(generation: Any, context: int) -> dict[str, Any]:
+def _search(generation: Any, context: int, share_buffer: bool) -> dict[str, Any]:
     def get(name: str, default: Any) -> Any:
         value = getattr(generation, name, None) if generation is not None else None
         return default if value is None else value
@@ -62,7 +66,7 @@ def _search(generation: Any, context: int) -> dict[str, Any]:
         "top_k": int(get("top_k", 50)),
         "top_p": float(get("top_p", 1.0)),
         "diversity_penalty": 0.0,
-        "past_present_share_buffer": False,
+        "past_present_share_buffer": share_buffer,
     }
 
 
@@ -70,7 +74,10 @@ def write_genai_config(folder: pathlib.Path, model: Any) -> str:
     """Write ``genai_config.json`` for the decoder ``model.onnx`` in ``folder``; its name."""
     import onnx
 
-    graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    proto = onnx.load(folder / "model.onnx", load_external_data=False)
+    graph = proto.graph
+    metadata = {entry.key: entry.value for entry in proto.metadata_props}
+    share_buffer = metadata.get(SHARE_BUFFER_KEY) == "1"
     input_names = [i.name for i in graph.input]
     config = model.config
     heads = int(config.num_attention_heads)
@@ -111,7 +118,7 @@ def write_genai_config(folder: pathlib.Path, model: Any) -> str:
             "type": model_type if model_type in _GENAI_TYPES else "llama",
             "vocab_size": int(config.vocab_size),
         },
-        "search": _search(getattr(model, "generation_config", None), context),
+        "search": _search(getattr(model, "generation_config", None), context, share_buffer),
     }
     (folder / GENAI_CONFIG_NAME).write_text(json.dumps(body, indent=4) + "\n")
     return GENAI_CONFIG_NAME

@@ -38,6 +38,7 @@ def group_query_attention(
     past_key: torch.Tensor,
     past_value: torch.Tensor,
     attention_bias: torch.Tensor,
+    padding: torch.Tensor,
     cos_cache: torch.Tensor,
     sin_cache: torch.Tensor,
     do_rotary: int,
@@ -48,7 +49,8 @@ def group_query_attention(
     """Attention over past + new keys: (batch, new, heads * head size), presents.
 
     ``query`` is (batch, heads, new, head size), ``key``/``value`` (batch, kv heads, new,
-    head size), ``attention_bias`` (batch, 1, new, total) 0 or the dtype's minimum;
+    head size), ``attention_bias`` (batch, 1, new, total) 0 or the dtype's minimum,
+    ``padding`` its (batch, total) row, which the ONNX translation reads the lengths from;
     ``cos_cache``/``sin_cache`` (positions, rotary / 2) are read only when ``do_rotary``:
     the new tokens rotate at their physical positions (past length + i), whatever the
     padding; the scores depend only on position differences, which the padding of a row
@@ -87,6 +89,7 @@ def _fake(
     past_key: torch.Tensor,
     past_value: torch.Tensor,
     attention_bias: torch.Tensor,
+    padding: torch.Tensor,
     cos_cache: torch.Tensor,
     sin_cache: torch.Tensor,
     do_rotary: int,
@@ -109,6 +112,7 @@ def group_query_attention_onnx(
     past_key: Any,
     past_value: Any,
     attention_bias: Any,
+    padding: Any,
     cos_cache: Any,
     sin_cache: Any,
     do_rotary: int,
@@ -118,18 +122,26 @@ def group_query_attention_onnx(
 ) -> Any:
     """The op as one ``com.microsoft.GroupQueryAttention`` (inputs BSNH-packed).
 
-    ``seqlens_k`` is the total length - 1 for every row (the padding is in the bias);
-    the heads come from the past's shape and the query's packed width.
+    ``seqlens_k`` is the total length - 1 for every row (the padding is in the bias):
+    the last 0 of each ``padding`` row, as left padding keeps the last position real
+    (one ``ArgMax``); ``total_sequence_length`` is ``padding``'s width, a (1,) tensor.
+    Every layer's copies of these are the same nodes, merged by the GQA pass's common
+    subexpression elimination. The heads come from the past's shape and the query's
+    packed width.
     """
+    import onnx_ir as ir
+
     from onnx_export.ops._opset import opset as op
 
     packed = op.Constant(value_ints=[0, 0, -1])
     q = op.Reshape(op.Transpose(query, perm=[0, 2, 1, 3]), packed)
     k = op.Reshape(op.Transpose(key, perm=[0, 2, 1, 3]), packed)
     v = op.Reshape(op.Transpose(value, perm=[0, 2, 1, 3]), packed)
-    total = op.Shape(attention_bias, start=3, end=4)
-    last = op.Cast(op.Sub(total, op.Constant(value_ints=[1])), to=6)  # int32
-    seqlens_k = op.Expand(last, op.Shape(attention_bias, end=1))  # (batch,)
+    if getattr(padding, "dtype", None) != ir.DataType.FLOAT:  # ORT's CPU ArgMax: float
+        padding = op.Cast(padding, to=ir.DataType.FLOAT)
+    last = op.ArgMax(padding, axis=1, keepdims=0, select_last_index=1)  # (batch,)
+    seqlens_k = op.Cast(last, to=6)  # int32
+    total = op.Cast(op.Shape(padding, start=1, end=2), to=6)
     rotary = (cos_cache, sin_cache, None) if do_rotary else (None, None, None)
     return _gqa_op()(
         q,
@@ -138,7 +150,7 @@ def group_query_attention_onnx(
         past_key,
         past_value,
         seqlens_k,
-        op.Squeeze(op.Cast(total, to=6)),
+        total,
         *rotary,
         attention_bias,
         num_heads=_heads(query),

@@ -73,6 +73,32 @@ def _gemm_as_matmul(graph: ir.Graph, gemm: ir.Node) -> bool:
     return True
 
 
+#: Fused norms whose outputs after the first are statistics (or the sum) nothing may read.
+_NORMS = {
+    "SkipSimplifiedLayerNormalization": (1, 2),
+    "SkipLayerNormalization": (1, 2),
+    "SimplifiedLayerNormalization": (1,),
+    "LayerNormalization": (1, 2),
+}
+
+
+def _drop_unread_statistics(graph: ir.Graph) -> int:
+    """Optional norm outputs (mean, inverse std) that nothing reads are left out.
+
+    The kernel then does not write them: one (batch, sequence) buffer less per norm.
+    """
+    dropped = 0
+    for node in graph:
+        for index in _NORMS.get(node.op_type, ()):
+            if index >= len(node.outputs):
+                continue
+            value = node.outputs[index]
+            if value.name and not value.uses() and not value.is_graph_output():
+                value.name = ""  # an empty name: the optional output is absent
+                dropped += 1
+    return dropped
+
+
 def fuse_for_onnxruntime(model: ir.Model) -> dict[str, int]:
     """Apply ONNX Runtime's fusions in place; return how often each one applied."""
     from onnxscript.rewriter import ort_fusions
@@ -92,6 +118,7 @@ def fuse_for_onnxruntime(model: ir.Model) -> dict[str, int]:
     finally:
         quiet.setLevel(level)
     counts.update(lean_group_query_attention(model))
+    counts["unread norm statistics dropped"] = _drop_unread_statistics(model.graph)
     applied = {name: count for name, count in counts.items() if count}
     graph = model.graph
     for value in list(graph.initializers.values()):

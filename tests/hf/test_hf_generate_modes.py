@@ -70,6 +70,7 @@ def test_mode_gives_transformers_tokens(
 @pytest.mark.parametrize(
     "mode",
     [
+        {},  # plain greedy: rows that ended take pad_token_id, the loop stops when all have
         {"num_beams": 3, "early_stopping": True},
         {"num_beams": 3, "early_stopping": False},
         {"num_beams": 3, "early_stopping": "never"},
@@ -78,7 +79,7 @@ def test_mode_gives_transformers_tokens(
         {"min_length": 12},
         {"bad_words_ids": [[1]]},  # EOS alone stays allowed, as in transformers
     ],
-    ids=["beams-early", "beams-late", "beams-never", "beams-all", "min-new", "min-len", "bad-eos"],
+    ids=["greedy", "beams-early", "beams-late", "beams-never", "beams-all", "min-new", "min-len", "bad-eos"],
 )
 def test_modes_with_eos_give_transformers_tokens(
     exported: Callable[[str], Exported], mode: dict[str, Any], batch: int

@@ -98,6 +98,14 @@ def test_llama_is_one_gqa_per_layer_with_transformers_tokens(tmp_path: pathlib.P
     assert ops["MatMul"] == 5 * layers + 1, ops
     assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers, ops
     assert "RotaryEmbedding" not in ops and "Sin" not in ops, ops  # rotary inside GQA
+    # GQA's lengths, once for all layers: the last real position of the padding row
+    # (ArgMax) and its width (Shape); the bias is Cast + Where + Unsqueeze + Expand
+    assert ops["ArgMax"] == 1 and ops["Shape"] == 2 and "Squeeze" not in ops, ops
+    assert ops["Where"] == 1 and ops["Expand"] == 1, ops
+    graph = onnx.load(tmp_path / "out" / "model.onnx", load_external_data=False).graph
+    for node in graph.node:
+        if node.op_type == "SkipSimplifiedLayerNormalization":  # no unread statistics
+            assert list(node.output)[1:3] == ["", ""], node.output
     _check_genai_config(tmp_path / "out")
 
 
@@ -111,6 +119,10 @@ def _check_genai_config(folder: pathlib.Path) -> None:
     assert {v for k, v in decoder["inputs"].items() if "names" not in k} <= names
     assert decoder["inputs"]["past_key_names"] % 0 in names
     assert decoder["num_hidden_layers"] == 2 and decoder["head_size"] == 16
+    metadata = {p.key: p.value for p in onnx.load(folder / "model.onnx").metadata_props}
+    shared = metadata.get("onnx_export.past_present_share_buffer") == "1"
+    assert shared  # the fused decoder's pasts go to GQA only
+    assert config["search"]["past_present_share_buffer"] is shared
     try:
         import onnxruntime_genai as og
     except ImportError:
