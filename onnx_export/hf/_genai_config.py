@@ -8,8 +8,8 @@ head counts and sizes, the special tokens and the search defaults (from
 marked the graph so (``onnx_export.past_present_share_buffer``: every past goes to one
 GroupQueryAttention only, which updates the cache in place): genai then binds each past
 and its present to one max-length buffer, as for its own graphs. Otherwise the presents
-are new tensors (past + new) that genai passes back as the next pasts. Written by :func:`onnx_export.hf.export_pretrained` only; nothing here
-imports onnxruntime-genai.
+are new tensors (past + new) that genai passes back as the next pasts. Written by
+:func:`onnx_export.hf.export_pretrained` only; nothing here imports onnxruntime-genai.
 """
 
 from __future__ import annotations

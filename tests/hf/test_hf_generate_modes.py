@@ -79,7 +79,16 @@ def test_mode_gives_transformers_tokens(
         {"min_length": 12},
         {"bad_words_ids": [[1]]},  # EOS alone stays allowed, as in transformers
     ],
-    ids=["greedy", "beams-early", "beams-late", "beams-never", "beams-all", "min-new", "min-len", "bad-eos"],
+    ids=[
+        "greedy",
+        "beams-early",
+        "beams-late",
+        "beams-never",
+        "beams-all",
+        "min-new",
+        "min-len",
+        "bad-eos",
+    ],
 )
 def test_modes_with_eos_give_transformers_tokens(
     exported: Callable[[str], Exported], mode: dict[str, Any], batch: int
