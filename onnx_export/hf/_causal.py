@@ -322,7 +322,8 @@ class OrtModelForCausalLM:
             return self.session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
         cache = SharedCache(self.session, plan.ids.shape[0], capacity)
-        positions = _positions(plan.mask)[:, -1:] if self._uses_positions else None
+        moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
+        positions = _positions(plan.mask)[:, -1:] if moves else None
         return cache, first, cache.stepper(plan.mask, positions)
 
     def live(self, input_ids: Any = None) -> LiveSequence:

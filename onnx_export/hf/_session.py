@@ -33,6 +33,8 @@ PRESENT_PREFIX = "present."
 #: The export's model metadata key: ``"1"`` when each past can share its present's buffer
 #: (the same key as ``passes/ort_gqa.py``'s, which the runtime does not import).
 SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
+#: The inputs the export found nothing reads (``passes/ort_gqa.py``), comma-separated.
+UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
 
 #: A value a step returns: onnxruntime's C ``OrtValue`` (``.numpy()``, fed back as is).
 Value = Any
@@ -109,6 +111,8 @@ class StepSession:
         self._run_options = self.run_options = _C.RunOptions()
         self._outputs = {o.name: o for o in self.session.get_outputs()}
         metadata = self.session.get_modelmeta().custom_metadata_map
+        #: Inputs the graph never reads: fed once, not refreshed each step.
+        self.unread_inputs = frozenset(filter(None, metadata.get(UNREAD_INPUTS_KEY, "").split(",")))
         self.shares_buffer = (
             self.device == "cpu"
             and metadata.get(SHARE_BUFFER_KEY) == "1"

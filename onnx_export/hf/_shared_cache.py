@@ -65,6 +65,7 @@ class SharedCache:
         self._binding.bind_ortvalue_output(
             "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
         )
+        self._results = {"logits": self._logits}
         self._last = self._logits[:, -1, :]
         self._float32 = self._last.dtype == np.float32
         self._total = 0
@@ -100,7 +101,7 @@ class SharedCache:
                 f"The sequence reached {self._total} positions, past the cache's {self.capacity}."
             )
         self._run(self._binding, self._options)
-        return {"logits": self._logits}
+        return self._results
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None
@@ -109,13 +110,16 @@ class SharedCache:
 
         Each call takes the tokens just chosen (batch,), writes them into the bound
         ``input_ids`` buffer, binds the step's ``position_ids`` (the prompt's last ones,
-        (batch, 1), plus the step; ``None`` when the graph takes none) and the mask one
-        longer, all made before the first step (one row: views of one mask), and returns
-        an empty feed for :meth:`run`.
+        (batch, 1), plus the step) and the mask one longer, all made before the first
+        step (one row: views of one mask), and returns an empty feed for :meth:`run`.
+        ``positions`` is ``None`` when the graph takes no ``position_ids`` or never reads
+        them (GQA rotating at the physical positions): a graph input is then bound once.
+        Right after a run the interpreter's caches are cold, so a step does few calls.
         """
         batch, start = mask.shape
         steps = self.capacity - start
         wrap, cpu, binding = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
+        bind = binding.bind_ortvalue_input
         full = np.ones((batch, self.capacity), np.int64)
         full[:, :start] = mask
         ids = np.zeros((batch, 1), np.int64)
@@ -125,26 +129,32 @@ class SharedCache:
         if positions is not None:
             rows = np.ascontiguousarray((positions + 1 + np.arange(steps)[None, :]).T)
         moves = [] if rows is None else [wrap(rows[i].reshape(batch, 1), cpu) for i in range(steps)]
-        self._step_arrays = [full, ids, rows, masks, moves, None]  # the memory bound below
-        count = [0]
+        unread = None
+        if rows is None and "position_ids" in self._session.input_names:
+            unread = np.zeros((batch, 1), np.int64)  # bound once: the graph never reads it
+        self._step_arrays = [full, ids, rows, masks, moves, unread, None]  # the bound memory
+        step = 0
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
-            i = count[0]
-            if i == 0:  # after the prompt: the one-token input, bound once
-                binding.bind_ortvalue_input("input_ids", wrap(ids, cpu))
+            nonlocal step
+            i = step
             if i >= steps:
                 raise GenerationError(f"The cache holds {self.capacity} positions, no more.")
+            if i == 0:  # after the prompt: the one-token input, bound once
+                bind("input_ids", wrap(ids, cpu))
+                if unread is not None:
+                    bind("position_ids", wrap(unread, cpu))
             ids[:, 0] = tokens
             if moves:
-                binding.bind_ortvalue_input("position_ids", moves[i])
+                bind("position_ids", moves[i])
             if masks:
-                binding.bind_ortvalue_input("attention_mask", masks[i])
+                bind("attention_mask", masks[i])
             else:
                 step_mask = np.ascontiguousarray(full[:, : start + i + 1])
                 self._step_arrays[-1] = step_mask  # alive until the next step
-                binding.bind_ortvalue_input("attention_mask", wrap(step_mask, cpu))
+                bind("attention_mask", wrap(step_mask, cpu))
             self._total = start + i + 1
-            count[0] = i + 1
+            step = i + 1
             return {}
 
         return next_feed

@@ -28,10 +28,18 @@ import onnx_ir as ir
 
 from onnx_export.passes.fold_weights import derived_initializer
 
-__all__ = ["SHARE_BUFFER_KEY", "lean_group_query_attention", "shares_past_present"]
+__all__ = [
+    "SHARE_BUFFER_KEY",
+    "UNREAD_INPUTS_KEY",
+    "lean_group_query_attention",
+    "shares_past_present",
+]
 
 #: Model metadata key set to ``"1"`` when the pasts and presents can share one buffer.
 SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
+#: Model metadata key: the graph inputs nothing reads, comma-separated (``position_ids``
+#: when GQA rotates at the physical positions); a runtime need not refresh them per step.
+UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -195,6 +203,9 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     shared = shares_past_present(graph)
     if shared:
         model.metadata_props[SHARE_BUFFER_KEY] = "1"
+    unread = [str(v.name) for v in graph.inputs if not v.uses()]
+    if unread:
+        model.metadata_props[UNREAD_INPUTS_KEY] = ",".join(unread)
     return {
         "reshape chains dropped": dropped,
         "squeeze round trips dropped": round_trips,

@@ -122,6 +122,10 @@ def _check_genai_config(folder: pathlib.Path) -> None:
     metadata = {p.key: p.value for p in onnx.load(folder / "model.onnx").metadata_props}
     shared = metadata.get("onnx_export.past_present_share_buffer") == "1"
     assert shared  # the fused decoder's pasts go to GQA only
+    # GQA rotates at the physical positions: position_ids is an input nothing reads, which
+    # the runtime binds once instead of each step (the tokens above are still eager's)
+    assert metadata.get("onnx_export.unread_inputs") == "position_ids"
+    assert hf.OrtModelForCausalLM.from_pretrained(folder).session.unread_inputs == {"position_ids"}
     assert config["search"]["past_present_share_buffer"] is shared
     try:
         import onnxruntime_genai as og
