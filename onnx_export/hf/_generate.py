@@ -179,7 +179,7 @@ def decode_steps(
                 logits, sequences, step=step, max_length=max_length, padding=padding
             )
             tokens = chooser.choose(scores, rng)
-        if padding_rows:
+        if padding_rows and pad is not None:
             tokens = np.where(unfinished, tokens, pad).astype(np.int64)
         rows[:, length] = tokens
         length += 1
