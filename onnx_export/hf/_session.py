@@ -33,7 +33,7 @@ PRESENT_PREFIX = "present."
 #: The export's model metadata key: ``"1"`` when each past can share its present's buffer
 #: (the same key as ``passes/ort_gqa.py``'s, which the runtime does not import).
 SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
-#: The inputs the export found nothing reads (``passes/ort_gqa.py``), comma-separated.
+#: The inputs the export found nothing reads, comma-separated (``passes/ort_gqa.py``'s key).
 UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
 
 #: A value a step returns: onnxruntime's C ``OrtValue`` (``.numpy()``, fed back as is).
