@@ -26,11 +26,17 @@ workplace's AMD EPYC VMs: libstdc++'s ``std::random_device``).
 
 from __future__ import annotations
 
+import os
+
+# torch's OpenMP threads spin after each eager op (libgomp's default wait policy): with two
+# threads on two cores they keep a core from the tool timed next, which then runs up to
+# 2x slower (seen here at --threads 2). libgomp reads this when it loads, before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import collections
 import json
 import logging
-import os
 import pathlib
 import subprocess
 import sys

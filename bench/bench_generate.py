@@ -19,6 +19,13 @@ Two parts, both sides in this one process:
 
 from __future__ import annotations
 
+import os
+
+# torch's OpenMP threads spin after each eager op (libgomp's default wait policy): with two
+# threads on two cores they keep a core from the tool timed next, which then runs up to
+# 2x slower (seen here at --threads 2). libgomp reads this when it loads, before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import pathlib
 import sys
