@@ -44,6 +44,28 @@ def _positions(mask: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.where(mask == 0, 0, positions).astype(np.int64)
 
 
+def _right_aligned(
+    ids: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.int64],
+    positions: npt.NDArray[np.int64] | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """A prompt's rows with their tokens first (GQA's convention), the padding after them.
+
+    The tokens keep their order and positions; the mask then counts each row's tokens.
+    The decoding steps after it need nothing else: each row's new token goes after its
+    own count, and a mask grown by ones still counts right.
+    """
+    order = np.argsort(mask == 0, axis=1, kind="stable")  # tokens first
+    real = np.arange(mask.shape[1])[None, :] < (mask != 0).sum(axis=1, keepdims=True)
+    aligned = np.where(real, np.take_along_axis(ids, order, axis=1), 0)
+    moved = (
+        None
+        if positions is None
+        else np.where(real, np.take_along_axis(positions, order, axis=1), 0)
+    )
+    return aligned.astype(np.int64), real.astype(np.int64), moved
+
+
 class OrtModelForCausalLM:
     """A decoder-only language model exported by :func:`onnx_export.hf.export_pretrained`.
 
@@ -115,9 +137,12 @@ class OrtModelForCausalLM:
     def _prompt_feed(
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> dict[str, Any]:
+        positions = _positions(mask) if self._uses_positions else None
+        if self.session.pads_right and not mask.all():  # GQA's rows: tokens first
+            ids, mask, positions = _right_aligned(ids, mask, positions)
         feed: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-        if self._uses_positions:
-            feed["position_ids"] = _positions(mask)
+        if positions is not None:
+            feed["position_ids"] = positions
         return feed
 
     def logits(self, input_ids: Any, attention_mask: Any = None) -> npt.NDArray[np.float32]:

@@ -180,8 +180,9 @@ def _write_graphs(
 ) -> list[str]:
     import torch
 
-    from onnx_export.hf._fused_decoder import onnxruntime_graphs
+    from onnx_export.hf._fused_decoder import FusedGraphSpec, onnxruntime_graphs
     from onnx_export.hf._parity import check_against_eager
+    from onnx_export.hf._session import PADDING_SIDE_KEY
     from onnx_export.hf._task_graphs import graphs_for_task
 
     written = []
@@ -189,6 +190,8 @@ def _write_graphs(
         specs = graphs_for_task(model, task)
         for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:
             program = _export_graph(spec, opset, target)
+            if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
+                program.model.metadata_props[PADDING_SIDE_KEY] = "right"
             checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
             check_against_eager(spec.file_name, spec.module, program, checked)
             program.save(folder / spec.file_name)

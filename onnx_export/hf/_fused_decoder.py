@@ -10,16 +10,17 @@ heads, the masks, the softmax and (when the family applies the standard rotary
 embedding through its module's ``apply_rotary_pos_emb``) the rotary embedding, from
 cos/sin caches stored as initializers, are inside the one op.
 
-Inputs and outputs are those of the default target, so the same runtime drives both:
-``input_ids``, ``attention_mask`` (batch, total length: left padding is 0),
-``position_ids``, ``past_key_values.{i}.key`` / ``.value`` (batch, kv heads, past length,
-head size: GQA's BNSH layout); outputs ``logits`` and ``present.{i}.key`` / ``.value``.
-Inside the graph, ``seqlens_k`` is the total length - 1 for every row and the padding
-enters as GQA's ``attention_bias``, so left-padded rows give transformers' tokens.
-With the rotary inside GQA, ``position_ids`` goes unused: GQA rotates at the physical
-positions, which give the same scores (see ``hf/_gqa.py``).
-``logits`` holds the last position only (transformers' ``logits_to_keep=1``): (batch, 1,
-vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
+Inputs and outputs have the default target's names and shapes: ``input_ids``,
+``attention_mask`` (batch, total length), ``position_ids``, ``past_key_values.{i}.key`` /
+``.value`` (batch, kv heads, past length, head size: GQA's BNSH layout); outputs ``logits``
+and ``present.{i}.key`` / ``.value``. Rows of different lengths follow GQA's convention
+(onnxruntime-genai's), not transformers' left padding: each row's tokens come first and
+``attention_mask`` counts them (``seqlens_k`` is the count - 1; no attention bias); the
+graph is marked ``onnx_export.padding_side = "right"`` and the runtime right-aligns a
+left-padded batch (``hf/_causal.py``). With the rotary inside GQA, ``position_ids`` goes
+unused: GQA rotates at each token's position in its row (see ``hf/_gqa.py``).
+``logits`` holds each row's last token only (transformers' ``logits_to_keep=1``, per row):
+(batch, 1, vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
 GQA reads and writes the cache at ``seqlens_k`` only, and nothing else reads the pasts, so
 the runtime may bind each past and its present to one preallocated max-length buffer that
 GQA updates in place (``passes/ort_gqa.py`` marks the graph, ``hf/_shared_cache.py`` runs
@@ -44,7 +45,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._gqa import group_query_attention, group_query_attention_onnx
+from onnx_export.hf._gqa import (
+    group_query_attention,
+    group_query_attention_onnx,
+    last_token_rows,
+    last_token_rows_onnx,
+)
 from onnx_export.hf._graphs import GraphSpec
 
 __all__ = [
@@ -87,8 +93,7 @@ class _Step:
     """What one forward's attention calls share: inputs of the step; the presents."""
 
     past: list[dict[str, torch.Tensor]]
-    bias: torch.Tensor
-    padding: torch.Tensor
+    mask: torch.Tensor
     rotary: tuple[torch.Tensor, torch.Tensor] | None
     presents: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
     deferred: int = 0
@@ -125,8 +130,7 @@ def _attention(
         value,
         past["key"],
         past["value"],
-        step.bias.to(query.dtype),
-        step.padding.to(query.dtype),
+        step.mask,
         cos,
         sin,
         1 if rotary else 0,
@@ -147,7 +151,7 @@ def _deferred_rotary(
 
 
 def _no_mask(*args: Any, **kwargs: Any) -> None:
-    """The masks are built once from ``attention_mask`` by the wrapper (GQA's bias)."""
+    """No mask: GQA masks each row after its count of tokens (``attention_mask``'s sum)."""
     return None
 
 
@@ -178,6 +182,37 @@ def _attention_set(model: Any, rotary: bool) -> Iterator[None]:
         for module, original in zip(patched, originals, strict=True):
             module.apply_rotary_pos_emb = original
         model.set_attn_implementation(before)
+
+
+class _LastTokenHead(nn.Module):
+    """The output head, applied to each row's last token only (``last_token_rows``)."""
+
+    def __init__(self, head: nn.Module, mask: torch.Tensor) -> None:
+        super().__init__()
+        self.head, self.mask = head, mask
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(last_token_rows(hidden, self.mask))  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _last_tokens(model: nn.Module, mask: torch.Tensor) -> Iterator[None]:
+    """Inside the block, ``model``'s output head sees each row's last token only."""
+    head = model.get_output_embeddings()  # type: ignore[operator]
+    places = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if child is head
+    ]
+    if len(places) != 1:
+        raise _NotFusable("its output head is not one module of the model")
+    parent, name = places[0]
+    setattr(parent, name, _LastTokenHead(head, mask))
+    try:
+        yield
+    finally:
+        setattr(parent, name, head)
 
 
 def _rotary_modules(model: nn.Module) -> list[Any]:
@@ -241,19 +276,15 @@ class FusedCausalLM(nn.Module):
 
         cache = dynamic_cache(past_key_values)
         cache.update = _keep_new  # GQA appends to the cache itself
-        dtype = past_key_values[0]["key"].dtype
-        # 0 for tokens, the dtype's minimum for padding (Cast + Where); GQA wants it
-        # (batch, 1, new, total): ORT checks dim 2 (no broadcasting)
-        padding = torch.where(attention_mask.bool(), 0.0, torch.finfo(dtype).min).to(dtype)
         rotary = None
         if self.rotary:
             rotary = (self.get_buffer("cos_cache"), self.get_buffer("sin_cache"))
-        bias = padding[:, None, None, :].expand(-1, -1, input_ids.shape[1], -1)
-        step = _Step(past_key_values, bias, padding, rotary)
-        extra = {"logits_to_keep": 1} if self.keeps_logits else {}
+        step = _Step(past_key_values, attention_mask, rotary)
+        # all positions reach the head, which keeps each row's last token (its own module)
+        extra = {"logits_to_keep": 0} if self.keeps_logits else {}
         _CURRENT.append(step)
         try:
-            with _attention_set(self.model, self.rotary):
+            with _attention_set(self.model, self.rotary), _last_tokens(self.model, attention_mask):
                 out = self.model(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -269,7 +300,7 @@ class FusedCausalLM(nn.Module):
             raise _NotFusable(f"{len(step.presents)} of {layers} layers called the interface")
         if self.rotary and step.deferred != layers:
             raise _NotFusable(f"{step.deferred} of {layers} layers applied the rotary function")
-        logits = out.logits if self.keeps_logits else out.logits[:, -1:, :]
+        logits = out.logits  # (batch, 1, vocab): each row's last token
         presents = [{"key": k, "value": v} for k, v in (step.presents[i] for i in range(layers))]
         return {"logits": logits, "present": presents}
 
@@ -298,18 +329,35 @@ def _prompt_args(args: tuple[Any, ...], vocab: int, padded: bool) -> tuple[Any, 
     return prompt, mask, positions, empty
 
 
+def right_aligned(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A prompt's ``(ids, mask, positions, past)`` with each row's tokens moved first.
+
+    transformers pads on the left; the fused graph takes GQA's rows: tokens first, the
+    mask counting them (padding after them, its id and position 0).
+    """
+    ids, mask, positions, past = args
+    keep = mask.bool()
+    if bool(keep.all()):  # nothing to move (a step after a past has no padding here)
+        return args
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)  # tokens first
+    counts = keep.sum(dim=1, keepdim=True)
+    real = torch.arange(ids.shape[1])[None, :] < counts
+    ids = torch.where(real, ids.gather(1, order), 0)
+    positions = torch.where(real, positions.gather(1, order), 0)
+    return ids, real.to(mask.dtype), positions, past
+
+
 def _differences(fused: nn.Module, default: nn.Module, args: tuple[Any, ...]) -> list[str]:
-    """Where ``fused`` and ``default`` disagree on ``args`` (padded positions left out)."""
+    """Where ``fused`` (on GQA's rows) and ``default`` disagree on ``args``' real tokens."""
+    compact = right_aligned(args)
     with torch.no_grad():
-        want, got = default(*args), fused(*args)
-    # Rotary keys of a padded row are cached at other (physical) positions: real tokens
-    # of rows without padding only; the logits check every row.
-    mask = args[1].bool() & args[1].bool().all(dim=1, keepdim=True)
+        want, got = default(*args), fused(*compact)
+    mask, compact_mask = args[1].bool(), compact[1].bool()
     pairs = [("logits", want["logits"][:, -1:], got["logits"])]
     for i, (a, b) in enumerate(zip(want["present"], got["present"], strict=True)):
-        # (batch, heads, total, size): the real tokens only
+        # (batch, heads, total, size): the real tokens only, in each row's order
         pairs += [
-            (f"present.{i}.{n}", a[n].transpose(1, 2)[mask], b[n].transpose(1, 2)[mask])
+            (f"present.{i}.{n}", a[n].transpose(1, 2)[mask], b[n].transpose(1, 2)[compact_mask])
             for n in ("key", "value")
         ]
     return [
@@ -347,7 +395,7 @@ def fused_causal_lm_graph(model: Any, spec: GraphSpec) -> GraphSpec | str:
             continue
         if not wrong:
             fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-            return FusedGraphSpec(**{**fields, "module": module}, check_args=prompt)
+            return FusedGraphSpec(**{**fields, "module": module}, check_args=right_aligned(prompt))
         why = f"with GroupQueryAttention {', '.join(wrong[:3])} differ from transformers'"
     return why
 
@@ -381,4 +429,5 @@ def with_fused_ops(spec: GraphSpec, options: Any) -> Any:
 
     registry = onnx_export.OnnxRegistry()
     registry.register_op(group_query_attention, group_query_attention_onnx)
+    registry.register_op(last_token_rows, last_token_rows_onnx)
     return dataclasses.replace(options, onnx_registry=registry)

@@ -1,12 +1,17 @@
 """``onnx_export_hf::group_query_attention``: a torch custom op that exports as GQA.
 
 The op is what ``com.microsoft.GroupQueryAttention`` computes on ONNX Runtime's CPU
-provider, written in torch for eager runs and parity checks: rotary embedding of the new
-queries and keys (optional, from cos/sin caches at the physical positions), the new keys and
-values appended to the past ones (the presents), the key/value heads repeated for the
-query heads, causal (and sliding-window) masking plus an additive ``attention_bias`` for
-padding, softcapping, softmax, and 0 for a query that sees only padding (as ORT gives).
-:func:`group_query_attention_onnx` is its translation, registered per export.
+provider, written in torch for eager runs and parity checks, in GQA's own convention for
+rows of different lengths (onnxruntime-genai's too): each row's tokens come first, padding
+after them, and ``mask`` (the attention mask, batch by total length) only counts a row's
+tokens. A prompt (no past) holds each row's tokens at positions 0 to its count - 1; a later
+step appends each row's new tokens right after its own count of cached ones. Inside: rotary
+embedding of the new queries and keys at those positions (optional, from cos/sin caches),
+the new keys and values written into the presents there, the key/value heads repeated for
+the query heads, causal (and sliding-window) masking up to each row's count, softcapping,
+softmax, and 0 for a query that sees no key (as ORT gives).
+:func:`group_query_attention_onnx` is its translation, registered per export, and
+:func:`last_token_rows` picks each row's last token for the output head.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["group_query_attention", "group_query_attention_onnx"]
+__all__ = ["group_query_attention", "group_query_attention_onnx", "last_token_rows"]
 
 
 def _rotate(
@@ -30,6 +35,21 @@ def _rotate(
     return torch.cat(rotated, dim=-1)
 
 
+def _starts(mask: torch.Tensor, past: int, new: int) -> torch.Tensor:
+    """Where each row's new tokens go, (batch,): 0 for a prompt, else count - new."""
+    if past == 0:
+        return torch.zeros(mask.shape[0], dtype=torch.long)
+    return mask.sum(dim=-1).long() - new
+
+
+def _write(past: torch.Tensor, new: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """``past`` grown by the new positions, each row's new tokens written at its start."""
+    present = torch.cat([past, torch.zeros_like(new)], dim=2)
+    slots = starts[:, None] + torch.arange(new.shape[2])[None, :]  # batch, new
+    index = slots[:, None, :, None].expand(-1, new.shape[1], -1, new.shape[3])
+    return present.scatter(2, index, new)
+
+
 @torch.library.custom_op("onnx_export_hf::group_query_attention", mutates_args=())
 def group_query_attention(
     query: torch.Tensor,
@@ -37,8 +57,7 @@ def group_query_attention(
     value: torch.Tensor,
     past_key: torch.Tensor,
     past_value: torch.Tensor,
-    attention_bias: torch.Tensor,
-    padding: torch.Tensor,
+    mask: torch.Tensor,
     cos_cache: torch.Tensor,
     sin_cache: torch.Tensor,
     do_rotary: int,
@@ -46,37 +65,36 @@ def group_query_attention(
     softcap: float,
     window: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention over past + new keys: (batch, new, heads * head size), presents.
+    """Attention over each row's cached + new keys: (batch, new, heads * head size), presents.
 
     ``query`` is (batch, heads, new, head size), ``key``/``value`` (batch, kv heads, new,
-    head size), ``attention_bias`` (batch, 1, new, total) 0 or the dtype's minimum,
-    ``padding`` its (batch, total) row, which the ONNX translation reads the lengths from;
-    ``cos_cache``/``sin_cache`` (positions, rotary / 2) are read only when ``do_rotary``:
-    the new tokens rotate at their physical positions (past length + i), whatever the
-    padding; the scores depend only on position differences, which the padding of a row
-    shifts alike, so they are transformers' scores (the cached keys are not its keys).
+    head size), ``mask`` (batch, past + new) with each row's count of tokens (its layout is
+    not read); ``cos_cache``/``sin_cache`` (positions, rotary / 2) are read only when
+    ``do_rotary``: the new tokens rotate at their positions in the row (start + i).
     """
-    if do_rotary:  # at the physical positions, as ORT does without position_ids
-        positions = torch.arange(key.shape[2]).unsqueeze(0) + past_key.shape[2]
-        query = _rotate(query, cos_cache, sin_cache, positions)
-        key = _rotate(key, cos_cache, sin_cache, positions)
-    present_key = torch.cat([past_key, key], dim=2)
-    present_value = torch.cat([past_value, value], dim=2)
+    new, past = key.shape[2], past_key.shape[2]
+    starts = _starts(mask, past, new)
+    rows = starts[:, None] + torch.arange(new)[None, :]  # batch, new: the queries' positions
+    if do_rotary:
+        query = _rotate(query, cos_cache, sin_cache, rows)
+        key = _rotate(key, cos_cache, sin_cache, rows)
+    present_key = _write(past_key, key, starts)
+    present_value = _write(past_value, value, starts)
     repeat = query.shape[1] // key.shape[1]
     keys = present_key.repeat_interleave(repeat, dim=1)
     values = present_value.repeat_interleave(repeat, dim=1)
     scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
-    new, total = query.shape[2], keys.shape[2]
-    rows = torch.arange(new).unsqueeze(1) + (total - new)
-    columns = torch.arange(total).unsqueeze(0)
-    allowed = columns <= rows
+    count = mask.sum(dim=-1).long()[:, None, None]  # batch, 1, 1
+    columns = torch.arange(keys.shape[2])[None, None, :]
+    allowed = (columns <= rows[:, :, None]) & (columns < count)  # batch, new, total
     if window > 0:
-        allowed = allowed & (columns > rows - window)
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min) + attention_bias
+        allowed = allowed & (columns > rows[:, :, None] - window)
+    allowed = allowed[:, None]  # batch, 1, new, total
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     probabilities = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    sees = (allowed & (attention_bias == 0)).any(dim=-1, keepdim=True)
+    sees = allowed.any(dim=-1, keepdim=True)
     out = (torch.matmul(probabilities, values) * sees).transpose(1, 2)
     return out.reshape(out.shape[0], out.shape[1], -1), present_key, present_value
 
@@ -88,8 +106,7 @@ def _fake(
     value: torch.Tensor,
     past_key: torch.Tensor,
     past_value: torch.Tensor,
-    attention_bias: torch.Tensor,
-    padding: torch.Tensor,
+    mask: torch.Tensor,
     cos_cache: torch.Tensor,
     sin_cache: torch.Tensor,
     do_rotary: int,
@@ -105,14 +122,21 @@ def _fake(
     return out, present_key, present_value
 
 
+def _lengths(mask: Any) -> Any:
+    """Each row's last token's position, (batch,) int64: its count of tokens - 1."""
+    from onnx_export.ops._opset import opset as op
+
+    count = op.ReduceSum(mask, op.Constant(value_ints=[1]), keepdims=0)
+    return op.Sub(count, op.Constant(value_int=1))
+
+
 def group_query_attention_onnx(
     query: Any,
     key: Any,
     value: Any,
     past_key: Any,
     past_value: Any,
-    attention_bias: Any,
-    padding: Any,
+    mask: Any,
     cos_cache: Any,
     sin_cache: Any,
     do_rotary: int,
@@ -122,27 +146,21 @@ def group_query_attention_onnx(
 ) -> Any:
     """The op as one ``com.microsoft.GroupQueryAttention`` (inputs BSNH-packed).
 
-    ``seqlens_k`` is the total length - 1 for every row (the padding is in the bias):
-    the last 0 of each ``padding`` row, as left padding keeps the last position real
-    (one ``ArgMax``); ``total_sequence_length`` is ``padding``'s width, a (1,) tensor.
+    ``seqlens_k`` is each row's count of tokens - 1 (``ReduceSum`` of the mask),
+    ``total_sequence_length`` the mask's width, a (1,) tensor; no ``attention_bias``.
     Every layer's copies of these are the same nodes, merged by the GQA pass's common
     subexpression elimination. The heads come from the past's shape and the query's
     packed width.
     """
-    import onnx_ir as ir
-
     from onnx_export.ops._opset import opset as op
 
     packed = op.Constant(value_ints=[0, 0, -1])
     q = op.Reshape(op.Transpose(query, perm=[0, 2, 1, 3]), packed)
     k = op.Reshape(op.Transpose(key, perm=[0, 2, 1, 3]), packed)
     v = op.Reshape(op.Transpose(value, perm=[0, 2, 1, 3]), packed)
-    if getattr(padding, "dtype", None) != ir.DataType.FLOAT:  # ORT's CPU ArgMax: float
-        padding = op.Cast(padding, to=ir.DataType.FLOAT)
-    last = op.ArgMax(padding, axis=1, keepdims=0, select_last_index=1)  # (batch,)
-    seqlens_k = op.Cast(last, to=6)  # int32
-    total = op.Cast(op.Shape(padding, start=1, end=2), to=6)
-    rotary = (cos_cache, sin_cache, None) if do_rotary else (None, None, None)
+    seqlens_k = op.Cast(_lengths(mask), to=6)  # int32
+    total = op.Cast(op.Shape(mask, start=1, end=2), to=6)
+    rotary = (cos_cache, sin_cache) if do_rotary else (None, None)
     return _gqa_op()(
         q,
         k,
@@ -152,7 +170,6 @@ def group_query_attention_onnx(
         seqlens_k,
         total,
         *rotary,
-        attention_bias,
         num_heads=_heads(query),
         kv_num_heads=_heads(past_key),
         scale=scale,
@@ -160,6 +177,33 @@ def group_query_attention_onnx(
         local_window_size=window if window > 0 else -1,
         do_rotary=do_rotary,
     )
+
+
+@torch.library.custom_op("onnx_export_hf::last_token_rows", mutates_args=())
+def last_token_rows(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's last token's hidden state, (batch, 1, hidden), from (batch, new, hidden).
+
+    In a prompt a row's last token is at its count - 1; in a later step (each row
+    appends the same number of new tokens) it is the last new one.
+    """
+    last = torch.clamp(mask.sum(dim=-1).long() - 1, max=hidden.shape[1] - 1)
+    return hidden[torch.arange(hidden.shape[0]), last].unsqueeze(1)  # -1: the last, as ONNX
+
+
+@last_token_rows.register_fake
+def _fake_rows(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return hidden.new_empty((hidden.shape[0], 1, hidden.shape[2]))
+
+
+def last_token_rows_onnx(hidden: Any, mask: Any) -> Any:
+    """``GatherND`` (batch_dims=1) at min(count - 1, new - 1), the count shared with GQA."""
+    from onnx_export.ops._opset import opset as op
+
+    one = op.Constant(value_ints=[1])
+    new = op.Sub(op.Shape(hidden, start=1, end=2), one)
+    last = op.Min(_lengths(mask), new)  # (batch,)
+    index = op.Unsqueeze(last, op.Constant(value_ints=[1, 2]))  # (batch, 1, 1)
+    return op.GatherND(hidden, index, batch_dims=1)
 
 
 def _heads(value: Any) -> int:

@@ -26,7 +26,14 @@ from onnxruntime.capi import _pybind_state as _C
 from onnx_export.adapters._session_checks import resolve_providers
 from onnx_export.hf._errors import CheckpointError
 
-__all__ = ["DecodeSession", "StepSession", "PAST_PREFIX", "PRESENT_PREFIX", "SHARE_BUFFER_KEY"]
+__all__ = [
+    "DecodeSession",
+    "StepSession",
+    "PAST_PREFIX",
+    "PRESENT_PREFIX",
+    "PADDING_SIDE_KEY",
+    "SHARE_BUFFER_KEY",
+]
 
 PAST_PREFIX = "past_key_values."
 PRESENT_PREFIX = "present."
@@ -35,6 +42,9 @@ PRESENT_PREFIX = "present."
 SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 #: The inputs the export found nothing reads, comma-separated (``passes/ort_gqa.py``'s key).
 UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
+#: ``"right"`` when the graph takes rows of different lengths as GQA does (each row's tokens
+#: first, the attention mask counting them), not left-padded (the fused decoder's export).
+PADDING_SIDE_KEY = "onnx_export.padding_side"
 
 #: A value a step returns: onnxruntime's C ``OrtValue`` (``.numpy()``, fed back as is).
 Value = Any
@@ -77,6 +87,8 @@ class StepSession:
         present_names: The ``present.*`` output feeding each past input.
         shares_buffer: Each past can be bound to its present's buffer (a fused decoder
             on the CPU, see ``hf/_shared_cache.py``).
+        pads_right: Rows of different lengths go in with their tokens first and the
+            mask counting them (GQA's convention), not left-padded.
         run_options: The ``RunOptions`` every run uses.
         cpu_device: onnxruntime's CPU device, for bindings.
     """
@@ -113,6 +125,8 @@ class StepSession:
         metadata = self.session.get_modelmeta().custom_metadata_map
         #: Inputs the graph never reads: fed once, not refreshed each step.
         self.unread_inputs = frozenset(filter(None, metadata.get(UNREAD_INPUTS_KEY, "").split(",")))
+        #: Rows of different lengths go in right-aligned (tokens first), not left-padded.
+        self.pads_right = metadata.get(PADDING_SIDE_KEY) == "right"
         self.shares_buffer = (
             self.device == "cpu"
             and metadata.get(SHARE_BUFFER_KEY) == "1"

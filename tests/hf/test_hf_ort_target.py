@@ -98,10 +98,11 @@ def test_llama_is_one_gqa_per_layer_with_transformers_tokens(tmp_path: pathlib.P
     assert ops["MatMul"] == 5 * layers + 1, ops
     assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers, ops
     assert "RotaryEmbedding" not in ops and "Sin" not in ops, ops  # rotary inside GQA
-    # GQA's lengths, once for all layers: the last real position of the padding row
-    # (ArgMax) and its width (Shape); the bias is Cast + Where + Unsqueeze + Expand
-    assert ops["ArgMax"] == 1 and ops["Shape"] == 2 and "Squeeze" not in ops, ops
-    assert ops["Where"] == 1 and ops["Expand"] == 1, ops
+    # GQA's rows (tokens first, the mask counting them): each row's count (one ReduceSum,
+    # shared by every layer and by the head's GatherND of each row's last token) and the
+    # mask's width (Shape); no attention bias, no Slice of the last position
+    assert ops["ReduceSum"] == 1 and ops["GatherND"] == 1 and ops["Shape"] == 2, ops
+    assert not {"ArgMax", "Where", "Expand", "Slice", "Squeeze"} & set(ops), ops
     graph = onnx.load(tmp_path / "out" / "model.onnx", load_external_data=False).graph
     for node in graph.node:
         if node.op_type == "SkipSimplifiedLayerNormalization":  # no unread statistics
@@ -125,6 +126,8 @@ def _check_genai_config(folder: pathlib.Path) -> None:
     # GQA rotates at the physical positions: position_ids is an input nothing reads, which
     # the runtime binds once instead of each step (the tokens above are still eager's)
     assert metadata.get("onnx_export.unread_inputs") == "position_ids"
+    assert metadata.get("onnx_export.padding_side") == "right"  # GQA's rows, tokens first
+    assert hf.OrtModelForCausalLM.from_pretrained(folder).session.pads_right
     assert hf.OrtModelForCausalLM.from_pretrained(folder).session.unread_inputs == {"position_ids"}
     assert config["search"]["past_present_share_buffer"] is shared
     try:
@@ -144,15 +147,11 @@ def _check_genai_config(folder: pathlib.Path) -> None:
     np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), expected[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="genai pads a batch on the right and counts a row's length from its mask (GQA's "
-    "own convention); our fused graph reads left-padded masks by position (transformers') "
-    "and keeps only the last position's logits: the padded row differs from its first "
-    "token (docs/huggingface.md, Fused decoders, int4 and onnxruntime-genai)",
-)
 def test_genai_runs_a_right_padded_batch_on_the_fused_graph(tmp_path: pathlib.Path) -> None:
-    """onnxruntime-genai's loop over our graph, a batch it pads: each row gets our tokens."""
+    """onnxruntime-genai's loop over our graph, a batch it pads: each row gets our tokens.
+
+    genai pads on the right and counts each row's length from its mask, as the graph does.
+    """
     og = pytest.importorskip("onnxruntime_genai")
     _llama16().save_pretrained(tmp_path / "ckpt")
     hf.export_pretrained(tmp_path / "ckpt", tmp_path / "out", target="onnxruntime")
