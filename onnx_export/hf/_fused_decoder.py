@@ -329,7 +329,7 @@ def _prompt_args(args: tuple[Any, ...], vocab: int, padded: bool) -> tuple[Any, 
     return prompt, mask, positions, empty
 
 
-def right_aligned(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _right_aligned_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """A prompt's ``(ids, mask, positions, past)`` with each row's tokens moved first.
 
     transformers pads on the left; the fused graph takes GQA's rows: tokens first, the
@@ -349,7 +349,7 @@ def right_aligned(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _differences(fused: nn.Module, default: nn.Module, args: tuple[Any, ...]) -> list[str]:
     """Where ``fused`` (on GQA's rows) and ``default`` disagree on ``args``' real tokens."""
-    compact = right_aligned(args)
+    compact = _right_aligned_args(args)
     with torch.no_grad():
         want, got = default(*args), fused(*compact)
     mask, compact_mask = args[1].bool(), compact[1].bool()
@@ -395,7 +395,9 @@ def fused_causal_lm_graph(model: Any, spec: GraphSpec) -> GraphSpec | str:
             continue
         if not wrong:
             fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-            return FusedGraphSpec(**{**fields, "module": module}, check_args=right_aligned(prompt))
+            return FusedGraphSpec(
+                **{**fields, "module": module}, check_args=_right_aligned_args(prompt)
+            )
         why = f"with GroupQueryAttention {', '.join(wrong[:3])} differ from transformers'"
     return why
 
