@@ -20,7 +20,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["group_query_attention", "group_query_attention_onnx", "last_token_rows"]
+__all__ = [
+    "group_query_attention",
+    "group_query_attention_onnx",
+    "last_token_rows",
+    "last_token_rows_onnx",
+]
 
 
 def _rotate(
@@ -35,11 +40,9 @@ def _rotate(
     return torch.cat(rotated, dim=-1)
 
 
-def _starts(mask: torch.Tensor, past: int, new: int) -> torch.Tensor:
+def _starts(count: torch.Tensor, past: int, new: int) -> torch.Tensor:
     """Where each row's new tokens go, (batch,): 0 for a prompt, else count - new."""
-    if past == 0:
-        return torch.zeros(mask.shape[0], dtype=torch.long)
-    return mask.sum(dim=-1).long() - new
+    return torch.zeros_like(count) if past == 0 else count - new
 
 
 def _write(past: torch.Tensor, new: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -73,7 +76,8 @@ def group_query_attention(
     ``do_rotary``: the new tokens rotate at their positions in the row (start + i).
     """
     new, past = key.shape[2], past_key.shape[2]
-    starts = _starts(mask, past, new)
+    count = mask.sum(dim=-1).long()  # (batch,): each row's tokens, cached and new
+    starts = _starts(count, past, new)
     rows = starts[:, None] + torch.arange(new)[None, :]  # batch, new: the queries' positions
     if do_rotary:
         query = _rotate(query, cos_cache, sin_cache, rows)
@@ -86,9 +90,8 @@ def group_query_attention(
     scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
-    count = mask.sum(dim=-1).long()[:, None, None]  # batch, 1, 1
     columns = torch.arange(keys.shape[2])[None, None, :]
-    allowed = (columns <= rows[:, :, None]) & (columns < count)  # batch, new, total
+    allowed = (columns <= rows[:, :, None]) & (columns < count[:, None, None])  # batch, new, total
     if window > 0:
         allowed = allowed & (columns > rows[:, :, None] - window)
     allowed = allowed[:, None]  # batch, 1, new, total
