@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from ._spec import AdapterSpec
 from .input_steps import (
     BindToSignature,
+    CastInputs,
     CheckConstants,
     CheckStructure,
     CheckTensors,
@@ -29,7 +30,8 @@ class InputAdapter:
     Steps, in order: :class:`~adapters.input_steps.BindToSignature`,
     :class:`~adapters.input_steps.FlattenInputs`, :class:`~adapters.input_steps.CheckStructure`,
     :class:`~adapters.input_steps.RemoveNones`, :class:`~adapters.input_steps.CheckConstants`,
-    :class:`~adapters.input_steps.IntsToArrays`, :class:`~adapters.input_steps.CheckTensors`,
+    :class:`~adapters.input_steps.IntsToArrays`, :class:`~adapters.input_steps.CastInputs`,
+    :class:`~adapters.input_steps.CheckTensors`,
     :class:`~adapters.input_steps.ComplexToRealView`. numpy arrays and torch tensors are both
     accepted and passed on unchanged (complex ones as their real view; Python ints exported
     dynamic as 0-d int64 arrays); converting them is the runtime's job. A step with nothing
@@ -57,6 +59,7 @@ class InputAdapter:
         self.remove_nones = RemoveNones(spec.input_tree)
         self.check_constants = CheckConstants(spec.inputs)
         self.ints_to_arrays = IntsToArrays(tensors)
+        self.cast_inputs = CastInputs(tensors)
         self.check_tensors = CheckTensors(tensors)
         self.to_real = ComplexToRealView(tensors)
 
@@ -77,6 +80,7 @@ class InputAdapter:
             self.remove_nones,
             self.check_constants,
             self.ints_to_arrays,
+            self.cast_inputs,
             self.check_tensors,
             self.to_real,
         )
@@ -100,6 +104,8 @@ class InputAdapter:
             leaves = self.check_constants(leaves)
         if not self.ints_to_arrays.is_identity:
             leaves = self.ints_to_arrays(leaves)
+        if not self.cast_inputs.is_identity:
+            leaves = self.cast_inputs(leaves)
         self.check_tensors(leaves)
         if not self.to_real.is_identity:
             leaves = self.to_real(leaves)

@@ -157,6 +157,21 @@ def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
         )
     if tensor.int_range is not None:
         _check_int_range(tensor, f"{where}.int_range")
+    _check_cast_from(tensor, f"{where}.cast_from")
+
+
+def _check_cast_from(tensor: TensorSpec, where: str) -> None:
+    """``cast_from``: a tuple of float dtypes other than the tensor's own (float tensors only)."""
+    if not isinstance(tensor.cast_from, tuple):
+        raise spec_error(where, "a tuple of dtype names", tensor.cast_from)
+    floats = ("float16", "bfloat16", "float32", "float64")
+    for i, name in enumerate(tensor.cast_from):
+        if name not in floats or name == tensor.dtype or tensor.dtype not in floats:
+            raise spec_error(
+                f"{where}[{i}]",
+                f"a float dtype other than {tensor.dtype} (of a float tensor)",
+                name,
+            )
 
 
 def _check_int_range(tensor: TensorSpec, where: str) -> None:

@@ -93,6 +93,8 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
             obj["tensor"]["python_int"] = True  # type: ignore[index]
         if t.int_range is not None:
             obj["tensor"]["int_range"] = list(t.int_range)  # type: ignore[index]
+        if t.cast_from:  # likewise: only then
+            obj["tensor"]["cast_from"] = list(t.cast_from)  # type: ignore[index]
     else:
         obj["value"] = leaf.value
     return obj
@@ -171,7 +173,7 @@ def _read_leaf(obj: object, where: str) -> LeafSpec:
 
 
 def _read_tensor(obj: object, where: str) -> TensorSpec:
-    optional = ("made_static", "python_int", "int_range")
+    optional = ("made_static", "python_int", "int_range", "cast_from")
     data = read_object(obj, where, ("name", "dtype", "shape"), optional)
     shape = tuple(
         _read_dim(d, f"{where}.shape[{i}]")
@@ -188,6 +190,10 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
         made_static=made_static,
         python_int=_read_bool(data.get("python_int", False), f"{where}.python_int"),
         int_range=_read_range(data.get("int_range"), f"{where}.int_range"),
+        cast_from=tuple(
+            read_str(d, f"{where}.cast_from[{i}]")
+            for i, d in enumerate(read_list(data.get("cast_from", []), f"{where}.cast_from"))
+        ),
     )
 
 

@@ -63,12 +63,17 @@ class TensorSpec:
             Such a spec has dtype ``"int64"`` and shape ``()``.
         int_range: For such an int, the values the exported program holds for, ``(low,
             high)`` with ``None`` for no bound; the adapter refuses others.
+        cast_from: Other dtypes the caller may pass for this input, cast to ``dtype`` when
+            the model is called (a half-precision export, ``ExportOptions(dtype=...)``,
+            takes float32 inputs too); any other dtype is still refused.
 
     Example:
         >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
         ('batch', 16)
         >>> TensorSpec("n", "int64", (), python_int=True, int_range=(2, None)).int_range
         (2, None)
+        >>> TensorSpec("x", "float16", ("n",), cast_from=("float32",)).cast_from
+        ('float32',)
     """
 
     name: str
@@ -77,6 +82,7 @@ class TensorSpec:
     made_static: tuple[int, ...] = ()
     python_int: bool = False
     int_range: tuple[int | None, int | None] | None = None
+    cast_from: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ class _Expected:
     static: tuple[tuple[int, int], ...]  # (axis, size)
     symbolic: tuple[tuple[int, str], ...]  # (axis, name)
     made_static: tuple[int, ...] = ()  # asked dynamic, fixed by the model's code
+    cast_from: tuple[str, ...] = ()  # also taken, cast on the way in
 
 
 def _expected(path: str, tensor: TensorSpec) -> _Expected:
@@ -47,6 +48,7 @@ def _expected(path: str, tensor: TensorSpec) -> _Expected:
         static=static,
         symbolic=symbolic,
         made_static=tensor.made_static,
+        cast_from=tensor.cast_from,
     )
 
 
@@ -127,8 +129,9 @@ class CheckTensors:
     @staticmethod
     def _dtype_error(exp: _Expected, got: object) -> InputDtypeError:
         got_name = str(got).removeprefix("torch.")
+        also = f" (or {', '.join(exp.cast_from)}, cast on the way in)" if exp.cast_from else ""
         return InputDtypeError(
-            f"{exp.path}: expected dtype {exp.dtype}, got {got_name}. Cast the input, e.g. "
+            f"{exp.path}: expected dtype {exp.dtype}{also}, got {got_name}. Cast the input, e.g. "
             f"{_cast_hint(exp.dtype)}, or re-export with {got_name} inputs."
         )
 

@@ -12,9 +12,11 @@
 5. :class:`CheckConstants` - non-tensor leaves must equal the exported constants; only the
    tensors (and the Python ints exported dynamic) go on.
 6. :class:`IntsToArrays` - Python ints exported dynamic become 0-d ``int64`` arrays.
-7. :class:`CheckTensors` - tensor type, dtype, rank, static dims, and one size per symbolic
+7. :class:`CastInputs` - tensors in a dtype their spec allows (``cast_from``: float32 for a
+   half-precision export) are cast to the exported dtype.
+8. :class:`CheckTensors` - tensor type, dtype, rank, static dims, and one size per symbolic
    dimension name across all inputs.
-8. :class:`ComplexToRealView` - complex tensors become their real view (trailing axis of 2).
+9. :class:`ComplexToRealView` - complex tensors become their real view (trailing axis of 2).
 
 Everything that depends only on the spec is computed when a step is built; calls do the
 minimum. Errors name the input by display path (``past_key_values[1][0]``).
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._binding import Binder, argument_roots
+from ._cast_inputs import CastInputs
 from ._errors import ConstantMismatchError, InputShapeError, InputStructureError
 from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
 from ._json import Constant
@@ -43,6 +46,7 @@ __all__ = [
     "RemoveNones",
     "CheckConstants",
     "IntsToArrays",
+    "CastInputs",
     "CheckTensors",
     "ComplexToRealView",
 ]

@@ -31,12 +31,13 @@ from onnx_export.capture._call import (
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
 from onnx_export.capture._devices import explain_device_mismatch
+from onnx_export.capture._half import half_precision_call
 from onnx_export.capture._onnx_flag import onnx_export_flag
 from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
-from onnx_export.program._adapter import build_spec, with_made_static
+from onnx_export.program._adapter import build_spec, with_cast_from, with_made_static
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
@@ -121,6 +122,16 @@ def _pipeline(
         model_args, model_kwargs = given.example_inputs or ((), {})
     signature = forward_signature(module)
     register_library_containers(model_args, model_kwargs)  # transformers caches
+    if options.dtype is not None:
+        if given is not None:
+            raise ExportInputError(
+                f"ExportOptions(dtype={options.dtype!r}) converts the model before capture, "
+                "and an ExportedProgram is already captured. Pass the nn.Module, or capture "
+                "the converted model yourself and drop dtype."
+            )
+        module, model_args, model_kwargs = half_precision_call(
+            module, model_args, model_kwargs, str(options.dtype)
+        )
     call = prepare_call(module, signature, model_args, model_kwargs, options)
     with (
         timer.stage("capture"),
@@ -141,6 +152,7 @@ def _pipeline(
                 signature, model_args, model_kwargs, program, result.model, result.user_outputs
             )
             spec = with_made_static(spec, made_static(attempts))
+            spec = with_cast_from(spec, options.dtype)
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from onnx_export.diagnostics import DiagnosticOptions
 
 if TYPE_CHECKING:
+    import torch
+
     from onnx_export._registry import OnnxRegistry
 
 __all__ = ["ExportOptions", "CaptureStrategyName", "DEFAULT_OPSET", "SUPPORTED_OPSETS", "Target"]
@@ -16,6 +18,8 @@ __all__ = ["ExportOptions", "CaptureStrategyName", "DEFAULT_OPSET", "SUPPORTED_O
 CaptureStrategyName = Literal["non_strict", "strict"]
 #: What the model is for: any ONNX runtime, or ONNX Runtime with its fused kernels.
 Target = Literal["onnx", "onnxruntime"]
+#: A half-precision export dtype, by name (``torch.float16``/``torch.bfloat16`` work too).
+HalfDtype = Literal["float16", "bfloat16"]
 
 
 #: Opset 20, as torch.onnx: it has ``Gelu`` (one node instead of five), ONNX Runtime runs it
@@ -91,6 +95,14 @@ class ExportOptions:
             in the report, and the loaded model's shape errors saying so. Dimensions tied
             to another dynamic dimension (``Dim("b")`` is ``Dim("a")``) stay dynamic
             either way.
+        dtype: ``None`` (default): the model as it is. ``"float16"`` or ``"bfloat16"``
+            (or ``torch.float16``/``torch.bfloat16``): a copy of the model with its floating
+            weights and buffers in that dtype, and the float32/float64 example inputs too,
+            is exported (the model itself is left as it was). Softmax, log-softmax and the
+            reductions are computed in float32 (Cast nodes around them), as torch's CUDA
+            kernels accumulate; ``LayerNormalization`` computes in float32 by itself
+            (``stash_type=1``). The adapter takes the converted inputs in float32 too, cast
+            at call time. See docs/gpu.md.
 
     Example:
         >>> import onnx_export
@@ -114,8 +126,11 @@ class ExportOptions:
     dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None
     target: Target = "onnx"
     allow_static_fallback: bool = False
+    dtype: HalfDtype | torch.dtype | None = None
 
     def __post_init__(self) -> None:
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", _half_dtype_name(self.dtype))
         if self.opset_version not in SUPPORTED_OPSETS:
             raise ValueError(
                 f"opset_version must be between {SUPPORTED_OPSETS.start} and "
@@ -146,6 +161,19 @@ class ExportOptions:
             names = getattr(self, field)
             if isinstance(names, str):
                 raise ValueError(f"{field} must be a list of names, got the string {names!r}.")
+
+
+def _half_dtype_name(dtype: object) -> HalfDtype:
+    """``"float16"`` or ``"bfloat16"`` for ``dtype`` given by name or as ``torch.<dtype>``."""
+    name = str(dtype).removeprefix("torch.")
+    if name == "half":
+        name = "float16"
+    if name not in ("float16", "bfloat16"):
+        raise ValueError(
+            f"dtype must be 'float16' or 'bfloat16' (or torch.float16/torch.bfloat16), got "
+            f"{dtype!r}. Leave it None to export the model in its own dtypes."
+        )
+    return name  # type: ignore[return-value]  # one of the two, checked above
 
 
 def is_default_opset(opset_version: int) -> bool:

@@ -1,7 +1,8 @@
 """The optimization stage: the translated model made lean, then put at the asked opset.
 
 onnxscript's optimizer, the weight folds, the bool legalisation, the opset conversion, the
-GELU fusion and (``target="onnxruntime"``) ONNX Runtime's fused ops, in that order; each pass
+GELU fusion, (``target="onnxruntime"``) ONNX Runtime's fused ops and (``dtype``) softmax and
+reductions in float32, in that order; each pass
 that changes the model is a note in the export's ``DiagnosticContext``. Below opset 18 the
 model is converted down last (``downgrade``).
 """
@@ -19,6 +20,7 @@ from onnx_export._options import ExportOptions
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import ConversionError, OptimizationError
 from onnx_export.passes import (
+    compute_in_float32,
     convert_opset,
     fold_batch_norm_into_conv,
     fold_weight_computations,
@@ -62,6 +64,9 @@ def optimize(
     if options.target == "onnxruntime":
         with stage("ort_target"):
             _fuse_for_onnxruntime(model, context)
+    if options.dtype is not None:  # after the fusions, whose patterns know no Casts
+        with stage("opset"):
+            _fold(model, context, (("compute_in_float32", compute_in_float32),))
 
 
 def _optimizer(model: Any, context: DiagnosticContext) -> None:

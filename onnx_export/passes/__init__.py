@@ -12,6 +12,8 @@
 - :mod:`~onnx_export.passes.fold_batch_norm`: inference BatchNorm folded into the Conv
   before it.
 - :mod:`~onnx_export.passes.gelu`: the exact and the tanh GELU as one ``Gelu`` node (opset 20+).
+- :mod:`~onnx_export.passes.half_precision`: softmax and reductions of a half-precision
+  export computed in float32 (``ExportOptions(dtype=...)``).
 - :mod:`~onnx_export.passes.ort_fusions`: ONNX Runtime's fused ``com.microsoft`` ops
   (``ExportOptions(target="onnxruntime")``).
 
@@ -26,11 +28,13 @@ from onnx_export.passes.fold_batch_norm import fold_batch_norm_into_conv
 from onnx_export.passes.fold_weight_graphs import fold_weight_computations
 from onnx_export.passes.fold_weights import fold_weight_transforms
 from onnx_export.passes.gelu import fuse_gelu
+from onnx_export.passes.half_precision import compute_in_float32
 from onnx_export.passes.legalize import legalize_bool_data
 from onnx_export.passes.optimize import convert_opset, optimize_model, weights_shielded
 from onnx_export.passes.ort_fusions import fuse_for_onnxruntime
 
 __all__ = [
+    "compute_in_float32",
     "convert_opset",
     "fold_batch_norm_into_conv",
     "fold_weight_computations",

@@ -21,7 +21,7 @@ from onnx_export.adapters import AdapterSpec, build_adapter_spec
 from onnx_export.capture._shape_fixes import StaticDim
 from onnx_export.translation._translate import INT_RANGE_KEY, PYTHON_INT_KEY
 
-__all__ = ["build_spec", "with_made_static"]
+__all__ = ["build_spec", "with_cast_from", "with_made_static"]
 
 _REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -69,6 +69,24 @@ def with_made_static(spec: AdapterSpec, made_static: Sequence[StaticDim]) -> Ada
         marked = tuple(sorted({*tensor.made_static, *found}))
         tensor = dataclasses.replace(tensor, made_static=marked)
         leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves))
+
+
+def with_cast_from(spec: AdapterSpec, dtype: object) -> AdapterSpec:
+    """``spec`` whose ``dtype`` inputs (a half-precision export) take float32 too.
+
+    The caller feeds what the float32 model took; the adapter casts it (and still refuses
+    any other dtype). ``dtype`` ``None`` leaves the spec as it is.
+    """
+    if dtype is None:
+        return spec
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        if tensor is not None and tensor.dtype == dtype and not tensor.python_int:
+            tensor = dataclasses.replace(tensor, cast_from=("float32",))
+            leaf = dataclasses.replace(leaf, tensor=tensor)
+        leaves.append(leaf)
     return dataclasses.replace(spec, inputs=tuple(leaves))
 
 

@@ -90,7 +90,11 @@ class ExportedCheckpoint:
     seconds: float
 
 
-def _load_model(path: pathlib.Path, task: str, model_type: str) -> Any:
+#: ``export_pretrained``'s ``dtype``: the precision of the weights and the graphs.
+Precision = Literal["float32", "float16", "bfloat16"]
+
+
+def _load_model(path: pathlib.Path, task: str, model_type: str, dtype: Precision) -> Any:
     import torch
 
     try:
@@ -109,8 +113,8 @@ def _load_model(path: pathlib.Path, task: str, model_type: str) -> Any:
             f"{model_type!r} and {task!r}); install the transformers version that wrote the "
             "checkpoint."
         )
-    try:  # float32 whatever the checkpoint's dtype: ONNX Runtime's CPU kernels need it
-        model = auto.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    try:  # float32 by default whatever the checkpoint's dtype: ORT's CPU kernels need it
+        model = auto.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype))
     except (OSError, ValueError, KeyError) as e:
         raise CheckpointError(
             f"transformers could not load {os.fspath(path)!r} as {name} for "
@@ -135,12 +139,55 @@ def _check_target(target: str) -> None:
         )
 
 
+def _check_dtype(dtype: str) -> None:
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise CheckpointError(
+            f"dtype must be 'float32', 'float16' or 'bfloat16', got {dtype!r}. float16 is "
+            "the usual choice for CUDA; bfloat16 runs on CUDA (and on CPU computing in "
+            "float32, upcast=['bfloat16'])."
+        )
+
+
+def _in_dtype(model: Any, dtype: Precision) -> Any:
+    """``model`` with floating weights in ``dtype``: itself, or a converted copy.
+
+    Buffers a model keeps in float32 on purpose (rotary ``inv_freq``) stay as they are
+    when the weights already have the dtype, as ``from_pretrained(dtype=...)`` leaves them.
+    """
+    import copy
+
+    import torch
+
+    target = getattr(torch, dtype)
+    floats = [p.dtype for p in model.parameters() if p.is_floating_point()]
+    if all(d == target for d in floats):
+        return model
+    return copy.deepcopy(model).to(target)
+
+
+def _narrow_args(args: Any, dtype: Precision) -> Any:
+    """Floating example inputs (pixels, features) in ``dtype``, as the model takes them."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    target = getattr(torch, dtype)
+    return pytree.tree_map_only(
+        torch.Tensor, lambda t: t.to(target) if t.is_floating_point() else t, args
+    )
+
+
 def _export_options(
-    dynamic_shapes: Any, opset: int | None, target: str, strategies: tuple[str, ...] = ()
+    dynamic_shapes: Any,
+    opset: int | None,
+    target: str,
+    strategies: tuple[str, ...] = (),
+    dtype: Precision = "float32",
 ) -> Any:
     import onnx_export
 
     kwargs: dict[str, Any] = {"dynamic_shapes": dynamic_shapes}
+    if dtype != "float32":
+        kwargs["dtype"] = dtype
     if strategies:
         kwargs["capture_strategies"] = strategies
     if opset is not None:
@@ -150,7 +197,7 @@ def _export_options(
     return onnx_export.ExportOptions(**kwargs)
 
 
-def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
+def _export_graph(spec: Any, opset: int | None, target: str, dtype: Precision) -> Any:
     """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail.
 
     The attempt with more dynamic dimensions tries the fast capture strategy only: a model
@@ -161,22 +208,28 @@ def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
     from onnx_export.hf.export._fused_decoder import with_fused_ops  # GQA's registry, if fused
 
     if spec.fallback is None:
-        options = with_fused_ops(spec, _export_options(spec.dynamic_shapes, opset, target))
+        options = _export_options(spec.dynamic_shapes, opset, target, dtype=dtype)
+        options = with_fused_ops(spec, options)
         return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
     try:
-        options = _export_options(spec.dynamic_shapes, opset, target, ("non_strict",))
+        options = _export_options(spec.dynamic_shapes, opset, target, ("non_strict",), dtype)
         options = with_fused_ops(spec, options)
         return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
     except ExportInputError:
         raise
     except OnnxExportError:
         pass
-    options = with_fused_ops(spec, _export_options(spec.fallback, opset, target))
+    options = with_fused_ops(spec, _export_options(spec.fallback, opset, target, dtype=dtype))
     return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
 
 
 def _write_graphs(
-    model: Any, task: str, folder: pathlib.Path, opset: int | None, target: str
+    model: Any,
+    task: str,
+    folder: pathlib.Path,
+    opset: int | None,
+    target: str,
+    dtype: Precision = "float32",
 ) -> list[str]:
     import torch
 
@@ -188,12 +241,14 @@ def _write_graphs(
     written = []
     with torch.no_grad():
         specs = graphs_for_task(model, task)
+        if dtype != "float32":
+            specs = [dataclasses.replace(s, args=_narrow_args(s.args, dtype)) for s in specs]
         for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:
-            program = _export_graph(spec, opset, target)
+            program = _export_graph(spec, opset, target, dtype)
             if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
                 program.model.metadata_props[PADDING_SIDE_KEY] = "right"
             checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
-            check_against_eager(spec.file_name, spec.module, program, checked)
+            check_against_eager(spec.file_name, spec.module, program, checked, dtype)
             program.save(folder / spec.file_name)
             written.append(spec.file_name)
     return written
@@ -272,6 +327,7 @@ def export_pretrained(
     quantize_accuracy_level: int | None = 4,
     quantize_embeddings: bool = False,
     quantize_head: bool = True,
+    dtype: Precision = "float32",
 ) -> ExportedCheckpoint:
     """Export a ``transformers`` checkpoint to a folder that ONNX Runtime can generate with.
 
@@ -304,6 +360,13 @@ def export_pretrained(
             activations, the fastest on CPU; ``None``: ORT's default).
         quantize_embeddings: int4: the embedding table too (``GatherBlockQuantized``).
         quantize_head: int4: the output head (the MatMul writing ``logits``) too.
+        dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``: the weights are
+            loaded (or a passed model is copied) in that dtype and every graph is exported
+            with ``ExportOptions(dtype=...)``: half-precision weights, past keys and values
+            and logits, softmax and reductions in float32, float32 inputs accepted. Each
+            graph is checked against eager transformers in the same dtype, within that
+            dtype's tolerance. With ``quantize="int4"`` the ``MatMulNBits`` scales are in
+            the dtype too. See docs/gpu.md.
 
     Returns:
         What was written, where, and how long it took.
@@ -327,6 +390,7 @@ def export_pretrained(
     """
     started = time.perf_counter()
     _check_target(target)
+    _check_dtype(dtype)
     quantized = None
     if quantize is not None:
         from onnx_export.hf.export._quantize import QuantizeOptions
@@ -346,7 +410,7 @@ def export_pretrained(
         _check_output(out, source)
         model_type, architectures = checkpoint.model_type, checkpoint.architectures
         task = resolve_task(model_type, architectures, task, checkpoint.config)
-        model = _load_model(source, task, model_type)
+        model = _load_model(source, task, model_type, dtype)
     else:
         model = model_or_dir
         config = getattr(model, "config", None)
@@ -354,12 +418,13 @@ def export_pretrained(
         settings = config.to_dict() if config is not None else None
         task = resolve_task(model_type, (type(model).__name__,), task, settings)
     _check_output(out, source)
+    model = _in_dtype(model, dtype)
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename
     try:
-        onnx_files = _write_graphs(model, task, staged, opset, target)
+        onnx_files = _write_graphs(model, task, staged, opset, target, dtype)
         if quantized is not None:
             from onnx_export.hf.export._quantize import quantize_model_file
 

@@ -52,6 +52,7 @@ from onnx_export.hf.export._gqa import (
     last_token_rows,
     last_token_rows_onnx,
 )
+from onnx_export.hf.export._parity import tolerance
 from onnx_export.hf.export.graphs._base import GraphSpec
 
 __all__ = [
@@ -261,9 +262,10 @@ class FusedCausalLM(nn.Module):
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         caches = _rotary_caches(model) if rotary else None
         self.rotary = caches is not None
-        if caches is not None:
-            self.register_buffer("cos_cache", caches[0], persistent=False)
-            self.register_buffer("sin_cache", caches[1], persistent=False)
+        if caches is not None:  # in the weights' dtype, as transformers' rotary returns them
+            dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+            self.register_buffer("cos_cache", caches[0].to(dtype), persistent=False)
+            self.register_buffer("sin_cache", caches[1].to(dtype), persistent=False)
 
     def forward(
         self,
@@ -361,10 +363,11 @@ def _differences(fused: nn.Module, default: nn.Module, args: tuple[Any, ...]) ->
             (f"present.{i}.{n}", a[n].transpose(1, 2)[mask], b[n].transpose(1, 2)[compact_mask])
             for n in ("key", "value")
         ]
+    rtol, atol = tolerance(str(want["logits"].dtype).removeprefix("torch."))
     return [
         name
         for name, a, b in pairs
-        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-3, atol=1e-4)
+        if a.shape != b.shape or not torch.allclose(a.float(), b.float(), rtol=rtol, atol=atol)
     ]
 
 

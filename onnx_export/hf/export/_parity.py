@@ -6,9 +6,23 @@ from typing import Any
 
 from onnx_export.hf._errors import ExportMismatchError
 
-__all__ = ["check_against_eager", "RTOL", "ATOL"]
+__all__ = ["check_against_eager", "tolerance", "RTOL", "ATOL"]
 
 RTOL, ATOL = 1e-3, 1e-4
+
+#: (rtol, atol) by the graphs' precision: a few units in the last place of that dtype, for
+#: two computations that round at different points (ONNX Runtime's kernels, torch's).
+_TOLERANCES = {"float32": (RTOL, ATOL), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing outputs of graphs in ``dtype`` with eager ones.
+
+    Example:
+        >>> tolerance("float16")
+        (0.01, 0.01)
+    """
+    return _TOLERANCES.get(dtype, (RTOL, ATOL))
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -25,14 +39,18 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return found
 
 
-def check_against_eager(file_name: str, module: Any, program: Any, args: tuple[Any, ...]) -> None:
+def check_against_eager(
+    file_name: str, module: Any, program: Any, args: tuple[Any, ...], dtype: str = "float32"
+) -> None:
     """``ExportMismatchError`` naming each output that ONNX Runtime computes differently.
 
     ``module`` runs eagerly and ``program`` (the :class:`ONNXProgram`) in ONNX Runtime on
-    the example inputs; outputs are compared within ``ATOL + RTOL * |expected|``.
+    the example inputs; outputs are compared within ``atol + rtol * |expected|`` of
+    :func:`tolerance` for the graphs' ``dtype``.
     """
     import torch
 
+    rtol, atol = tolerance(dtype)
     with torch.no_grad():
         expected = _leaves(module(*args))
     actual = _leaves(program(*args))
@@ -44,12 +62,12 @@ def check_against_eager(file_name: str, module: Any, program: Any, args: tuple[A
         got = torch.as_tensor(actual[name]).float()
         if want.shape != got.shape:
             problems.append(f"{name}: shape {tuple(got.shape)} instead of {tuple(want.shape)}")
-        elif not torch.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True):
+        elif not torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
             error = (got - want).abs().max().item()
             problems.append(f"{name}: max abs error {error:.3g}")
     if problems:
         raise ExportMismatchError(
             f"{file_name} does not compute what transformers computes on the example inputs "
-            f"({'; '.join(problems)}; tolerance {ATOL} + {RTOL} * |expected|), so the folder "
+            f"({'; '.join(problems)}; tolerance {atol} + {rtol} * |expected|), so the folder "
             "was not written. Report it with the config.json."
         )
