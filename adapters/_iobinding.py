@@ -3,9 +3,11 @@
 Used only when the session runs on ``CUDAExecutionProvider`` and the inputs are torch CUDA
 tensors: inputs are bound by ``data_ptr()`` (no host round trip) and outputs are written into
 preallocated torch tensors when their shapes are known from the spec (static sizes, or
-symbolic names also used by an input); otherwise ONNX Runtime allocates them and they are
-copied into torch. Kept apart from the rest of the runtime because it cannot be exercised
-without a GPU.
+symbolic names also used by an input); otherwise ONNX Runtime allocates them on the device
+and torch takes them over through DLPack (no copy; onnxruntime without DLPack: one copy
+through the host). Dtypes numpy lacks (bfloat16, float8) are bound by their ONNX element
+type. Kept apart from the rest of the runtime because its run cannot be exercised without a
+GPU; the binding logic is tested with CPU tensors.
 """
 
 from __future__ import annotations
@@ -13,11 +15,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._dtypes import numpy_dtype, onnx_value_dtype, torch_dtype
+from ._dtypes import ONNX_ELEMENT_TYPES, numpy_dtype, onnx_value_dtype, torch_dtype
 from ._spec import Dim, TensorSpec
 from ._torch import torch_module
 
-__all__ = ["CudaIOBinding", "onnx_value_shape"]
+__all__ = ["CudaIOBinding", "element_type", "onnx_value_shape"]
+
+
+def element_type(dtype: str) -> Any:
+    """What ``bind_input``/``bind_output`` take for ``dtype``: a numpy dtype, else an int.
+
+    onnxruntime takes an ``onnx.TensorProto`` element type for the dtypes numpy lacks.
+
+    Example:
+        >>> element_type("bfloat16"), element_type("float16")
+        (16, dtype('float16'))
+    """
+    if dtype in ONNX_ELEMENT_TYPES:
+        return ONNX_ELEMENT_TYPES[dtype]
+    return numpy_dtype(dtype)
 
 
 def onnx_value_shape(tensor: TensorSpec) -> tuple[Dim, ...]:
@@ -39,8 +55,8 @@ class CudaIOBinding:
         outputs: Tensor specs of the graph outputs, in graph order.
 
     Example:
-        >>> CudaIOBinding.supports([TensorSpec("x", "bfloat16", ())], [])  # needs a numpy dtype
-        False
+        >>> CudaIOBinding.supports([TensorSpec("x", "bfloat16", ())], [])  # by element type
+        True
     """
 
     def __init__(
@@ -48,12 +64,12 @@ class CudaIOBinding:
     ) -> None:
         self._session = session
         self._inputs = tuple(
-            (t.name, numpy_dtype(onnx_value_dtype(t.dtype)), onnx_value_shape(t)) for t in inputs
+            (t.name, element_type(onnx_value_dtype(t.dtype)), onnx_value_shape(t)) for t in inputs
         )
         self._outputs = tuple(
             (
                 t.name,
-                numpy_dtype(onnx_value_dtype(t.dtype)),
+                element_type(onnx_value_dtype(t.dtype)),
                 onnx_value_shape(t),
                 onnx_value_dtype(t.dtype),
             )
@@ -62,14 +78,14 @@ class CudaIOBinding:
 
     @staticmethod
     def supports(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
-        """Whether every tensor has a plain numpy dtype (IOBinding needs one to bind).
+        """Whether every tensor has an element type to bind it with (numpy's, or ONNX's).
 
         Example:
             >>> CudaIOBinding.supports([TensorSpec("x", "float32", ())], [])
             True
         """
         names = [onnx_value_dtype(t.dtype) for t in (*inputs, *outputs)]
-        return all(not n.startswith(("bfloat", "float8")) for n in names)
+        return all(element_type(n) is not None for n in names)
 
     def run(self, tensors: Sequence[Any]) -> list[Any]:
         """Run on CUDA tensors (numpy arrays are moved to the device first).
@@ -95,7 +111,7 @@ class CudaIOBinding:
         if any(out is None for out in outputs):
             allocated = binding.get_outputs()
             outputs = [
-                torch.from_numpy(allocated[i].numpy()).to(device) if out is None else out
+                _to_torch(torch, allocated[i], device) if out is None else out
                 for i, out in enumerate(outputs)
             ]
         return outputs
@@ -143,3 +159,14 @@ class CudaIOBinding:
             )
             outputs.append(out)
         return outputs
+
+
+def _to_torch(torch: Any, value: Any, device: Any) -> Any:
+    """An ``OrtValue`` that ONNX Runtime allocated on the device, as a torch tensor there.
+
+    Through DLPack when this onnxruntime has it (torch then owns the very buffer), else
+    through the host (numpy, so not for bfloat16 or float8).
+    """
+    if hasattr(value, "__dlpack__"):
+        return torch.from_dlpack(value)
+    return torch.from_numpy(value.numpy()).to(device)

@@ -78,8 +78,22 @@ def test_inputs_bound_by_pointer_and_known_outputs_preallocated() -> None:
     }
 
 
-def test_extended_dtypes_are_not_bound() -> None:
-    assert not CudaIOBinding.supports([TensorSpec("x", "bfloat16", (1,))], [])
+def test_extended_dtypes_are_bound_by_onnx_element_type() -> None:
+    torch = pytest.importorskip("torch")
+    assert CudaIOBinding.supports([TensorSpec("x", "bfloat16", (1,))], [])
     assert CudaIOBinding.supports(
         [TensorSpec("x", "complex64", (1,))], [TensorSpec("y", "bool", ())]
     )
+    runner = CudaIOBinding(
+        session=None,
+        inputs=[TensorSpec("x", "bfloat16", ("batch", 2))],
+        outputs=[TensorSpec("y", "bfloat16", ("batch", 2))],
+    )
+    binding = RecordingBinding()
+    x = torch.ones(3, 2, dtype=torch.bfloat16)
+    device = torch.device("cpu")
+    keep, dims = runner._bind_inputs(torch, binding, [x], device, 0)
+    assert binding.inputs[0]["element_type"] == 16  # onnx.TensorProto.BFLOAT16
+    outputs = runner._bind_outputs(torch, binding, dims, device, 0)
+    assert outputs[0].dtype == torch.bfloat16 and outputs[0].shape == (3, 2)
+    assert binding.outputs[0]["element_type"] == 16

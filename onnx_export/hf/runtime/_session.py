@@ -14,6 +14,7 @@ run over one preallocated cache that GQA updates in place
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from onnx_export.hf._errors import CheckpointError
 
 __all__ = [
     "DecodeSession",
+    "host_float32",
     "StepSession",
     "PAST_PREFIX",
     "PRESENT_PREFIX",
@@ -57,6 +59,23 @@ ONNX_TO_NUMPY = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
+
+
+_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+
+
+def host_float32(value: Value) -> npt.NDArray[Any]:
+    """A host ``OrtValue`` as numpy; bfloat16 (which numpy lacks) widened to float32, exactly.
+
+    A bfloat16 is the upper half of a float32's bits, so the widening is a shift.
+    """
+    if value.data_type() != "tensor(bfloat16)":
+        return np.asarray(value.numpy())
+    shape = list(value.shape())
+    count = int(np.prod(shape)) if shape else 1
+    raw = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(shape)
 
 
 class DecodeSession(Protocol):
@@ -165,6 +184,11 @@ class StepSession:
         for name in self.past_names:
             meta = self._inputs[name]
             shape = [batch, *(d if isinstance(d, int) else 0 for d in meta.shape[1:])]
+            if meta.type == "tensor(bfloat16)":  # numpy has no bfloat16: by ONNX element type
+                feed[name] = ort.OrtValue.ortvalue_from_shape_and_type(
+                    shape, _BFLOAT16, self.device, 0
+                )
+                continue
             dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)
             feed[name] = self.to_device(np.zeros(shape, dtype=dtype))
         return feed
@@ -231,7 +255,7 @@ class StepSession:
 
     def last_logits(self, results: Mapping[str, Value]) -> npt.NDArray[np.float32]:
         """The logits of each row's last position (batch, vocab), float32, the caller's own."""
-        return np.ascontiguousarray(results["logits"].numpy()[:, -1, :], dtype=np.float32)
+        return np.ascontiguousarray(host_float32(results["logits"])[:, -1, :], dtype=np.float32)
 
     def reorder(self, past: Mapping[str, Value], rows: npt.NDArray[np.int64]) -> dict[str, Value]:
         """``past`` with its batch rows taken in the order ``rows`` (beam search)."""

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf.runtime._session import DecodeSession, StepSession
+from onnx_export.hf.runtime._session import DecodeSession, StepSession, host_float32
 from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
 from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
 from onnx_export.hf.runtime.generation._generate import (
@@ -159,7 +159,7 @@ class OrtModelForCausalLM:
         ids = self._ids(input_ids)
         feed = {**self._prompt_feed(ids, as_mask(attention_mask, ids))}
         results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
-        return np.asarray(results["logits"].numpy())
+        return host_float32(results["logits"])
 
     def generate(
         self,

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf.runtime._session import StepSession
+from onnx_export.hf.runtime._session import StepSession, host_float32
 from onnx_export.hf.runtime.generation._generate import (
     Stopping,
     as_ids,
@@ -162,7 +162,7 @@ class OrtModelForSeq2SeqLM:
         encoded = self._encode(input_ids, attention_mask, input_features, pixel_values)
         start = self._start(decoder_input_ids, int(encoded.pop("batch")))
         feed = {"input_ids": start, **encoded, **self.decoder.empty_past(start.shape[0])}
-        return np.asarray(self.decoder.run(feed, ["logits"])["logits"].numpy())
+        return host_float32(self.decoder.run(feed, ["logits"])["logits"])
 
     def generate(
         self,
