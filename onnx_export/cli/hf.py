@@ -25,7 +25,7 @@ __all__ = ["register"]
 
 
 def register(commands: Subcommands) -> None:
-    """Add ``hf CHECKPOINT_DIR -o OUT_DIR [--task TASK] [--opset N] [--target T]``."""
+    """Add ``hf CHECKPOINT_DIR -o OUT_DIR [--task TASK] [--opset N] [--target T] [--dtype D]``."""
     parser = add_command(
         commands,
         "hf",
@@ -59,6 +59,11 @@ def register(commands: Subcommands) -> None:
     parser.add_argument(
         "--target", choices=("onnx", "onnxruntime"), default="onnx",
         help="'onnx' (standard ONNX, the default) or 'onnxruntime' (ExportOptions.target)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+        help="the weights' and graphs' precision (default float32); float16/bfloat16 are "
+        "for CUDA: softmax and reductions stay float32, inputs may come as float32",
     )  # fmt: skip
     parser.add_argument(
         "--quantize", choices=("int4", "int8"), default=None,
@@ -117,6 +122,7 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
                 quantize_accuracy_level=args.quantize_accuracy_level,
                 quantize_embeddings=args.quantize_embeddings,
                 quantize_head=args.quantize_head,
+                dtype=args.dtype,
             )
         except ExportInputError as e:
             raise UsageError(one_line(str(e))) from e
