@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -9,6 +10,7 @@ import pathlib
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from onnx_export.hf._errors import CheckpointError
@@ -165,6 +167,18 @@ def _in_dtype(model: Any, dtype: Precision) -> Any:
     return copy.deepcopy(model).to(target)
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype: Precision) -> Iterator[None]:
+    import torch
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def _narrow_args(args: Any, dtype: Precision) -> Any:
     """Floating example inputs (pixels, features) in ``dtype``, as the model takes them."""
     import torch
@@ -240,7 +254,8 @@ def _write_graphs(
 
     written = []
     with torch.no_grad():
-        specs = graphs_for_task(model, task)
+        with _default_dtype(dtype):  # random example pixels and features in the model's dtype
+            specs = graphs_for_task(model, task)
         if dtype != "float32":
             specs = [dataclasses.replace(s, args=_narrow_args(s.args, dtype)) for s in specs]
         for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:

@@ -51,9 +51,14 @@ def check_against_eager(
     import torch
 
     rtol, atol = tolerance(dtype)
+    from onnx_export.adapters import MissingKernelError
+
     with torch.no_grad():
         expected = _leaves(module(*args))
-    actual = _leaves(program(*args))
+    try:
+        actual = _leaves(program(*args))
+    except MissingKernelError:  # bfloat16 on ORT's CPU provider: computed in float32
+        actual = _leaves(program._verification_module()[0](*args))
     problems = []
     if set(expected) != set(actual):
         problems.append(f"outputs {sorted(actual)} instead of {sorted(expected)}")

@@ -174,6 +174,10 @@ class StepSession:
         """The ``NodeArg`` (onnxruntime's) of the input ``name`` (``.shape``, ``.type``)."""
         return self._inputs[name]
 
+    def input_dtype(self, name: str) -> Any:
+        """The numpy dtype of the input ``name`` (float16 for a half-precision export)."""
+        return ONNX_TO_NUMPY.get(self._inputs[name].type, np.float32)
+
     def output_meta(self, name: str) -> Any:
         """The ``NodeArg`` (onnxruntime's) of the output ``name`` (``.shape``, ``.type``)."""
         return self._outputs[name]

@@ -104,7 +104,7 @@ class OrtModelForSeq2SeqLM:
         if self.vision:
             if pixel_values is None:
                 raise GenerationError("This is an image-to-text model: pass pixel_values=...")
-            pixels = np.asarray(pixel_values, dtype=np.float32)
+            pixels = np.asarray(pixel_values, dtype=self.encoder.input_dtype("pixel_values"))
             if pixels.ndim != 4:
                 raise GenerationError(
                     f"pixel_values has shape {pixels.shape}; the encoder takes "
@@ -115,7 +115,7 @@ class OrtModelForSeq2SeqLM:
         if self.speech:
             if input_features is None:
                 raise GenerationError("This is a speech model: pass input_features=...")
-            features = np.asarray(input_features, dtype=np.float32)
+            features = np.asarray(input_features, self.encoder.input_dtype("input_features"))
             expected = self.encoder.session.get_inputs()[0].shape
             if features.ndim != 3 or list(features.shape[1:]) != list(expected[1:]):
                 raise GenerationError(
