@@ -23,7 +23,7 @@ __all__ = ["CastInputs"]
 def _dtype_name(value: object) -> str | None:
     """``value``'s dtype the spec way (``"float32"``), or ``None`` for a non-tensor."""
     if isinstance(value, np.ndarray):
-        return value.dtype.name
+        return str(value.dtype.name)
     torch = torch_module()
     if torch is not None and isinstance(value, torch.Tensor):
         return str(value.dtype).removeprefix("torch.")

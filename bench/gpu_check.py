@@ -32,6 +32,7 @@ it (tests/test_gpu_check.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import shutil
@@ -232,11 +233,12 @@ def check_exports(table: Table, size: str, device: str, folder: pathlib.Path) ->
             module, note = _load(path, device, dtype)
             eager = model.to(device=device, dtype=getattr(torch, dtype))
             inputs = tuple(a.to(device) for a in args)  # float32: the adapter casts
+            narrowed = tuple(_narrow(a, dtype) for a in inputs)
             with torch.no_grad():
-                want = _first_tensor(eager(*(_narrow(a, dtype) for a in inputs))).float()
+                want = _first_tensor(eager(*narrowed)).float()
                 got = _first_tensor(module(*inputs)).float()
-                ours = _timed(lambda: module(*inputs), device)
-                ref = _timed(lambda: eager(*(_narrow(a, dtype) for a in inputs)), device)
+                ours = _timed(functools.partial(module, *inputs), device)
+                ref = _timed(functools.partial(eager, *narrowed), device)
             error = float((got.to(want.device) - want).abs().max() / want.abs().max().clamp(1e-6))
             verdict = "ok" if error <= tolerance[dtype] else "MISMATCH"
             table.add(

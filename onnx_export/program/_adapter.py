@@ -85,8 +85,9 @@ def with_cast_from(spec: AdapterSpec, dtype: object) -> AdapterSpec:
         tensor = leaf.tensor
         if tensor is not None and tensor.dtype == dtype and not tensor.python_int:
             tensor = dataclasses.replace(tensor, cast_from=("float32",))
-            leaf = dataclasses.replace(leaf, tensor=tensor)
-        leaves.append(leaf)
+            leaves.append(dataclasses.replace(leaf, tensor=tensor))
+        else:
+            leaves.append(leaf)
     return dataclasses.replace(spec, inputs=tuple(leaves))
 
 

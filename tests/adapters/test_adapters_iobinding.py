@@ -92,7 +92,7 @@ def test_extended_dtypes_are_bound_by_onnx_element_type() -> None:
     binding = RecordingBinding()
     x = torch.ones(3, 2, dtype=torch.bfloat16)
     device = torch.device("cpu")
-    keep, dims = runner._bind_inputs(torch, binding, [x], device, 0)
+    _, dims = runner._bind_inputs(torch, binding, [x], device, 0)
     assert binding.inputs[0]["element_type"] == 16  # onnx.TensorProto.BFLOAT16
     outputs = runner._bind_outputs(torch, binding, dims, device, 0)
     assert outputs[0].dtype == torch.bfloat16 and outputs[0].shape == (3, 2)

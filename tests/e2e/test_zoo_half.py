@@ -29,6 +29,11 @@ pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' r
 pytest.importorskip("transformers")
 
 DEFAULT = ["bert", "llama", "resnet"]
+#: transformers' own code that torch.export cannot capture in float16 only.
+KNOWN = {
+    "bart": "BART's encoder layer branches on `hidden_states.dtype == torch.float16 and not "
+    "torch.isfinite(hidden_states).all()`: data-dependent control flow, in float16 only",
+}
 #: Relative to the largest output: float16's rounding over a whole model.
 TOLERANCE = 3e-2
 
@@ -75,7 +80,14 @@ def test_zoo_float16(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in ZOO if n not in DEFAULT])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=True)) if n in KNOWN else n
+        for n in ZOO
+        if n not in DEFAULT
+    ],
+)
 def test_zoo_float16_full(name: str, request: pytest.FixtureRequest) -> None:
     run_slow = request.config.getoption("--runslow", default=False)
     if not run_slow and os.environ.get("ONNX_EXPORT_RUNSLOW") != "1":

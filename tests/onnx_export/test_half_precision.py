@@ -59,7 +59,7 @@ def test_dtype_option_takes_names_and_torch_dtypes(given: object, name: str) -> 
 
 
 def test_dtype_option_refuses_other_dtypes() -> None:
-    with pytest.raises(ValueError, match="dtype must be 'float16' or 'bfloat16'.*got torch.int8"):
+    with pytest.raises(ValueError, match=r"dtype must be 'float16' or 'bfloat16'.*got torch\.int8"):
         onnx_export.ExportOptions(dtype=torch.int8)  # type: ignore[arg-type]
 
 

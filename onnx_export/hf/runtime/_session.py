@@ -73,9 +73,10 @@ def host_float32(value: Value) -> npt.NDArray[Any]:
         return np.asarray(value.numpy())
     shape = list(value.shape())
     count = int(np.prod(shape)) if shape else 1
-    raw = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    raw = memoryview((ctypes.c_uint16 * count).from_address(value.data_ptr())).cast("B")
     bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-    return bits.view(np.float32).reshape(shape)
+    widened: npt.NDArray[Any] = bits.view(np.float32).reshape(shape)
+    return widened
 
 
 class DecodeSession(Protocol):
