@@ -243,6 +243,7 @@ def test_steps_run_in_documented_order() -> None:
         "RemoveNones",
         "CheckConstants",
         "IntsToArrays",
+        "CastInputs",
         "CheckTensors",
         "ComplexToRealView",
     ]
