@@ -102,7 +102,7 @@ class ExportOptions:
             reductions are computed in float32 (Cast nodes around them), as torch's CUDA
             kernels accumulate; ``LayerNormalization`` computes in float32 by itself
             (``stash_type=1``). The adapter takes the converted inputs in float32 too, cast
-            at call time. See docs/gpu.md.
+            at call time; ``verify`` compares within 1e-2. See docs/gpu.md.
 
     Example:
         >>> import onnx_export

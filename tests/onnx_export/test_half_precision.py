@@ -165,3 +165,28 @@ def test_saved_half_model_loads_and_runs(tmp_path: pathlib.Path) -> None:
     module = onnx_export.load(path)
     out = module(np.ones((2, 4, 8), np.float32), np.zeros((2, 4), np.int64))
     assert out.dtype == np.float16 and out.shape == (2, 4, 1)
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnxruntime"])
+def test_half_bert_verifies_and_fuses_for_onnxruntime(target: str) -> None:
+    """``verify=True`` compares within float16's rounding over the model; ORT's fusions
+    (Attention, SkipLayerNormalization, BiasGelu) take the float16 graph as they are."""
+    tf = pytest.importorskip("transformers")
+    config = tf.BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+    )
+    torch.manual_seed(0)
+    model = tf.BertModel(config).eval()
+    ids, mask = torch.randint(0, 100, (2, 16)), torch.ones(2, 16, dtype=torch.long)
+    options = onnx_export.ExportOptions(dtype="float16", target=target, verify=True)  # type: ignore[arg-type]
+    program = onnx_export.dynamo_export(model, ids, mask, export_options=options)
+    ops = {n.op_type for n in program.model.graph}
+    if target == "onnxruntime":
+        assert {"Attention", "SkipLayerNormalization"} <= ops, ops
+    else:
+        assert "Softmax" in ops
+    assert program(ids, mask)["last_hidden_state"].dtype == torch.float16
