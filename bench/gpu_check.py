@@ -209,11 +209,23 @@ def _load(path: pathlib.Path, device: str, dtype: str) -> tuple[Any, str]:
     from onnx_export.adapters import MissingKernelError
 
     if device == "cuda":
-        return onnx_export.load(path, providers=["cuda"]), ""
+        module = onnx_export.load(path, providers=["cuda"])
+        _require_cuda(module.providers, path.name)
+        return module, ""
     try:
         return onnx_export.load(path), ""
     except MissingKernelError:  # the CPU provider lacks some float16 kernels
         return onnx_export.load(path, upcast=[dtype]), f"CPU: computed in float32 (upcast {dtype})"
+
+
+def _require_cuda(providers: list[str], what: str) -> None:
+    """Stop when ONNX Runtime fell back to the CPU (CUDA provider present but not loadable)."""
+    if not providers or providers[0] != "CUDAExecutionProvider":
+        raise SystemExit(
+            f"error: {what} runs on {providers}, not CUDAExecutionProvider: onnxruntime-gpu "
+            "could not load its CUDA provider (CUDA 13 and cuDNN 9 libraries; see the "
+            "warnings above)."
+        )
 
 
 def check_exports(table: Table, size: str, device: str, folder: pathlib.Path) -> None:
@@ -381,6 +393,8 @@ def _ours_runner(folder: pathlib.Path, device: str) -> Callable[[Any], Any]:
     from onnx_export import hf
 
     model = hf.OrtModelForCausalLM.from_pretrained(folder, providers=[device])
+    if device == "cuda":
+        _require_cuda(model.session.session.get_providers(), folder.name)
     return lambda ids: model.generate(ids, max_new_tokens=NEW, eos_token_id=[])
 
 
