@@ -64,7 +64,11 @@ def _spd(n: int = 3) -> torch.Tensor:
 
 def _late(name: str) -> Callable[..., Any]:
     """``aten.<name>``, looked up at call time: a newer torch may lack it (see test_own_op)."""
-    return lambda *args: getattr(aten, name)(*args)
+
+    def call(*args: Any) -> Any:
+        return getattr(aten, name)(*args)
+
+    return call
 
 
 def _case(
