@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
@@ -40,6 +41,9 @@ class TritonModel:
         allowed_classes: Classes the outputs may be rebuilt as (see ``onnx_export.load``).
         timeout: Seconds to wait for the server's answer to a request.
 
+    Close it (:meth:`close`, or ``with TritonModel(...) as model:``) when done: a server
+    that stops waits for open HTTP connections.
+
     Raises:
         ServerError: The server is not reachable, or does not serve ``name``.
         ServingError: No adapter spec in the configuration and none given.
@@ -65,6 +69,8 @@ class TritonModel:
         self.protocol, self.url = _split_url(url)
         self.timeout = timeout
         self._local = threading.local()
+        self._opened: list[Any] = []  # every thread's client, for close()
+        self._lock = threading.Lock()
         config = self._config()
         self.input_names = [tensor["name"] for tensor in config.get("input", [])]
         self.output_names = [tensor["name"] for tensor in config.get("output", [])]
@@ -119,18 +125,35 @@ class TritonModel:
             result = client.infer(self.name, requests, outputs=wanted, **self._timeout())
         except Exception as e:
             raise _remote_error(e, self) from e
-        return [np.asarray(result.as_numpy(name)) for name in self.output_names]
+        return [np.array(result.as_numpy(name)) for name in self.output_names]  # writable
 
     def _timeout(self) -> dict[str, Any]:
         if self.protocol == "grpc":
             return {"client_timeout": self.timeout}
         return {}
 
+    def close(self) -> None:
+        """Close every thread's connection (the server waits for open ones when it stops)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for client in opened:
+            with contextlib.suppress(Exception):  # already closed, or the server is gone
+                client.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> TritonModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _client(self) -> tuple[Any, Any]:
         made = getattr(self._local, "client", None)
         if made is None:
             made = _connect(self.protocol, self.url, self.timeout)
             self._local.client = made
+            with self._lock:
+                self._opened.append(made[1])
         return made
 
     def _config(self) -> dict[str, Any]:

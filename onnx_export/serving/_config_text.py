@@ -101,7 +101,7 @@ def _tensors(field: str, tensors: tuple[ServedTensor, ...], batched: bool) -> It
 def _warmup(inputs: tuple[ServedTensor, ...], batched: bool) -> Iterator[str]:
     yield "model_warmup [\n  {"
     yield '    name: "zeros"'
-    yield f"    batch_size: {1 if batched else 0}"
+    yield "    batch_size: 1"
     for tensor in inputs:
         shape = tensor.shape[1:] if batched else tensor.shape
         dims = [size if isinstance(size, int) else WARMUP_SIZE for size in shape] or [1]

@@ -173,6 +173,7 @@ def _write_model(
             "Choose another name (--name) or remove that folder."
         )
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    staging.chmod(0o755)  # mkdtemp's 0o700 would hide the model from a server of another user
     try:
         version = staging / "1"
         version.mkdir()
@@ -224,6 +225,7 @@ def _write_atomically(path: pathlib.Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as file:
             file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0o600, as any other file written
         os.replace(temporary, path)
     except BaseException:
         pathlib.Path(temporary).unlink(missing_ok=True)

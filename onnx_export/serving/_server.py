@@ -158,7 +158,7 @@ class TritonServer:
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             "--allow-metrics=false",
-            "--exit-timeout-secs=10",
+            "--exit-timeout-secs=5",
             f"--log-file={log}",
         ]
         self._log = log
