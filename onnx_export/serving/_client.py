@@ -75,6 +75,7 @@ class TritonModel:
         self.input_names = [tensor["name"] for tensor in config.get("input", [])]
         self.output_names = [tensor["name"] for tensor in config.get("output", [])]
         self.spec = _spec(spec, config, name)
+        self._scalar_items = _scalar_items(config, self.spec)
         self._inputs = InputAdapter(self.spec)
         self._outputs = OutputAdapter(self.spec, allowed_classes)
 
@@ -117,6 +118,8 @@ class TritonModel:
                     f"input {name!r}: expected an array of a type Triton carries, got "
                     f"{array.dtype}. Cast it first."
                 )
+            if name in self._scalar_items:  # Triton's dims [1], reshaped to [] for the model
+                array = array.reshape((*array.shape, 1))
             request = module.InferInput(name, list(array.shape), wire)
             request.set_data_from_numpy(array)
             requests.append(request)
@@ -125,7 +128,11 @@ class TritonModel:
             result = client.infer(self.name, requests, outputs=wanted, **self._timeout())
         except Exception as e:
             raise _remote_error(e, self) from e
-        return [np.array(result.as_numpy(name)) for name in self.output_names]  # writable
+        outputs = [np.array(result.as_numpy(name)) for name in self.output_names]  # writable
+        return [
+            output.reshape(output.shape[:-1]) if name in self._scalar_items else output
+            for name, output in zip(self.output_names, outputs, strict=True)
+        ]
 
     def _timeout(self) -> dict[str, Any]:
         if self.protocol == "grpc":
@@ -169,6 +176,25 @@ class TritonModel:
                 f"{self.protocol}://{self.url}: {_one_line(e)}. Check that the server runs and "
                 "serves that model (GET /v2/models/NAME/ready)."
             ) from e
+
+
+def _scalar_items(config: dict[str, Any], spec: AdapterSpec) -> frozenset[str]:
+    """Tensors whose items are scalars: Triton carries them with one more axis of size 1.
+
+    ``config.pbtxt`` gives them ``dims: [ 1 ]`` and ``reshape { shape: [ ] }`` (Triton needs
+    at least one dim), so on the wire they have one axis more than the graph's tensor.
+    """
+    ranks = {
+        leaf.tensor.name: len(leaf.tensor.shape)
+        for leaf in (*spec.inputs, *spec.outputs)
+        if leaf.tensor is not None
+    }
+    batched = int(config.get("max_batch_size", 0)) > 0
+    return frozenset(
+        str(tensor["name"])
+        for tensor in (*config.get("input", []), *config.get("output", []))
+        if tensor["name"] in ranks and len(tensor.get("dims", [])) + batched == ranks[tensor["name"]] + 1
+    )
 
 
 def _split_url(url: str) -> tuple[str, str]:
