@@ -89,8 +89,7 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
             server.start(timeout=args.timeout)
             names = ", ".join(repository.models)
             echo(
-                f"serving {names} at http://{server.http_url} and {server.grpc_url} "
-                "(Ctrl-C stops)",
+                f"serving {names} at http://{server.http_url} and {server.grpc_url} (Ctrl-C stops)",
             )
             _wait(stop)
         except ServerError as e:

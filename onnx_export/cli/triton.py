@@ -52,14 +52,12 @@ def register(commands: Subcommands) -> None:
 
 def add_serving_options(parser: argparse.ArgumentParser) -> None:
     """``--name``, ``--device``, ``--instances``, ``--max-batch-size``, ``--max-queue-delay-us``,
-    ``--no-warmup``."""  # noqa: D205, D209, D415 - a list of options
+    ``--no-warmup``."""  # noqa: D205, D209 - a list of options
     parser.add_argument("--name", help="the model name (default: the file's or folder's name)")
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="instance kind (cpu)"
     )
-    parser.add_argument(
-        "--instances", type=int, default=1, metavar="N", help="model instances (1)"
-    )
+    parser.add_argument("--instances", type=int, default=1, metavar="N", help="model instances (1)")
     parser.add_argument(
         "--max-batch-size",
         type=int,

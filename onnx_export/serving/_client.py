@@ -111,15 +111,15 @@ class TritonModel:
             )
         module, client = self._client()
         requests = []
-        for name, array in zip(self.input_names, arrays, strict=True):
-            wire = WIRE_TYPES.get(array.dtype.name)
+        for name, given in zip(self.input_names, arrays, strict=True):
+            wire = WIRE_TYPES.get(given.dtype.name)
             if wire is None:
                 raise ServingError(
                     f"input {name!r}: expected an array of a type Triton carries, got "
-                    f"{array.dtype}. Cast it first."
+                    f"{given.dtype}. Cast it first."
                 )
-            if name in self._scalar_items:  # Triton's dims [1], reshaped to [] for the model
-                array = array.reshape((*array.shape, 1))
+            # Triton's dims [1] for a scalar item, reshaped to [] for the model
+            array = given.reshape((*given.shape, 1)) if name in self._scalar_items else given
             request = module.InferInput(name, list(array.shape), wire)
             request.set_data_from_numpy(array)
             requests.append(request)
@@ -193,7 +193,8 @@ def _scalar_items(config: dict[str, Any], spec: AdapterSpec) -> frozenset[str]:
     return frozenset(
         str(tensor["name"])
         for tensor in (*config.get("input", []), *config.get("output", []))
-        if tensor["name"] in ranks and len(tensor.get("dims", [])) + batched == ranks[tensor["name"]] + 1
+        if tensor["name"] in ranks
+        and len(tensor.get("dims", [])) + batched == ranks[tensor["name"]] + 1
     )
 
 
@@ -210,7 +211,7 @@ def _connect(protocol: str, url: str, timeout: float) -> tuple[Any, Any]:
         if protocol == "grpc":
             import tritonclient.grpc as module
         else:
-            import tritonclient.http as module  # type: ignore[no-redef]  # same interface
+            import tritonclient.http as module
     except ImportError as e:
         raise ServingError(
             f"the Triton client is not installed ({e}). Install it: pip install "
@@ -257,9 +258,7 @@ def _spec_from_file(path: pathlib.Path) -> AdapterSpec:
 def _remote_error(error: Exception, model: TritonModel) -> ServingError:
     text = _one_line(error)
     status = str(getattr(error, "status", lambda: "")() or "")
-    unreachable = "StatusCode.UNAVAILABLE" in status or isinstance(
-        error, ConnectionError | OSError
-    )
+    unreachable = "StatusCode.UNAVAILABLE" in status or isinstance(error, ConnectionError | OSError)
     if unreachable:
         return ServerError(
             f"cannot reach the Triton server at {model.protocol}://{model.url}: {text}."
@@ -271,4 +270,3 @@ def _one_line(error: Exception) -> str:
     message = getattr(error, "message", None)
     text = message() if callable(message) else str(error)
     return " ".join(str(text).split()) or type(error).__name__
-

@@ -36,6 +36,11 @@ class ServingOptions:
             model has a batch axis; else ``max_batch_size: 0``).
         max_queue_delay_us: How long a request may wait for others to join its batch.
         warmup: Whether to write ``model_warmup`` (one request of zeros).
+
+    Example:
+        >>> from onnx_export.serving import ServingOptions
+        >>> ServingOptions(instances=2).max_batch_size
+        16
     """
 
     device: Device = "cpu"
@@ -45,9 +50,7 @@ class ServingOptions:
     warmup: bool = True
 
 
-def config_text(
-    model: ServedModel, name: str, backend: Backend, options: ServingOptions
-) -> str:
+def config_text(model: ServedModel, name: str, backend: Backend, options: ServingOptions) -> str:
     """The ``config.pbtxt`` of ``model`` served as ``name`` by ``backend``."""
     batched = model.batch_axis is not None
     lines = [f"name: {_quote(name)}"]
@@ -61,12 +64,12 @@ def config_text(
     lines += _tensors("output", model.outputs, batched)
     if batched:
         lines.append(
-            "dynamic_batching {\n"
-            f"  max_queue_delay_microseconds: {options.max_queue_delay_us}\n"
-            "}"
+            f"dynamic_batching {{\n  max_queue_delay_microseconds: {options.max_queue_delay_us}\n}}"
         )
     kind = "KIND_GPU" if options.device == "cuda" else "KIND_CPU"
-    lines.append(f"instance_group [\n  {{\n    kind: {kind}\n    count: {options.instances}\n  }}\n]")
+    lines.append(
+        f"instance_group [\n  {{\n    kind: {kind}\n    count: {options.instances}\n  }}\n]"
+    )
     if options.warmup:
         lines += _warmup(model.inputs, batched)
     if model.adapter_spec is not None:
@@ -89,7 +92,11 @@ def _tensors(field: str, tensors: tuple[ServedTensor, ...], batched: bool) -> It
     for index, tensor in enumerate(tensors):
         dims = _dims(tensor, batched)
         # Triton needs at least one dim: a scalar travels as [1], reshaped to [] for the model.
-        shape = f"\n    dims: [ {_join(dims)} ]" if dims else "\n    dims: [ 1 ]\n    reshape { shape: [ ] }"
+        shape = (
+            f"\n    dims: [ {_join(dims)} ]"
+            if dims
+            else "\n    dims: [ 1 ]\n    reshape { shape: [ ] }"
+        )
         comma = "," if index < len(tensors) - 1 else ""
         yield (
             f"  {{\n    name: {_quote(tensor.name)}\n    data_type: {tensor.triton_type}"

@@ -33,6 +33,12 @@ class TritonRepository:
         models: The model names written, each a folder ``path / name``.
         backend: ``"onnxruntime"`` or ``"python"``.
         kserve_manifest: The InferenceService manifest, when one was asked for.
+
+    Example:
+        >>> import pathlib
+        >>> from onnx_export.serving import TritonRepository
+        >>> TritonRepository(pathlib.Path("repo"), ("bert",), "onnxruntime").config_path("bert")
+        PosixPath('repo/bert/config.pbtxt')
     """
 
     path: pathlib.Path
@@ -41,7 +47,14 @@ class TritonRepository:
     kserve_manifest: pathlib.Path | None = None
 
     def config_path(self, name: str) -> pathlib.Path:
-        """The ``config.pbtxt`` of model ``name``."""
+        """The ``config.pbtxt`` of model ``name``.
+
+        Example:
+            >>> import pathlib
+            >>> from onnx_export.serving import TritonRepository
+            >>> TritonRepository(pathlib.Path("r"), ("m",), "python").config_path("m").name
+            'config.pbtxt'
+        """
         return self.path / name / "config.pbtxt"
 
 
@@ -135,7 +148,9 @@ def _served_models(source: pathlib.Path, name: str | None) -> list[tuple[str, Se
     base = name or _clean(source.name)
     if len(files) == 1:
         return [(base, read_served_model(source / files[0]))]
-    return [(f"{base}_{_clean(pathlib.Path(f).stem)}", read_served_model(source / f)) for f in files]
+    return [
+        (f"{base}_{_clean(pathlib.Path(f).stem)}", read_served_model(source / f)) for f in files
+    ]
 
 
 def _hf_files(folder: pathlib.Path) -> list[str]:

@@ -187,10 +187,8 @@ class TritonServer:
                     f"tritonserver exited with code {self._process.returncode} before it was "
                     f"ready. Its log ends with: {self.log_tail()}"
                 )
-            with contextlib.suppress(urllib.error.URLError, OSError):
-                with urllib.request.urlopen(url, timeout=1) as answer:
-                    if answer.status == 200:
-                        return
+            if _ready(url):
+                return
             time.sleep(0.2)
         raise ServerError(
             f"tritonserver was not ready within {timeout:.0f} s. Its log ends with: "
@@ -225,6 +223,14 @@ class TritonServer:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):  # not listening yet, or not ready
+        return False
 
 
 def _stop_group(process: subprocess.Popen[bytes], timeout: float) -> None:

@@ -35,7 +35,8 @@ _ONNX_TYPES: dict[str, tuple[str, str]] = {
 TRITON_TYPES: dict[str, str] = dict(_ONNX_TYPES.values())
 #: numpy dtype name -> the datatype of the KServe v2 protocol (what a request carries).
 WIRE_TYPES: dict[str, str] = {
-    name: kind.removeprefix("TYPE_").replace("STRING", "BYTES") for name, kind in TRITON_TYPES.items()
+    name: kind.removeprefix("TYPE_").replace("STRING", "BYTES")
+    for name, kind in TRITON_TYPES.items()
 }
 _METADATA_KEY = "onnx_export.adapter_spec"
 _CACHE_PREFIXES = ("past_key_values", "past.", "past_")
@@ -151,8 +152,7 @@ def _tensor(value: Any, path: pathlib.Path) -> ServedTensor:
             "rank. Export again, or give the graph its shapes (onnx.shape_inference)."
         )
     shape = tuple(
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-        for d in tensor.shape.dim
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim
     )
     return ServedTensor(value.name, _ONNX_TYPES[onnx_name][0], shape)
 

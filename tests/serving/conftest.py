@@ -23,7 +23,7 @@ from onnx_export import hf
 class Cached(torch.nn.Module):
     """Nested inputs and outputs, a keyword-only constant, an optional ``None``."""
 
-    def forward(self, x, cache, *, scale: float = 1.0, mask=None):  # noqa: ANN001, ANN201
+    def forward(self, x, cache, *, scale: float = 1.0, mask=None):
         y = x * scale + cache[0]
         if mask is not None:
             y = y * mask
@@ -38,7 +38,7 @@ class TinyVision(torch.nn.Module):
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
         self.head = torch.nn.Linear(4, 5)
 
-    def forward(self, pixel_values):  # noqa: ANN001, ANN201
+    def forward(self, pixel_values):
         features = torch.relu(self.conv(pixel_values)).mean(dim=(2, 3))
         return self.head(features)
 

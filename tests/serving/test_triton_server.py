@@ -51,8 +51,12 @@ def server(saved, tritonserver_home, tmp_path_factory):
 
 def _eager_cached(model, x, cache, scale, mask=None):
     with torch.no_grad():
-        out = model(torch.from_numpy(x), [torch.from_numpy(c) for c in cache], scale=scale,
-                    mask=None if mask is None else torch.from_numpy(mask))
+        out = model(
+            torch.from_numpy(x),
+            [torch.from_numpy(c) for c in cache],
+            scale=scale,
+            mask=None if mask is None else torch.from_numpy(mask),
+        )
     return out
 
 
@@ -107,7 +111,9 @@ def test_eight_threads_at_once_get_their_own_answers_in_batches(server, saved) -
             start.wait(timeout=30)
             for round_ in range(4):
                 x, cache = _inputs(1 + index % 3, 100 * index + round_)
-                _assert_nested_close(model(x, cache, scale=3.0), _eager_cached(eager, x, cache, 3.0))
+                _assert_nested_close(
+                    model(x, cache, scale=3.0), _eager_cached(eager, x, cache, 3.0)
+                )
         except BaseException as e:  # reported below, by the test's own thread
             failures.append(e)
 
@@ -120,7 +126,9 @@ def test_eight_threads_at_once_get_their_own_answers_in_batches(server, saved) -
     model.close()
     assert not any(t.is_alive() for t in threads)
     assert failures == []
-    requests, executions = (a - b for a, b in zip(_statistics(server, "cached"), before, strict=True))
+    requests, executions = (
+        a - b for a, b in zip(_statistics(server, "cached"), before, strict=True)
+    )
     assert requests == THREADS * 4
     assert executions < requests  # the dynamic batcher joined requests
 
@@ -189,17 +197,36 @@ def test_stop_ends_the_server_and_its_backend_stubs(server) -> None:
 
 def test_serve_command_serves_until_ctrl_c_and_leaves_no_process(saved, tritonserver_home) -> None:
     port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "onnx_export.cli", "serve", str(saved("cached").path),
-               "--port", str(port), "--grpc-port", str(grpc_port)]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    command = [
+        sys.executable,
+        "-m",
+        "onnx_export.cli",
+        "serve",
+        str(saved("cached").path),
+        "--port",
+        str(port),
+        "--grpc-port",
+        str(grpc_port),
+    ]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+    )
     try:
         line = process.stdout.readline()  # "serving ... (Ctrl-C stops)" once ready
-        assert line.startswith("serving cached at http://127.0.0.1:"), (line, process.stderr.read() if process.poll() is not None else "")
+        assert line.startswith("serving cached at http://127.0.0.1:"), (
+            line,
+            process.stderr.read() if process.poll() is not None else "",
+        )
         family = _family(process.pid)
         x, cache = _inputs(2, 7)
         with TritonModel(f"127.0.0.1:{port}", "cached") as model:
-            _assert_nested_close(model(x, cache, scale=3.0), _eager_cached(saved("cached").model, x, cache, 3.0))
+            _assert_nested_close(
+                model(x, cache, scale=3.0), _eager_cached(saved("cached").model, x, cache, 3.0)
+            )
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
