@@ -43,10 +43,54 @@ def server(saved, tritonserver_home, tmp_path_factory):
     options = ServingOptions(max_batch_size=32, max_queue_delay_us=20_000)
     for name in ("cached", "vision", "bert"):
         write_triton_repository(saved(name).path, repo, options=options, backend="python")
+    _write_interpreter_probe(repo / "probe")
     triton = TritonServer(repo, tritonserver=tritonserver_home)
     triton.start(timeout=120)
     yield triton
     triton.stop()
+
+
+_PROBE = """
+import sys, threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        facts = [*sys.version_info[:3], hasattr(threading.RLock(), "_recursion_count")]
+        value = np.array(facts, dtype=np.int32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("facts", value)])
+                for _ in requests]
+"""
+
+
+def _write_interpreter_probe(folder: pathlib.Path) -> None:
+    """A Python-backend model that reports the stub's Python: version, RLock's internals."""
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(_PROBE)
+    (folder / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "any" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "facts" data_type: TYPE_INT32 dims: [ 4 ] } ]\n'
+    )
+
+
+def test_the_backend_stub_runs_this_interpreter(server) -> None:
+    import threading as here
+
+    import tritonclient.http as http
+
+    client = http.InferenceServerClient(server.http_url)
+    try:
+        given = http.InferInput("any", [1], "INT32")
+        given.set_data_from_numpy(np.zeros(1, np.int32))
+        facts = client.infer("probe", [given]).as_numpy("facts").tolist()
+    finally:
+        client.close()
+    # The stub's libpython is this interpreter's, so its standard library agrees with it
+    # (a pyenv venv on Debian's libpython fails in multiprocessing.resource_tracker).
+    assert facts == [*sys.version_info[:3], hasattr(here.RLock(), "_recursion_count")]
 
 
 def _eager_cached(model, x, cache, scale, mask=None):
