@@ -219,6 +219,21 @@ def test_an_unknown_model_is_a_server_error(server) -> None:
         TritonModel(server.http_url, "no-such-model")
 
 
+def test_a_port_in_use_is_a_server_error_quoting_the_log(tritonserver_home, tmp_path) -> None:
+    import socket
+
+    _write_interpreter_probe(tmp_path / "repo" / "probe")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        triton = TritonServer(tmp_path / "repo", http_port=busy, tritonserver=tritonserver_home)
+        with pytest.raises(ServerError, match="exited with code") as caught:
+            triton.start(timeout=60)
+    assert "Address already in use" in str(caught.value) or str(busy) in str(caught.value)
+    assert triton.pid is None
+
+
 def _family(pid: int) -> list[psutil.Process]:
     parent = psutil.Process(pid)
     return [parent, *parent.children(recursive=True)]
