@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +32,11 @@ from ._errors import ServerError
 
 __all__ = ["TritonServer", "find_tritonserver", "free_port"]
 
+#: glog's prefix of a server log line (``E1203 14:14:31.146138 2838 main.cc:257] ``).
+_GLOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+_GLOG_ERROR = re.compile(r"^[EF]\d{4} ")
+#: Errors a server without a GPU logs on every start.
+_HARMLESS = ("CudaDriverHelper", "NVML", "DCGM")
 _LIBS = "nvidia_pytriton.libs"  # the wheel's libraries, beside pytriton/
 _STUB = "triton_python_backend_stub"
 _INSTALL = "pip install --no-deps nvidia-pytriton (its binary is all onnx-export uses)"
@@ -115,6 +121,7 @@ class TritonServer:
         self._home = pathlib.Path(tritonserver) if tritonserver else None
         self._log_path = pathlib.Path(log_path) if log_path else None
         self._work: pathlib.Path | None = None
+        self._log: pathlib.Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -195,14 +202,29 @@ class TritonServer:
             f"{self.log_tail()}"
         )
 
-    def log_tail(self, lines: int = 12) -> str:
-        """The last ``lines`` lines of the server's log, as one line."""
-        try:
-            text = pathlib.Path(self._log).read_text(errors="replace")
-        except (AttributeError, OSError):
+    def log_tail(self, lines: int = 6) -> str:
+        """The server log's errors (else its last ``lines`` lines), as one line.
+
+        Example:
+            >>> from onnx_export.serving import TritonServer
+            >>> TritonServer("repo", http_port=8000, grpc_port=8001).log_tail()
+            '(no log)'
+        """
+        if self._log is None:
             return "(no log)"
-        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        return " | ".join(kept) or "(empty log)"
+        try:
+            text = self._log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        kept = [" ".join(line.split()) for line in text.splitlines()]
+        kept = [line for line in kept if line and not line.startswith(("|", "+"))]
+        errors = [
+            _GLOG.sub("", line)
+            for line in kept
+            if _GLOG_ERROR.match(line) and not any(h in line for h in _HARMLESS)
+        ]
+        shown = errors[-lines:] or [_GLOG.sub("", line) for line in kept[-lines:]]
+        return " | ".join(shown) or "(empty log)"
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the server and its backend stubs; wait for them (then kill what is left)."""
