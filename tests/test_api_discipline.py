@@ -261,6 +261,10 @@ TOLERATED_ENVIRONMENT = {
     "onnx_export/serving/_server.py: environment = dict(os.environ)": "hands the user's "
     "environment on to the tritonserver child process (with this interpreter's libpython, bin "
     "folder and packages put first); no behaviour of ours depends on a variable",
+    "onnx_export/serving/_python_model.py: "
+    'folders = [f for f in os.environ.get("PYTHONPATH", "").split(os.pathsep) if f]': "Triton's "
+    "Python backend stub ignores PYTHONPATH when it starts; its model.py applies it as python "
+    "would, so the stub imports the onnx_export that started the server",
 }
 
 

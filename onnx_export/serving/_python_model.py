@@ -13,6 +13,7 @@ array's descriptor at numpy 1's offsets (inputs come out as zeros, outputs as em
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 from typing import Any
@@ -20,6 +21,18 @@ from typing import Any
 import numpy as np
 
 __all__ = ["TritonPythonModel"]
+
+
+def _honour_pythonpath() -> None:
+    """Put ``PYTHONPATH``'s folders first on ``sys.path``, as ``python`` itself would.
+
+    The stub's embedded interpreter starts without reading ``PYTHONPATH``;
+    :class:`TritonServer` sets it to reach the ``onnx_export`` that started the server.
+    """
+    folders = [f for f in os.environ.get("PYTHONPATH", "").split(os.pathsep) if f]
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
 
 
 def _quiet_capsules(hook: Any) -> Any:
@@ -45,6 +58,7 @@ class TritonPythonModel:
 
     def initialize(self, args: dict[str, str]) -> None:
         """Load ``model.onnx`` (Triton calls this once per model instance)."""
+        _honour_pythonpath()
         from onnx_export.adapters import load
 
         sys.unraisablehook = _quiet_capsules(sys.unraisablehook)
@@ -55,6 +69,13 @@ class TritonPythonModel:
         self._inputs = [tensor["name"] for tensor in config["input"]]
         self._outputs = [tensor["name"] for tensor in config["output"]]
         self._batched = int(config.get("max_batch_size", 0)) > 0
+        import triton_python_backend_utils as pb_utils
+
+        package = pathlib.Path(sys.modules["onnx_export"].__file__ or "?").parent
+        pb_utils.Logger.log_info(
+            f"{args['model_name']}: onnx_export.load from {package} in Python "
+            f"{sys.version.split()[0]}, providers {self._module.providers}"
+        )
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Answer the requests Triton hands over (several when it batched them)."""

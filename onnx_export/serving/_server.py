@@ -135,6 +135,11 @@ class TritonServer:
         return f"grpc://{self.host}:{self.grpc_port}"
 
     @property
+    def log_path(self) -> pathlib.Path | None:
+        """The server's log file once started (removed by :meth:`stop` unless given)."""
+        return self._log
+
+    @property
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._process.pid if self._process else None
@@ -308,10 +313,13 @@ def server_environment(home: pathlib.Path) -> dict[str, str]:
     environment["PATH"] = os.pathsep.join(
         [str(pathlib.Path(sys.executable).parent), environment.get("PATH", "")]
     )
+    # The model.py puts these first on the stub's sys.path: this onnx_export, not another.
     package_root = str(pathlib.Path(__file__).resolve().parents[2])
     paths = [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
     if package_root not in paths and not _in_site_packages(package_root):
-        environment["PYTHONPATH"] = os.pathsep.join([package_root, *paths])
+        paths.insert(0, package_root)
+    if paths:
+        environment["PYTHONPATH"] = os.pathsep.join(paths)
     return environment
 
 
@@ -320,18 +328,18 @@ def _in_site_packages(folder: str) -> bool:
 
 
 def _shared_libpython() -> pathlib.Path:
-    library = sysconfig.get_config_var("LDLIBRARY") or ""
+    soname = sysconfig.get_config_var("INSTSONAME") or ""
     folder = sysconfig.get_config_var("LIBDIR") or ""
-    path = pathlib.Path(folder) / f"{library}.1.0" if library.endswith(".so") else None
+    path = pathlib.Path(folder) / soname if soname.startswith("libpython") else None
     if not sysconfig.get_config_var("Py_ENABLE_SHARED") or path is None or not path.exists():
         raise ServerError(
             f"Triton's Python backend needs this Python's own shared libpython, and "
             f"{sys.executable} (Python {sys.version.split()[0]}) was built without one "
             f"(Py_ENABLE_SHARED={sysconfig.get_config_var('Py_ENABLE_SHARED')}, "
-            f"LDLIBRARY={library!r}); the stub would run another Python's libpython against "
-            "this standard library. Make the venv from an interpreter built with "
-            "--enable-shared: pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared, or the "
-            "system's python3 (Debian: /usr/bin/python3.11 -m venv)."
+            f"INSTSONAME={soname!r} in {folder!r}); the stub would run another Python's "
+            "libpython against this standard library. Make the venv from an interpreter "
+            "built with --enable-shared: pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared, or "
+            "the system's python3 (Debian: /usr/bin/python3.11 -m venv)."
         )
     return path
 

@@ -93,6 +93,16 @@ def test_the_backend_stub_runs_this_interpreter(server) -> None:
     assert facts == [*sys.version_info[:3], hasattr(here.RLock(), "_recursion_count")]
 
 
+def test_the_backend_runs_the_onnx_export_that_started_the_server(server) -> None:
+    import onnx_export
+
+    log = server.log_path.read_text()
+    package = pathlib.Path(onnx_export.__file__).parent
+    version = sys.version.split()[0]
+    for name in ("cached", "vision", "bert"):
+        assert f"{name}: onnx_export.load from {package} in Python {version}" in log
+
+
 def _eager_cached(model, x, cache, scale, mask=None):
     with torch.no_grad():
         out = model(
