@@ -66,9 +66,11 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         write_triton_repository,
     )
 
+    if args.grpc_port is None:
+        args.grpc_port = args.port + 1
     for option in ("port", "grpc_port"):
         value = getattr(args, option)
-        if value is not None and not 0 < value < 65536:
+        if not 0 < value < 65536:
             raise UsageError(f"--{option.replace('_', '-')} must be a TCP port, got {value}.")
     options = serving_options(args)
     assert isinstance(options, ServingOptions)  # built by serving_options
@@ -80,9 +82,7 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
             )
         except RepositoryError as e:
             raise UsageError(str(e)) from e
-        server = TritonServer(
-            folder, http_port=args.port, grpc_port=args.grpc_port or args.port + 1, host=args.host
-        )
+        server = TritonServer(folder, http_port=args.port, grpc_port=args.grpc_port, host=args.host)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, _set_on_signal(stop))
         try:

@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from onnx_export.adapters import AdapterSpec, InputAdapter, OutputAdapter
+from onnx_export.adapters import (
+    AdapterSpec,
+    InputAdapter,
+    OutputAdapter,
+    flat_input_names,
+    flat_output_names,
+)
 from onnx_export.adapters._torch import is_torch_tensor
 from onnx_export.adapters._torch_convert import numpy_to_torch, torch_to_numpy
 
@@ -72,9 +78,11 @@ class TritonModel:
         self._opened: list[Any] = []  # every thread's client, for close()
         self._lock = threading.Lock()
         config = self._config()
-        self.input_names = [tensor["name"] for tensor in config.get("input", [])]
-        self.output_names = [tensor["name"] for tensor in config.get("output", [])]
         self.spec = _spec(spec, config, name)
+        #: The graph inputs and outputs, in the order the adapter produces and consumes them.
+        self.input_names = flat_input_names(self.spec)
+        self.output_names = flat_output_names(self.spec)
+        _check_names(config, self.input_names, self.output_names, name)
         self._scalar_items = _scalar_items(config, self.spec)
         self._inputs = InputAdapter(self.spec)
         self._outputs = OutputAdapter(self.spec, allowed_classes)
@@ -176,6 +184,17 @@ class TritonModel:
                 f"{self.protocol}://{self.url}: {_one_line(e)}. Check that the server runs and "
                 "serves that model (GET /v2/models/NAME/ready)."
             ) from e
+
+
+def _check_names(config: dict[str, Any], inputs: list[str], outputs: list[str], name: str) -> None:
+    served_inputs = sorted(str(t["name"]) for t in config.get("input", []))
+    served_outputs = sorted(str(t["name"]) for t in config.get("output", []))
+    if served_inputs != sorted(inputs) or served_outputs != sorted(outputs):
+        raise ServingError(
+            f"model {name!r} is served with inputs {served_inputs} and outputs "
+            f"{served_outputs}, but its adapter spec expects inputs {sorted(inputs)} and "
+            f"outputs {sorted(outputs)}. Pass the spec of the model that is served."
+        )
 
 
 def _scalar_items(config: dict[str, Any], spec: AdapterSpec) -> frozenset[str]:

@@ -118,6 +118,8 @@ class TritonServer:
         self.host = host
         self.http_port = http_port or free_port(host)
         self.grpc_port = grpc_port or free_port(host)
+        while self.grpc_port == self.http_port:  # two free ports: not the same one twice
+            self.grpc_port = free_port(host)
         self._home = pathlib.Path(tritonserver) if tritonserver else None
         self._log_path = pathlib.Path(log_path) if log_path else None
         self._work: pathlib.Path | None = None

@@ -211,3 +211,23 @@ def test_cli_refuses_a_decoder_with_exit_2(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("onnx-export triton: error: ") and "key/value cache" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["missing.onnx"], "does not exist"),
+        (["MODEL", "--port", "0"], "--port must be a TCP port, got 0"),
+        (["MODEL", "--port", "65535"], "--grpc-port must be a TCP port, got 65536"),
+    ],
+    ids=["missing-model", "port-0", "no-grpc-port-above"],
+)
+def test_serve_refuses_bad_input_with_exit_2_before_starting(
+    saved, tmp_path, monkeypatch, capsys, arguments, message
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    model = str(saved("cached").path)
+    code = main(["serve", *(model if a == "MODEL" else a for a in arguments)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("onnx-export serve: error: ") and message in err

@@ -25,6 +25,7 @@ import torch
 from onnx_export.adapters import ConstantMismatchError, InputDtypeError, InputShapeError
 from onnx_export.serving import (
     ServerError,
+    ServingError,
     ServingOptions,
     TritonModel,
     TritonServer,
@@ -222,6 +223,14 @@ def test_bert_folder_gives_eagers_hidden_states(server, saved) -> None:
     np.testing.assert_allclose(
         got["last_hidden_state"], expected.last_hidden_state.numpy(), rtol=1e-4, atol=1e-4
     )
+
+
+def test_a_spec_given_as_the_saved_file_is_used_and_checked(server, saved) -> None:
+    images = np.zeros((1, 3, 16, 16), np.float32)
+    with TritonModel(server.http_url, "vision", spec=saved("vision").path) as model:
+        assert model(images).shape == (1, 5)
+    with pytest.raises(ServingError, match="adapter spec expects inputs"):
+        TritonModel(server.http_url, "vision", spec=saved("cached").path)
 
 
 def test_an_unknown_model_is_a_server_error(server) -> None:
