@@ -65,6 +65,7 @@ def test_python_backend_repository_holds_the_model_py(saved, tmp_path) -> None:
     repo = write_triton_repository(saved("cached").path, tmp_path, backend="python")
     config = parse_config(repo.config_path("cached"))
     assert config.backend == "python" and not config.platform
+    assert check_against_graph(config, tmp_path / "cached" / "1" / "model.onnx")
     model_py = (tmp_path / "cached" / "1" / "model.py").read_text()
     assert "class TritonPythonModel" in model_py
 
