@@ -270,7 +270,7 @@ def test_stop_ends_the_server_and_its_backend_stubs(server) -> None:
     server.stop()
     assert server.pid is None
     assert _gone(family) == []
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 35  # stop() waits 20 s, then kills
 
 
 def test_serve_command_serves_until_ctrl_c_and_leaves_no_process(saved, tritonserver_home) -> None:
