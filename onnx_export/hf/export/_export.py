@@ -158,7 +158,7 @@ def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
     """
     import onnx_export
     from onnx_export.errors import ExportInputError, OnnxExportError
-    from onnx_export.hf._fused_decoder import with_fused_ops  # GQA's registry, if fused
+    from onnx_export.hf.export._fused_decoder import with_fused_ops  # GQA's registry, if fused
 
     if spec.fallback is None:
         options = with_fused_ops(spec, _export_options(spec.dynamic_shapes, opset, target))
@@ -180,10 +180,10 @@ def _write_graphs(
 ) -> list[str]:
     import torch
 
-    from onnx_export.hf._fused_decoder import FusedGraphSpec, onnxruntime_graphs
-    from onnx_export.hf._parity import check_against_eager
-    from onnx_export.hf._session import PADDING_SIDE_KEY
-    from onnx_export.hf._task_graphs import graphs_for_task
+    from onnx_export.hf.export._fused_decoder import FusedGraphSpec, onnxruntime_graphs
+    from onnx_export.hf.export._parity import check_against_eager
+    from onnx_export.hf.export._task_graphs import graphs_for_task
+    from onnx_export.hf.runtime._session import PADDING_SIDE_KEY
 
     written = []
     with torch.no_grad():
@@ -329,7 +329,7 @@ def export_pretrained(
     _check_target(target)
     quantized = None
     if quantize is not None:
-        from onnx_export.hf._quantize import QuantizeOptions
+        from onnx_export.hf.export._quantize import QuantizeOptions
 
         quantized = QuantizeOptions(
             quantize,
@@ -361,13 +361,13 @@ def export_pretrained(
     try:
         onnx_files = _write_graphs(model, task, staged, opset, target)
         if quantized is not None:
-            from onnx_export.hf._quantize import quantize_model_file
+            from onnx_export.hf.export._quantize import quantize_model_file
 
             for name in onnx_files:
                 quantize_model_file(staged / name, quantized)
         copied = _copy_side_files(source, model, staged)
         if target == "onnxruntime" and onnx_files == ["model.onnx"] and task == "text-generation":
-            from onnx_export.hf._genai_config import write_genai_config
+            from onnx_export.hf.export._genai_config import write_genai_config
 
             copied.append(write_genai_config(staged, model))  # onnxruntime-genai's og.Model
         manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}

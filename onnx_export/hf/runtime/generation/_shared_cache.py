@@ -9,8 +9,9 @@ input and its ``present.*`` output are bound (one ``IOBinding``, made once) to t
 copied, allocated or renamed between steps. ``logits`` goes to a preallocated buffer too.
 
 Batch rows cannot be reordered in such a buffer without a copy: beam search keeps the
-per-step presents of :class:`~onnx_export.hf._session.StepSession`. A live sequence
-(``hf/_live.py``) grows its cache when it fills up and rewinds by reading less of it.
+per-step presents of :class:`~onnx_export.hf.runtime._session.StepSession`. A live sequence
+(``hf/runtime/generation/_live.py``) grows its cache when it fills up and rewinds by reading
+less of it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy.typing as npt
 from onnxruntime.capi import _pybind_state as _C
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._session import ONNX_TO_NUMPY, StepSession, Value
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value
 
 __all__ = ["SharedCache"]
 
@@ -35,9 +36,9 @@ def _buffer(meta: Any, shape: Sequence[int]) -> npt.NDArray[Any]:
 class SharedCache:
     """One decoding's cache, ``capacity`` positions long, shared by the pasts and presents.
 
-    Runs the steps of :func:`~onnx_export.hf._generate.decode_steps` in place of the
-    session: :meth:`empty_past` and :meth:`next_past` are empty (the cache stays bound),
-    :meth:`run` binds the step's other inputs and runs. :meth:`stepper` gives the loop a
+    Runs the steps of :func:`~onnx_export.hf.runtime.generation._generate.decode_steps`
+    in place of the session: :meth:`empty_past` and :meth:`next_past` are empty (the cache stays
+    bound), :meth:`run` binds the step's other inputs and runs. :meth:`stepper` gives the loop a
     next-step feed that writes the new tokens, positions and mask into bound buffers
     instead (no binding or array built per step). CPU only.
 

@@ -3,7 +3,7 @@
 Instead of finding attention again in the traced graph (a pattern that each family and
 each transformers release draws differently), the model is exported with an attention
 implementation of our own (transformers' ``AttentionInterface``): every layer's attention
-call becomes one ``onnx_export_hf::group_query_attention`` custom op (``hf/_gqa.py``),
+call becomes one ``onnx_export_hf::group_query_attention`` custom op (``hf/export/_gqa.py``),
 translated to ``com.microsoft.GroupQueryAttention``. The family's projections and q/k
 norms stay as transformers wrote them; the cache concat, the repeat of the key/value
 heads, the masks, the softmax and (when the family applies the standard rotary
@@ -17,14 +17,15 @@ and ``present.{i}.key`` / ``.value``. Rows of different lengths follow GQA's con
 (onnxruntime-genai's), not transformers' left padding: each row's tokens come first and
 ``attention_mask`` counts them (``seqlens_k`` is the count - 1; no attention bias); the
 graph is marked ``onnx_export.padding_side = "right"`` and the runtime right-aligns a
-left-padded batch (``hf/_causal.py``). With the rotary inside GQA, ``position_ids`` goes
-unused: GQA rotates at each token's position in its row (see ``hf/_gqa.py``).
+left-padded batch (``hf/runtime/generation/_causal.py``). With the rotary inside GQA,
+``position_ids`` goes unused: GQA rotates at each token's position in its row
+(see ``hf/export/_gqa.py``).
 ``logits`` holds each row's last token only (transformers' ``logits_to_keep=1``, per row):
 (batch, 1, vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
 GQA reads and writes the cache at ``seqlens_k`` only, and nothing else reads the pasts, so
 the runtime may bind each past and its present to one preallocated max-length buffer that
-GQA updates in place (``passes/ort_gqa.py`` marks the graph, ``hf/_shared_cache.py`` runs
-it); the graph is the same either way.
+GQA updates in place (``passes/ort_gqa.py`` marks the graph,
+``hf/runtime/generation/_shared_cache.py`` runs it); the graph is the same either way.
 
 Before it is used, the fused wrapper is run eagerly beside the default one on a padded
 prompt and on a step with a past: a family where the substitution changes the result
@@ -45,13 +46,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._gqa import (
+from onnx_export.hf.export._gqa import (
     group_query_attention,
     group_query_attention_onnx,
     last_token_rows,
     last_token_rows_onnx,
 )
-from onnx_export.hf._graphs import GraphSpec
+from onnx_export.hf.export.graphs._base import GraphSpec
 
 __all__ = [
     "ATTENTION_NAME",
@@ -253,7 +254,7 @@ class FusedCausalLM(nn.Module):
 
     def __init__(self, model: nn.Module, rotary: bool = True) -> None:
         super().__init__()
-        from onnx_export.hf._graphs import cache_keyword
+        from onnx_export.hf.export.graphs._base import cache_keyword
 
         self.model = model
         self.cache_keyword = cache_keyword(model)
@@ -272,7 +273,7 @@ class FusedCausalLM(nn.Module):
         past_key_values: list[dict[str, torch.Tensor]],
     ) -> dict[str, Any]:
         """One step: the prompt (past length 0) or the next tokens."""
-        from onnx_export.hf._graphs import dynamic_cache
+        from onnx_export.hf.export.graphs._base import dynamic_cache
 
         cache = dynamic_cache(past_key_values)
         cache.update = _keep_new  # GQA appends to the cache itself

@@ -38,7 +38,7 @@ class QuantizeOptions:
         head: int4: quantize the output head (the MatMul that writes ``logits``).
 
     Example:
-        >>> from onnx_export.hf._quantize import QuantizeOptions
+        >>> from onnx_export.hf.export._quantize import QuantizeOptions
         >>> QuantizeOptions("int4", block_size=64).block_size
         64
     """

@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 
 from onnx_export.hf._errors import CheckpointError
-from onnx_export.hf._models_audio import OrtModelForAudioClassification, OrtModelForCTC
-from onnx_export.hf._models_base import OrtModel
-from onnx_export.hf._models_text import (
+from onnx_export.hf.runtime.models._audio import OrtModelForAudioClassification, OrtModelForCTC
+from onnx_export.hf.runtime.models._base import OrtModel
+from onnx_export.hf.runtime.models._text import (
     OrtModelForFeatureExtraction,
     OrtModelForSentenceSimilarity,
     OrtModelForSequenceClassification,
     OrtModelForTokenClassification,
 )
-from onnx_export.hf._models_vision import OrtModelForImageClassification
+from onnx_export.hf.runtime.models._vision import OrtModelForImageClassification
 
 __all__ = ["Pipeline", "pipeline"]
 

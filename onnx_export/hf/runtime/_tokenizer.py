@@ -78,7 +78,7 @@ class TextTokenizer:
         chat_template: The default chat template's source, ``None`` without one.
 
     Example:
-        >>> from onnx_export.hf._text import TextTokenizer
+        >>> from onnx_export.hf.runtime._tokenizer import TextTokenizer
         >>> tokenizer = TextTokenizer.from_folder("out")  # doctest: +SKIP
         >>> tokenizer.decode(tokenizer.encode("hello world"))  # doctest: +SKIP
         'hello world'

@@ -12,9 +12,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._logits import TokenChooser
-from onnx_export.hf._pretrained import token_ids
-from onnx_export.hf._session import DecodeSession
+from onnx_export.hf.runtime._pretrained import token_ids
+from onnx_export.hf.runtime._session import DecodeSession
+from onnx_export.hf.runtime.generation._logits import TokenChooser
 
 __all__ = ["Stopping", "decode", "decode_steps", "as_ids", "as_mask", "as_rng", "check_vocab"]
 

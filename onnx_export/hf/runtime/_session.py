@@ -7,7 +7,8 @@ converts the cache to numpy, and the values are onnxruntime's C ``OrtValue``s (n
 wrapper built per output). A ``StepSession`` is not meant to be run from two threads at once.
 
 A decoder marked ``onnx_export.past_present_share_buffer`` (``shares_buffer``) can also
-run over one preallocated cache that GQA updates in place (``hf/_shared_cache.py``);
+run over one preallocated cache that GQA updates in place
+(``hf/runtime/generation/_shared_cache.py``);
 :class:`DecodeSession` is what the decoding loop needs of either.
 """
 
@@ -86,7 +87,7 @@ class StepSession:
         past_names: ``past_key_values.*`` inputs, in graph order.
         present_names: The ``present.*`` output feeding each past input.
         shares_buffer: Each past can be bound to its present's buffer (a fused decoder
-            on the CPU, see ``hf/_shared_cache.py``).
+            on the CPU, see ``hf/runtime/generation/_shared_cache.py``).
         pads_right: Rows of different lengths go in with their tokens first and the
             mask counting them (GQA's convention), not left-padded.
         run_options: The ``RunOptions`` every run uses.

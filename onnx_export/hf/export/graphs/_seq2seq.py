@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._graphs import (
+from onnx_export.hf.export.graphs._base import (
     BATCH,
     PAST,
     PAST_DIMS,
@@ -156,7 +156,7 @@ class VisionSeq2SeqEncoder(_Seq2SeqEncoder):
 def _encoder_spec(model: Any) -> GraphSpec:
     config = model.config
     if accepts(model, "pixel_values"):
-        from onnx_export.hf._graphs_vision import example_pixels
+        from onnx_export.hf.export.graphs._vision import example_pixels
 
         pixels = example_pixels(config)
         vision = VisionSeq2SeqEncoder(model)

@@ -19,10 +19,10 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._generate import Stopping, Streamer, as_rng
-from onnx_export.hf._logits import TokenChooser
-from onnx_export.hf._session import StepSession
-from onnx_export.hf._shared_cache import SharedCache
+from onnx_export.hf.runtime._session import StepSession
+from onnx_export.hf.runtime.generation._generate import Stopping, Streamer, as_rng
+from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 
 __all__ = ["LiveSequence"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._graphs import BATCH, GraphSpec, accepts, select
+from onnx_export.hf.export.graphs._base import BATCH, GraphSpec, accepts, select
 
 __all__ = ["audio_graphs"]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
-from onnx_export.hf._logits import TokenChooser
+from onnx_export.hf.runtime.generation._logits import TokenChooser
 
 __all__ = ["ExportedFolder", "read_exported_folder", "token_ids"]
 

@@ -10,9 +10,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from onnx_export.hf._beam import BeamSettings, beam_search
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._generate import (
+from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
+from onnx_export.hf.runtime._session import DecodeSession, StepSession
+from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
+from onnx_export.hf.runtime.generation._generate import (
     NextFeed,
     StopCheck,
     Stopping,
@@ -25,13 +28,14 @@ from onnx_export.hf._generate import (
     decode,
     decode_steps,
 )
-from onnx_export.hf._live import LiveSequence
-from onnx_export.hf._logits import TokenChooser
-from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf._session import DecodeSession, StepSession
-from onnx_export.hf._settings import GenerationSettings, make_chooser, resolve_settings
-from onnx_export.hf._shared_cache import SharedCache
-from onnx_export.hf._text import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._live import LiveSequence
+from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._settings import (
+    GenerationSettings,
+    make_chooser,
+    resolve_settings,
+)
+from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 
 __all__ = ["OrtModelForCausalLM"]
 

@@ -5,7 +5,7 @@ numpy and onnxruntime only; see :class:`onnx_export.hf.OrtModel`.
 
 from __future__ import annotations
 
-from onnx_export.hf._models_base import OrtModel
+from onnx_export.hf.runtime.models._base import OrtModel
 
 __all__ = ["OrtModelForAudioClassification", "OrtModelForCTC"]
 

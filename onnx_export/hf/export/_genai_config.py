@@ -18,7 +18,7 @@ import json
 import pathlib
 from typing import Any
 
-from onnx_export.hf._session import SHARE_BUFFER_KEY
+from onnx_export.hf.runtime._session import SHARE_BUFFER_KEY
 
 __all__ = ["GENAI_CONFIG_NAME", "write_genai_config"]
 

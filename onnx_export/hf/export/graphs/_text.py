@@ -15,7 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._graphs import BATCH, TEXT_DIMS, GraphSpec, accepts, example_ids, select
+from onnx_export.hf.export.graphs._base import (
+    BATCH,
+    TEXT_DIMS,
+    GraphSpec,
+    accepts,
+    example_ids,
+    select,
+)
 
 __all__ = ["TEXT_OUTPUTS", "text_graphs"]
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._pretrained import ExportedFolder, read_exported_folder
+from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 
 __all__ = ["ModelOutput", "OrtModel"]
 

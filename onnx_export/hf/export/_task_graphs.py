@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from onnx_export.hf._graphs import GraphSpec, accepts, causal_lm_graphs
-from onnx_export.hf._graphs_audio import audio_graphs
-from onnx_export.hf._graphs_seq2seq import seq2seq_graphs
-from onnx_export.hf._graphs_text import TEXT_OUTPUTS, text_graphs
-from onnx_export.hf._graphs_vision import VISION_OUTPUTS, vision_graphs, zero_shot_graphs
+from onnx_export.hf.export.graphs._audio import audio_graphs
+from onnx_export.hf.export.graphs._base import GraphSpec, accepts, causal_lm_graphs
+from onnx_export.hf.export.graphs._seq2seq import seq2seq_graphs
+from onnx_export.hf.export.graphs._text import TEXT_OUTPUTS, text_graphs
+from onnx_export.hf.export.graphs._vision import VISION_OUTPUTS, vision_graphs, zero_shot_graphs
 
 __all__ = ["graphs_for_task"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._logits import TokenChooser
+from onnx_export.hf.runtime.generation._logits import TokenChooser
 
 __all__ = ["GenerationSettings", "make_chooser", "resolve_settings"]
 

@@ -13,9 +13,15 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._generate import Stopping, as_ids, as_mask, check_max_new_tokens, decode
-from onnx_export.hf._pretrained import ExportedFolder, check_length, read_exported_folder
-from onnx_export.hf._session import StepSession
+from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
+from onnx_export.hf.runtime._session import StepSession
+from onnx_export.hf.runtime.generation._generate import (
+    Stopping,
+    as_ids,
+    as_mask,
+    check_max_new_tokens,
+    decode,
+)
 
 __all__ = ["OrtModelForSeq2SeqLM"]
 

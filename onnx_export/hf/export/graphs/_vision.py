@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.hf._graphs import BATCH, GraphSpec, example_ids, select
+from onnx_export.hf.export.graphs._base import BATCH, GraphSpec, example_ids, select
 
 __all__ = ["VISION_OUTPUTS", "vision_graphs", "zero_shot_graphs", "image_size"]
 

@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf._generate import Feed, NextFeed, Stopping
-from onnx_export.hf._logits import TokenChooser, log_softmax
-from onnx_export.hf._session import StepSession
+from onnx_export.hf.runtime._session import StepSession
+from onnx_export.hf.runtime.generation._generate import Feed, NextFeed, Stopping
+from onnx_export.hf.runtime.generation._logits import TokenChooser, log_softmax
 
 __all__ = ["BeamSettings", "beam_search"]
 
