@@ -11,6 +11,7 @@ built without one (``--enable-shared``) is refused with the fix.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -86,7 +87,9 @@ class TritonServer:
     are off. Its Python backend runs this interpreter's packages (``onnx_export`` included)
     with this interpreter's own ``libpython``. Use it as a context manager, or call
     :meth:`start` and :meth:`stop`; :meth:`stop` ends the server and its backend stubs
-    (one process group) and waits for them.
+    (one process group) and waits for them. A process that exits without calling
+    :meth:`stop` stops its servers on the way out (``atexit``); one that is killed
+    (``SIGKILL``) cannot, and leaves its server running.
 
     Args:
         repository: The model repository (see :func:`write_triton_repository`).
@@ -184,6 +187,7 @@ class TritonServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # one process group with the backend stubs, for stop()
         )
+        atexit.register(self.stop)  # a process that exits without stop() ends its server
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -236,6 +240,7 @@ class TritonServer:
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the server and its backend stubs; wait for them (then kill what is left)."""
         process, self._process = self._process, None
+        atexit.unregister(self.stop)
         if process is not None:
             _stop_group(process, timeout)
         if self._work is not None:

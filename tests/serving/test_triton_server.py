@@ -273,6 +273,18 @@ def test_stop_ends_the_server_and_its_backend_stubs(server) -> None:
     assert time.monotonic() - started < 35  # stop() waits 20 s, then kills
 
 
+def _end(process: subprocess.Popen, family: list[psutil.Process]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)  # serve stops its server, as on Ctrl-C
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for member in _gone(family):  # the server, had serve died without stopping it
+        member.kill()
+
+
 def test_serve_command_serves_until_ctrl_c_and_leaves_no_process(saved, tritonserver_home) -> None:
     port, grpc_port = free_port(), free_port()
     command = [
@@ -293,8 +305,10 @@ def test_serve_command_serves_until_ctrl_c_and_leaves_no_process(saved, tritonse
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
     )
+    family: list[psutil.Process] = []
     try:
-        line = process.stdout.readline()  # "serving ... (Ctrl-C stops)" once ready
+        # "serving ... (Ctrl-C stops)" once ready; "" if it gave up (its --timeout bounds it)
+        line = process.stdout.readline()
         assert line.startswith("serving cached at http://127.0.0.1:"), (
             line,
             process.stderr.read() if process.poll() is not None else "",
@@ -307,10 +321,8 @@ def test_serve_command_serves_until_ctrl_c_and_leaves_no_process(saved, tritonse
             )
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    finally:  # on a failure too: no server outlives the test
+        _end(process, family)
     assert process.returncode == 0, err
     assert out.strip().endswith("stopped")
     assert _gone(family) == []
