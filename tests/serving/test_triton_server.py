@@ -273,6 +273,29 @@ def test_stop_ends_the_server_and_its_backend_stubs(server) -> None:
     assert time.monotonic() - started < 35  # stop() waits 20 s, then kills
 
 
+def test_a_process_that_exits_without_stop_stops_its_server(tritonserver_home, tmp_path) -> None:
+    _write_interpreter_probe(tmp_path / "repo" / "probe")
+    script = (
+        "from onnx_export.serving import TritonServer\n"
+        f"server = TritonServer({str(tmp_path / 'repo')!r}).start(timeout=60)\n"
+        "print(server.pid, flush=True)\n"
+    )
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not psutil.pid_exists(int(done.stdout.split()[0]))
+
+
 def _end(process: subprocess.Popen, family: list[psutil.Process]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGINT)  # serve stops its server, as on Ctrl-C
