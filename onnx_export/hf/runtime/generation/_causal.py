@@ -36,6 +36,20 @@ from onnx_export.hf.runtime.generation._settings import (
     resolve_settings,
 )
 from onnx_export.hf.runtime.generation._shared_cache import SharedCache
+from onnx_export.hf.runtime.generation._speculative import (
+    ChunkRunner,
+    Drafter,
+    DraftModel,
+    PromptLookup,
+    check_speculation,
+    speculative_decode,
+)
+from onnx_export.hf.runtime.generation._structured import (
+    GrammarMasks,
+    GrammarTokenizer,
+    OutputConstraint,
+    constrain,
+)
 
 __all__ = ["OrtModelForCausalLM"]
 
@@ -92,6 +106,7 @@ class OrtModelForCausalLM:
         self.session = session
         self._uses_positions = "position_ids" in session.input_names
         self._tokenizer: TextTokenizer | None = None
+        self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
 
     @classmethod
     def from_pretrained(
@@ -171,6 +186,13 @@ class OrtModelForCausalLM:
         pad_token_id: int | None = None,
         seed: int | np.random.Generator | None = None,
         streamer: Streamer | None = None,
+        json_schema: Mapping[str, Any] | str | None = None,
+        regex: str | None = None,
+        grammar: str | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int = 2,
+        assistant_model: OrtModelForCausalLM | None = None,
+        num_assistant_tokens: int = 5,
         **settings: Any,
     ) -> npt.NDArray[np.int64]:
         """Continue each prompt by up to ``max_new_tokens`` tokens, as transformers would.
@@ -192,6 +214,19 @@ class OrtModelForCausalLM:
             seed: Seed of the sampling generator, or a ``numpy.random.Generator``.
             streamer: Called with each step's new tokens, (batch,) int64, as they come
                 (not with beam search, whose beams change until the end).
+            json_schema: The output must be a JSON document valid under this schema (a
+                dict or its JSON text); compact JSON, each row ends when it is complete.
+                Needs the folder's ``tokenizer.json`` and the ``structured`` extra
+                (llguidance); not with beam search.
+            regex: The output must match this regular expression (as ``json_schema``).
+            grammar: The output must match this grammar, in Lark syntax (llguidance's).
+            prompt_lookup_num_tokens: Speculative decoding: draft this many tokens from the
+                n-grams of the sequence itself, verified in one model step (greedy, one
+                prompt; the same tokens as without it).
+            max_matching_ngram_size: The longest n-gram prompt lookup matches.
+            assistant_model: Speculative decoding with drafts from this smaller exported
+                model (same vocabulary), verified in one model step each.
+            num_assistant_tokens: The assistant's first draft length (then adapted).
             **settings: transformers' names: ``do_sample``, ``temperature``, ``top_k``,
                 ``top_p``, ``num_beams``, ``num_return_sequences``, ``length_penalty``,
                 ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``,
@@ -211,6 +246,15 @@ class OrtModelForCausalLM:
             >>> model.generate([[1, 2, 3]], max_new_tokens=2, num_beams=3)  # doctest: +SKIP
             array([[1, 2, 3, 9, 4]])
         """
+        extra: dict[str, Any] = {
+            "json_schema": json_schema,
+            "regex": regex,
+            "grammar": grammar,
+            "prompt_lookup_num_tokens": prompt_lookup_num_tokens,
+            "max_matching_ngram_size": max_matching_ngram_size,
+            "assistant_model": assistant_model,
+            "num_assistant_tokens": num_assistant_tokens,
+        }
         if _is_text(input_ids):
             return self.generate_text(  # type: ignore[return-value]
                 input_ids,
@@ -219,12 +263,29 @@ class OrtModelForCausalLM:
                 pad_token_id=pad_token_id,
                 seed=seed,
                 streamer=streamer,
+                **extra,
                 **settings,
             )
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
+        plan, masks = self._constrained(
+            plan, OutputConstraint.from_arguments(json_schema, regex, grammar)
+        )
+        drafter = self._drafter(
+            plan,
+            prompt_lookup_num_tokens,
+            max_matching_ngram_size,
+            assistant_model,
+            num_assistant_tokens,
+        )
         rng = as_rng(seed)
+        if drafter is not None:
+            runner = ChunkRunner(self.session, uses_positions=self._uses_positions)
+            sequences, _ = speculative_decode(
+                runner, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
+            )
+            return _complete(sequences, masks, plan)
         if plan.settings.num_beams > 1:
             if streamer is not None:
                 raise GenerationError(
@@ -251,7 +312,7 @@ class OrtModelForCausalLM:
                 plan.padding,
             )
         session, first, next_feed = self._decoder(plan)
-        return decode(
+        sequences = decode(
             session,
             first,
             next_feed,
@@ -261,6 +322,84 @@ class OrtModelForCausalLM:
             rng,
             padding=plan.padding,
             streamer=streamer,
+        )
+        return _complete(sequences, masks, plan)
+
+    def _constrained(
+        self, plan: _Plan, constraint: OutputConstraint | None
+    ) -> tuple[_Plan, GrammarMasks | None]:
+        """``plan`` with its tokens masked by ``constraint`` (``_structured.py``)."""
+        if constraint is None:
+            return plan, None
+        if plan.settings.num_beams > 1:
+            raise GenerationError(
+                f"{constraint.kind}= works with greedy or sampled decoding, not with "
+                "num_beams > 1: drop one of them."
+            )
+        eos = plan.stopping.eos_token_id
+        if not eos:
+            found = self.tokenizer.token_id("eos_token")
+            eos = () if found is None else (found,)
+        if eos not in self._grammars:
+            vocab = int(
+                self.folder.config.get("vocab_size") or self.tokenizer.tokenizer.get_vocab_size()
+            )
+            self._grammars[eos] = GrammarTokenizer(self.folder.path / "tokenizer.json", vocab, eos)
+        masks = self._grammars[eos].masks(constraint, plan.ids.shape[0])
+        chooser, stopping = constrain(plan.chooser, plan.stopping, masks)
+        return dataclasses.replace(plan, chooser=chooser, stopping=stopping), masks
+
+    def _drafter(
+        self,
+        plan: _Plan,
+        lookup: int | None,
+        ngram: int,
+        assistant: OrtModelForCausalLM | None,
+        assistant_tokens: int,
+    ) -> Drafter | None:
+        """What drafts tokens for speculative decoding (``_speculative.py``), if asked."""
+        if lookup is None and assistant is None:
+            return None
+        if lookup is not None and assistant is not None:
+            raise GenerationError("Pass prompt_lookup_num_tokens= or assistant_model=, not both.")
+        if plan.settings.num_beams > 1:
+            raise GenerationError("Speculative decoding is greedy: drop num_beams.")
+        check_speculation(self.session, plan.ids.shape[0], plan.mask, plan.chooser)
+        if assistant is None:
+            for name, value in (
+                ("prompt_lookup_num_tokens", lookup),
+                ("max_matching_ngram_size", ngram),
+            ):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise GenerationError(f"{name} must be an int >= 1, got {value!r}.")
+            return PromptLookup(int(lookup), ngram)  # type: ignore[arg-type]
+        if not isinstance(assistant, OrtModelForCausalLM):
+            raise GenerationError(
+                "assistant_model must be an OrtModelForCausalLM (a smaller exported model), "
+                f"got {type(assistant).__name__}."
+            )
+        ours, theirs = (
+            self.folder.config.get("vocab_size"),
+            assistant.folder.config.get("vocab_size"),
+        )
+        if ours != theirs:
+            raise GenerationError(
+                f"assistant_model has a vocabulary of {theirs} tokens, this model {ours}: "
+                "the draft model must share the tokenizer."
+            )
+        if (
+            isinstance(assistant_tokens, bool)
+            or not isinstance(assistant_tokens, int)
+            or assistant_tokens < 1
+        ):
+            raise GenerationError(
+                f"num_assistant_tokens must be an int >= 1, got {assistant_tokens!r}."
+            )
+        check_speculation(assistant.session, 1, plan.mask, plan.chooser)
+        return DraftModel(
+            assistant.session,
+            uses_positions=assistant._uses_positions,
+            num_tokens=assistant_tokens,
         )
 
     def stream(
@@ -474,6 +613,15 @@ class OrtModelForCausalLM:
             return feed
 
         return self._prompt_feed(ids, mask), next_feed
+
+
+def _complete(
+    sequences: npt.NDArray[np.int64], masks: GrammarMasks | None, plan: _Plan
+) -> npt.NDArray[np.int64]:
+    """``sequences``, once every row matched its constraint (when there is one)."""
+    if masks is not None:
+        masks.check_complete(plan.stopping.max_new_tokens)
+    return sequences
 
 
 def _is_text(value: Any) -> bool:
