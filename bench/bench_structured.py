@@ -87,8 +87,10 @@ def llguidance_walk(path: pathlib.Path, grammar: tuple[str, str]) -> tuple[float
     tokenizer = llguidance.LLTokenizer(path.read_text(), eos_token=1)  # once a model
     start = time.perf_counter()
     kind, text = grammar
-    spec = llguidance.LLMatcher.grammar_from_json_schema(text) if kind == "json" else (
-        llguidance.LLMatcher.grammar_from_regex(text)
+    spec = (
+        llguidance.LLMatcher.grammar_from_json_schema(text)
+        if kind == "json"
+        else (llguidance.LLMatcher.grammar_from_regex(text))
     )
     matcher = llguidance.LLMatcher(tokenizer, spec)
     compiled = time.perf_counter() - start
@@ -180,7 +182,11 @@ def outlines_walk(path: pathlib.Path, grammar: tuple[str, str]) -> tuple[float, 
     return compiled, walk, size
 
 
-LIBRARIES = {"llguidance": llguidance_walk, "xgrammar": xgrammar_walk, "outlines-core": outlines_walk}
+LIBRARIES = {
+    "llguidance": llguidance_walk,
+    "xgrammar": xgrammar_walk,
+    "outlines-core": outlines_walk,
+}
 
 
 def imports_torch(library: str) -> bool:
@@ -206,8 +212,10 @@ def main() -> None:
             "regex": (("regex", REGEX), REGEX_TEXT),
         }
         print(f"byte-level BPE, {tokenizer.get_vocab_size()} tokens")
-        print(f"{'library':<14} {'case':<12} {'torch':<6} {'compile ms':>10} {'tokens':>6} "
-              f"{'mean us/token':>14} {'median us':>10} {'first us':>9}")
+        print(
+            f"{'library':<14} {'case':<12} {'torch':<6} {'compile ms':>10} {'tokens':>6} "
+            f"{'mean us/token':>14} {'median us':>10} {'first us':>9}"
+        )
         for name in args.libraries.split(","):
             torch_ = imports_torch(name)
             for case, (grammar, text) in cases.items():
