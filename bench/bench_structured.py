@@ -223,7 +223,7 @@ def main() -> None:
                 compiled, walk, _ = LIBRARIES[name](path, grammar)
                 times = walk(tokens)
                 print(
-                    f"{name:<14} {case:<12} {str(torch_):<6} {compiled * 1e3:>10.1f} "
+                    f"{name:<14} {case:<12} {torch_!s:<6} {compiled * 1e3:>10.1f} "
                     f"{len(tokens):>6} {statistics.mean(times) * 1e6:>14.1f} "
                     f"{statistics.median(times) * 1e6:>10.1f} {times[0] * 1e6:>9.1f}"
                 )

@@ -18,14 +18,14 @@ import torch
 
 from onnx_export import hf
 from onnx_export.hf import GenerationError
+from onnx_export.hf.runtime.generation._generate import Stopping
+from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
     DraftModel,
     PromptLookup,
     speculative_decode,
 )
-from onnx_export.hf.runtime.generation._generate import Stopping
-from onnx_export.hf.runtime.generation._logits import TokenChooser
 from tests.hf.checkpoints import CASES
 from tests.hf.conftest import Exported
 from tests.hf.torch_free import Call, run_without_torch
