@@ -8,6 +8,8 @@ greedy tokens equal transformers' ``generate()`` with the same llguidance mask a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import pathlib
 import re
@@ -213,7 +215,7 @@ def test_generate_text_returns_a_document_that_parses(
         ({"regex": "[0-9"}, "regex= cannot be compiled"),
         ({"grammar": "start: nothing_defined"}, "grammar= cannot be compiled"),
         ({"json_schema": PERSON, "num_beams": 2}, "not with num_beams > 1"),
-        ({"json_schema": PERSON, "max_new_tokens": 3}, "before their output matched"),
+        ({"json_schema": PERSON, "max_new_tokens": 3}, "before matching the json schema"),
     ],
     ids=["two", "bad-json", "not-a-dict", "bad-regex", "bad-grammar", "beams", "too-short"],
 )
@@ -225,3 +227,48 @@ def test_bad_constraints_say_what_to_do(
     kwargs = {"max_new_tokens": 40, **kwargs}
     with pytest.raises(GenerationError, match=re.escape(message)):
         model.generate(PROMPT, **kwargs)
+
+
+def _cli(args: list[str]) -> tuple[int, str, str]:
+    from onnx_export.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_command_line_prints_a_valid_document(
+    json_model: tuple[Any, pathlib.Path, Any], tmp_path: pathlib.Path
+) -> None:
+    _, folder, _ = json_model
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(PERSON))
+    for given in (str(schema), json.dumps(PERSON)):
+        code, out, _ = _cli(
+            ["generate", str(folder), "who:", "--max-new-tokens", "60", "--json-schema", given]
+        )
+        assert code == 0
+        jsonschema.validate(json.loads(out), PERSON)
+    code, out, _ = _cli(
+        ["generate", str(folder), "call:", "--max-new-tokens", "20", "--regex", PHONE]
+    )
+    assert code == 0 and re.fullmatch(PHONE, out.strip())
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--json-schema", "missing.json"], 2, "cannot be read"),
+        (["--json-schema", '{"type": "object"', "--max-new-tokens", "5"], 1, "not valid JSON"),
+        (["--json-schema", json.dumps(PERSON), "--max-new-tokens", "3"], 1, "max_new_tokens"),
+    ],
+    ids=["no-file", "bad-json", "too-short"],
+)
+def test_the_command_line_says_what_went_wrong(
+    json_model: tuple[Any, pathlib.Path, Any], args: list[str], code: int, message: str
+) -> None:
+    _, folder, _ = json_model
+    got, out, err = _cli(["generate", str(folder), "who:", *args])
+    assert got == code and out == ""
+    assert err.count("\n") == 1 and "error: " in err and message in err

@@ -234,10 +234,11 @@ class GrammarMasks:
             i for i, m in enumerate(self.matchers) if not (self.finished[i] or m.is_accepting())
         ]
         if unfinished:
+            which = "The output" if len(self.matchers) == 1 else f"Rows {unfinished}"
             raise GenerationError(
-                f"Rows {unfinished} reached max_new_tokens={max_new_tokens} before their "
-                f"output matched the {self.constraint.kind.replace('_', ' ')}: raise "
-                "max_new_tokens (or bound the schema's strings and arrays)."
+                f"{which} reached max_new_tokens={max_new_tokens} before matching the "
+                f"{self.constraint.kind.replace('_', ' ')}: raise max_new_tokens (or bound "
+                "the schema's strings and arrays)."
             )
 
 
