@@ -558,6 +558,8 @@ class OrtModelForCausalLM:
         *,
         max_new_tokens: int,
         skip_special_tokens: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> str | list[str]:
         """Text in, text out: tokenize, :meth:`generate`, decode the new tokens.
@@ -571,6 +573,10 @@ class OrtModelForCausalLM:
                 with the generation prompt added.
             max_new_tokens: How many tokens to add at most.
             skip_special_tokens: Leave special tokens (EOS, padding) out of the text.
+            tools: With chat messages: the functions the model may call, as JSON schemas
+                (``{"type": "function", "function": {...}}``), given to the chat template
+                as ``tools`` (transformers' ``apply_chat_template(tools=...)``).
+            documents: With chat messages: documents for retrieval-augmented templates.
             **kwargs: :meth:`generate`'s other arguments (``num_beams``, ``stop_strings``...).
 
         Returns:
@@ -586,7 +592,7 @@ class OrtModelForCausalLM:
             ' there was a little girl'
         """
         tokenizer = self.tokenizer
-        rows, single = tokenizer.encode_prompt(prompt)
+        rows, single = tokenizer.encode_prompt(prompt, tools=tools, documents=documents)
         pad = self.folder.setting("pad_token_id")
         ids, mask = left_pad(rows, tokenizer.token_id("pad_token") if pad is None else int(pad))
         sequences = self.generate(ids, mask, max_new_tokens=max_new_tokens, **kwargs)
