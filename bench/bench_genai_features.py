@@ -232,7 +232,8 @@ def main() -> None:
         del fused["lookup"]  # its logits hold the last position only: no verification
         tools = {"ours": ours(root / "ours"), "fused": fused, "genai": genai(root / "genai")}
         print(
-            f"structured output (JSON schema), ms per new token ({args.clock}), best of {args.repeat}"
+            f"structured output (JSON schema), ms per new token ({args.clock}), "
+            f"best of {args.repeat}"
         )
         guided = best(tools, "json", PLAIN_PROMPT, args.repeat)
         # unconstrained decoding of as many tokens as each tool's document
