@@ -14,6 +14,7 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf.runtime._session import DecodeSession, StepSession
 from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._batching import ContinuousBatcher
 from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
 from onnx_export.hf.runtime.generation._generate import (
     NextFeed,
@@ -493,6 +494,29 @@ class OrtModelForCausalLM:
         moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
         return cache, first, cache.stepper(plan.mask, positions)
+
+    def batcher(self) -> ContinuousBatcher:
+        """A loop that decodes many requests at once, admitting and retiring them per step.
+
+        Greedy decoding; each request gets the tokens :meth:`generate` gives it alone
+        (``hf/runtime/generation/_batching.py``). Needs the default ``target="onnx"`` graph.
+
+        Returns:
+            A :class:`ContinuousBatcher`: ``submit(prompt, max_new_tokens=...)`` (also
+            while it runs), then ``run()`` yields each request as it ends.
+
+        Example:
+            >>> batcher = model.batcher()  # doctest: +SKIP
+            >>> a = batcher.submit([1, 2, 3], max_new_tokens=4)  # doctest: +SKIP
+            >>> b = batcher.submit([4, 5], max_new_tokens=2)  # doctest: +SKIP
+            >>> {r.id: r.tokens for r in batcher.run()}  # doctest: +SKIP
+            {1: [9, 9], 0: [7, 7, 9, 4]}
+        """
+        return ContinuousBatcher(
+            self.session,
+            uses_positions=self._uses_positions,
+            vocab=self.folder.config.get("vocab_size"),
+        )
 
     def live(self, input_ids: Any = None) -> LiveSequence:
         """A sequence whose cache lives between calls (continuous decoding), batch 1.
