@@ -21,6 +21,9 @@ it has no speculation row).
   over each tool's plain greedy, the acceptance rate, and that the tokens equal plain
   greedy's. A random model falls into a loop of a few tokens, which prompt lookup then
   drafts well: the acceptance here is an upper end, not a trained model's.
+- **continuous batching**: 1, 4 and 16 requests (prompts of 8-40 tokens, 16-48 new
+  tokens each) through ``batcher()`` at once against ``generate()`` one after another
+  (ours only: genai's Engine is not run here), and that the tokens are the same.
 
     python bench/bench_genai_features.py [--repeat 5] [--clock wall|cpu] [--genai-path DIR]
 """
@@ -197,6 +200,36 @@ def best(
     return results
 
 
+def batching(folder: pathlib.Path, repeat: int) -> None:
+    """Requests/s of N requests at once (``batcher()``) against one after another."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
+    rng = np.random.default_rng(0)
+    print(f"{'requests':>8} {'sequential req/s':>16} {'batched req/s':>13} {'ratio':>6} same")
+    for count in (1, 4, 16):
+        prompts = [rng.integers(3, 4000, int(rng.integers(8, 40))).tolist() for _ in range(count)]
+        news = [int(n) for n in rng.integers(16, 48, count)]
+        alone_s = together_s = float("inf")
+        for _ in range(repeat):
+            start = _now()
+            alone = [
+                model.generate([p], max_new_tokens=n, eos_token_id=[])[0, len(p) :].tolist()
+                for p, n in zip(prompts, news, strict=True)
+            ]
+            alone_s = min(alone_s, _since(start))
+            start = _now()
+            batcher = model.batcher()
+            ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
+            done = {r.id: r.tokens for r in batcher.run()}
+            together_s = min(together_s, _since(start))
+        same = [done[i] for i in ids] == alone
+        print(
+            f"{count:>8} {count / alone_s:>16.1f} {count / together_s:>13.1f} "
+            f"{alone_s / together_s:>5.2f}x {same}"
+        )
+
+
 def valid(tokens: np.ndarray, tokenizer: Any) -> bool:
     import jsonschema
 
@@ -265,6 +298,8 @@ def main() -> None:
                 f"{name:<6} {rate[0]:>11.0f} {rate[1]:>11.0f} {rate[1] / rate[0]:>7.2f}x "
                 f"{accepted:>8.2f} {same}"
             )
+        print("\ncontinuous batching (ours, default graph): prompts of 8-40, 16-48 new tokens")
+        batching(root / "ours", max(1, args.repeat // 3))
 
 
 if __name__ == "__main__":
