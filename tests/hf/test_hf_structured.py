@@ -272,3 +272,11 @@ def test_the_command_line_says_what_went_wrong(
     got, out, err = _cli(["generate", str(folder), "who:", *args])
     assert got == code and out == ""
     assert err.count("\n") == 1 and "error: " in err and message in err
+
+
+def test_stream_yields_the_constrained_tokens(json_model: tuple[Any, pathlib.Path, Any]) -> None:
+    _, folder, _ = json_model
+    model = hf.OrtModelForCausalLM.from_pretrained(folder)
+    steps = [int(t[0]) for t in model.stream(PROMPT, max_new_tokens=60, regex=PHONE)]
+    whole = model.generate(PROMPT, max_new_tokens=60, regex=PHONE)[0, len(PROMPT[0]) :]
+    assert steps == whole.tolist()

@@ -416,7 +416,8 @@ class OrtModelForCausalLM:
     ) -> Iterator[npt.NDArray[np.int64]]:
         """:meth:`generate`'s new tokens, one step at a time: (batch,) int64 each.
 
-        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`.
+        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`,
+        ``json_schema``, ``regex`` and ``grammar`` included (not speculative decoding).
 
         Example:
             >>> for tokens in model.stream([[1, 2, 3]], max_new_tokens=3):  # doctest: +SKIP
@@ -425,11 +426,17 @@ class OrtModelForCausalLM:
             [7]
             [9]
         """
+        constraint = OutputConstraint.from_arguments(
+            settings.pop("json_schema", None),
+            settings.pop("regex", None),
+            settings.pop("grammar", None),
+        )
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
         if plan.settings.num_beams > 1:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
+        plan, masks = self._constrained(plan, constraint)
         session, first, next_feed = self._decoder(plan)
         steps = decode_steps(
             session,
@@ -443,6 +450,8 @@ class OrtModelForCausalLM:
         )
         for sequences in steps:
             yield sequences[:, -1].copy()
+        if masks is not None:
+            masks.check_complete(plan.stopping.max_new_tokens)
 
     def _plan(
         self,
