@@ -158,7 +158,7 @@ def test_a_draft_of_another_vocabulary_is_refused(
     exported: Callable[[str], Exported], tmp_path: pathlib.Path
 ) -> None:
     model = hf.OrtModelForCausalLM.from_pretrained(exported("llama").folder)
-    other = hf.OrtModelForCausalLM.from_pretrained(exported("gpt2").folder)
-    other.folder.config["vocab_size"] = 200
+    other = hf.OrtModelForCausalLM.from_pretrained(exported("llama").folder)
+    other.folder.config["vocab_size"] = 200  # as a draft of another tokenizer would have
     with pytest.raises(GenerationError, match="must share the tokenizer"):
         model.generate(REPEATING, max_new_tokens=5, assistant_model=other)
