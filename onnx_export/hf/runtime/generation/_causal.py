@@ -40,9 +40,8 @@ from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
     Drafter,
-    DraftModel,
-    PromptLookup,
-    check_speculation,
+    DraftSource,
+    make_drafter,
     speculative_decode,
 )
 from onnx_export.hf.runtime.generation._structured import (
@@ -359,48 +358,27 @@ class OrtModelForCausalLM:
         assistant_tokens: int,
     ) -> Drafter | None:
         """What drafts tokens for speculative decoding (``_speculative.py``), if asked."""
-        if lookup is None and assistant is None:
-            return None
-        if lookup is not None and assistant is not None:
-            raise GenerationError("Pass prompt_lookup_num_tokens= or assistant_model=, not both.")
-        if plan.settings.num_beams > 1:
-            raise GenerationError("Speculative decoding is greedy: drop num_beams.")
-        check_speculation(self.session, plan.ids.shape[0], plan.mask, plan.chooser)
-        if assistant is None:
-            for name, value in (
-                ("prompt_lookup_num_tokens", lookup),
-                ("max_matching_ngram_size", ngram),
-            ):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise GenerationError(f"{name} must be an int >= 1, got {value!r}.")
-            return PromptLookup(int(lookup), ngram)  # type: ignore[arg-type]
-        if not isinstance(assistant, OrtModelForCausalLM):
+        if assistant is not None and not isinstance(assistant, OrtModelForCausalLM):
             raise GenerationError(
                 "assistant_model must be an OrtModelForCausalLM (a smaller exported model), "
                 f"got {type(assistant).__name__}."
             )
-        ours, theirs = (
-            self.folder.config.get("vocab_size"),
-            assistant.folder.config.get("vocab_size"),
-        )
-        if ours != theirs:
-            raise GenerationError(
-                f"assistant_model has a vocabulary of {theirs} tokens, this model {ours}: "
-                "the draft model must share the tokenizer."
-            )
-        if (
-            isinstance(assistant_tokens, bool)
-            or not isinstance(assistant_tokens, int)
-            or assistant_tokens < 1
-        ):
-            raise GenerationError(
-                f"num_assistant_tokens must be an int >= 1, got {assistant_tokens!r}."
-            )
-        check_speculation(assistant.session, 1, plan.mask, plan.chooser)
-        return DraftModel(
-            assistant.session,
-            uses_positions=assistant._uses_positions,
-            num_tokens=assistant_tokens,
+        return make_drafter(
+            self.session,
+            plan.ids.shape[0],
+            plan.mask,
+            plan.chooser,
+            beams=plan.settings.num_beams,
+            lookup=lookup,
+            ngram=ngram,
+            assistant=None
+            if assistant is None
+            else DraftSource(
+                assistant.session,
+                assistant._uses_positions,
+                (self.folder.config.get("vocab_size"), assistant.folder.config.get("vocab_size")),
+            ),
+            assistant_tokens=assistant_tokens,
         )
 
     def stream(

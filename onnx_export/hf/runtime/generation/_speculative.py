@@ -38,6 +38,8 @@ __all__ = [
     "DraftModel",
     "SpeculationStats",
     "check_speculation",
+    "DraftSource",
+    "make_drafter",
     "speculative_decode",
 ]
 
@@ -211,6 +213,59 @@ def check_speculation(
             "target='onnxruntime' decoder), and verifying drafts needs every position's: "
             "export with the default target for speculative decoding."
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSource:
+    """A draft model's session, whether it takes positions, and (ours, its) vocabularies.
+
+    Example:
+        >>> DraftSource(small.session, True, (32000, 32000))  # doctest: +SKIP
+    """
+
+    session: StepSession
+    uses_positions: bool
+    vocabularies: tuple[Any, Any]
+
+
+def _whole(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GenerationError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def make_drafter(
+    session: StepSession,
+    rows: int,
+    mask: npt.NDArray[np.int64],
+    chooser: TokenChooser,
+    *,
+    beams: int,
+    lookup: int | None,
+    ngram: int,
+    assistant: DraftSource | None,
+    assistant_tokens: int,
+) -> Drafter | None:
+    """The drafter generate()'s keywords ask for (``None``: no speculation), checked."""
+    if lookup is None and assistant is None:
+        return None
+    if lookup is not None and assistant is not None:
+        raise GenerationError("Pass prompt_lookup_num_tokens= or assistant_model=, not both.")
+    if beams > 1:
+        raise GenerationError("Speculative decoding is greedy: drop num_beams.")
+    check_speculation(session, rows, mask, chooser)
+    if assistant is None:
+        count = _whole("prompt_lookup_num_tokens", lookup)
+        return PromptLookup(count, _whole("max_matching_ngram_size", ngram))
+    ours, theirs = assistant.vocabularies
+    if ours != theirs:
+        raise GenerationError(
+            f"assistant_model has a vocabulary of {theirs} tokens, this model {ours}: "
+            "the draft model must share the tokenizer."
+        )
+    count = _whole("num_assistant_tokens", assistant_tokens)
+    check_speculation(assistant.session, 1, mask, chooser)
+    return DraftModel(assistant.session, uses_positions=assistant.uses_positions, num_tokens=count)
 
 
 def speculative_decode(
