@@ -26,6 +26,8 @@ from onnx_export.capture._call import (
     forward_signature,
     made_static,
     prepare_call,
+    range_guards,
+    warn_guarded_ranges,
     warn_made_static,
 )
 from onnx_export.capture._containers import register_library_containers
@@ -36,7 +38,7 @@ from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
-from onnx_export.program._adapter import build_spec, with_made_static
+from onnx_export.program._adapter import build_spec, with_axis_ranges, with_made_static
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
@@ -113,8 +115,8 @@ def _pipeline(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> tuple[ONNXProgram, tuple[MergedDimName, ...]]:
-    """The export; with the axis names it could not use, to warn about after recording."""
+) -> tuple[ONNXProgram, tuple[tuple[MergedDimName, ...], tuple[Any, ...]]]:
+    """The export; with what to warn about after recording (unused axis names, guarded ranges)."""
     registry = options.onnx_registry or OnnxRegistry()
     module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
@@ -141,6 +143,9 @@ def _pipeline(
                 signature, model_args, model_kwargs, program, result.model, result.user_outputs
             )
             spec = with_made_static(spec, made_static(attempts))
+            names = call.shapes.names if call.shapes is not None else None
+            spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
+        _report.record_guarded_ranges(context, guarded)
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
@@ -160,7 +165,7 @@ def _pipeline(
     if options.verify:
         with timer.stage("verify"):
             _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program, result.merged_dim_names
+    return onnx_program, (result.merged_dim_names, tuple(guarded))
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
@@ -281,7 +286,7 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program, merged = _pipeline(
+            program, (merged, guarded) = _pipeline(
                 model, model_args, dict(model_kwargs), options, context, timer
             )
         if context.has_errors():
@@ -301,4 +306,5 @@ def dynamo_export(
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     warn_merged_dim_names(merged)
+    warn_guarded_ranges(guarded)
     return program

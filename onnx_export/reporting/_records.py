@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 
 from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
+from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture._strategies import CaptureAttempt, explanation
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -48,6 +49,7 @@ __all__ = [
     "record_translation_plan",
     "record_conversion_failure",
     "record_dropped_mutations",
+    "record_guarded_ranges",
     "origin_locations",
     "write_failure_report",
 ]
@@ -346,4 +348,27 @@ def record_merged_dim_names(
                 "change": f"{name.name!r} -> {name.kept!r}",
                 "reason": f"torch.export found {name.axis} always equal to {name.kept_axis}",
             },
+        )
+
+
+def record_guarded_ranges(
+    context: DiagnosticContext, guarded: Sequence[tuple[str, str, RangeGuard]]
+) -> None:
+    """An OXE0020 warning per dynamic axis a guard in the model's code bounded, at its line."""
+    for where, text, guard in guarded:
+        path, _, line = guard.location.rpartition(":")
+        locations = (
+            (Location(path, int(line), snippet=guard.code or None),)
+            if path and line.isdigit()
+            else ()
+        )
+        context.emit(
+            rules.DYNAMIC_SHAPE_FIXED,
+            message_args={
+                "dim": where,
+                "change": f"dynamic -> dynamic in {text}",
+                "reason": f"a guard in the model's code ({guard.guard}) bounds it; the file "
+                "refuses other sizes",
+            },
+            locations=locations,
         )
