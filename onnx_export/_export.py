@@ -25,6 +25,7 @@ from onnx_export.capture._call import (
     capture_error,
     forward_signature,
     made_static,
+    made_static_refused,
     prepare_call,
     range_guards,
     warn_guarded_ranges,
@@ -38,7 +39,19 @@ from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
+from onnx_export.capture._resize import resized_call
+from onnx_export.capture._strategies import CaptureAttempt
 from onnx_export.program._adapter import build_spec, with_axis_ranges, with_made_static
+from onnx_export.program._serialize import initializer_bytes
+from onnx_export.program._served_axes import (
+    CHEAP_BYTES,
+    declared_ranges,
+    example_sizes,
+    held_example_sizes,
+    narrowed_range,
+    second_size_problem,
+    unserved_axes_error,
+)
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
@@ -91,7 +104,13 @@ def _capture(
     call: Call,
     options: ExportOptions,
     context: DiagnosticContext,
-) -> Any:
+) -> tuple[ExportedProgram, list[CaptureAttempt], Call]:
+    """The program, every attempt, and the call it was captured with.
+
+    When the model's code seems to fix a dynamic dimension, the capture is tried again
+    at other example sizes: the size may only have coincided with another one (a batch
+    of 10 beside ``x.view(x.size(1), -1)``). The user's refusal stands when that fails.
+    """
     if given is not None:
         if call.shapes is not None:
             raise ExportInputError(
@@ -100,52 +119,60 @@ def _capture(
                 "was exported with. Drop the option, or pass dynamic_shapes to "
                 "torch.export.export, or pass the nn.Module instead."
             )
-        return given, []
+        return given, [], call
     program, attempts = capture_call(call, options)
+    used = call
+    resized = resized_call(call) if program is None and made_static_refused(attempts) else None
+    if resized is not None:
+        again, more = capture_call(resized.call, options)
+        if again is not None and not made_static(more):
+            program, used = again, resized.call
+            attempts = [*attempts, *more]
+            why = "the capture at the example's sizes made a dynamic dimension static"
+            _report.record_resized_capture(context, resized.text(), why)
     _report.record_capture(context, attempts, program is not None)
     if program is None:
         raise capture_error(attempts, call)
-    return program, attempts
+    return program, attempts, used
 
 
-def _pipeline(
-    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
-    model_args: tuple[Any, ...],
-    model_kwargs: dict[str, Any],
+@dataclasses.dataclass
+class _Built:
+    """One capture turned into an ``ONNXProgram``, with what to warn about afterwards."""
+
+    program: ONNXProgram
+    merged: tuple[MergedDimName, ...]
+    guarded: tuple[Any, ...]
+
+
+def _build(
+    program: ExportedProgram,
+    attempts: list[CaptureAttempt],
+    call: Call,
+    example: tuple[tuple[Any, ...], dict[str, Any]],
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> tuple[ONNXProgram, tuple[tuple[MergedDimName, ...], tuple[Any, ...]]]:
-    """The export; with what to warn about after recording (unused axis names, guarded ranges)."""
+) -> _Built:
+    """Decompose, translate, describe the inputs and outputs, optimize: the ONNX program."""
     registry = options.onnx_registry or OnnxRegistry()
-    module, given = as_module(model)
-    if given is not None and not model_args and not model_kwargs:
-        model_args, model_kwargs = given.example_inputs or ((), {})
-    signature = forward_signature(module)
-    register_library_containers(model_args, model_kwargs)  # transformers caches
-    call = prepare_call(module, signature, model_args, model_kwargs, options)
-    with (
-        timer.stage("capture"),
-        explain_device_mismatch(module, model_args, model_kwargs),
-        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
-    ):
-        program, attempts = _capture(module, given, call, options, context)
+    model_args, model_kwargs = example
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     options = _opset_for(program, options)
-    result = _translate(program, registry, context, module, call, options, timer)
+    result = _translate(program, registry, context, call.module, call, options, timer)
     _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         with timer.stage("adapter"):
             spec = build_spec(
-                signature, model_args, model_kwargs, program, result.model, result.user_outputs
+                call.signature, model_args, model_kwargs, program, result.model,
+                result.user_outputs,
             )
             spec = with_made_static(spec, made_static(attempts))
             names = call.shapes.names if call.shapes is not None else None
             spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
-        _report.record_guarded_ranges(context, guarded)
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
@@ -157,17 +184,88 @@ def _pipeline(
         onnx_model,
         program,
         capture_attempts=attempts,
-        signature=signature,
+        signature=call.signature,
         diagnostic_context=context,
         decisions=result.decisions,
         adapter_spec=spec,
     )
+    return _Built(onnx_program, result.merged_dim_names, tuple(guarded))
+
+
+def _pipeline(
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
+    model_args: tuple[Any, ...],
+    model_kwargs: dict[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> tuple[ONNXProgram, tuple[tuple[MergedDimName, ...], tuple[Any, ...]]]:
+    """The export; with what to warn about after recording (unused axis names, guarded ranges)."""
+    module, given = as_module(model)
+    if given is not None and not model_args and not model_kwargs:
+        model_args, model_kwargs = given.example_inputs or ((), {})
+    signature = forward_signature(module)
+    register_library_containers(model_args, model_kwargs)  # transformers caches
+    call = prepare_call(module, signature, model_args, model_kwargs, options)
+    with (
+        timer.stage("capture"),
+        explain_device_mismatch(module, model_args, model_kwargs),
+        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
+    ):
+        program, attempts, used = _capture(module, given, call, options, context)
+    example = (model_args, dict(model_kwargs))
+    built = _build(program, attempts, used, example, options, context, timer)
+    if given is None and call.shapes is not None:
+        with timer.stage("dynamic axes"):
+            built = _served(built, call, example, options, context, timer)
+    _report.record_guarded_ranges(context, built.guarded)
     if options.verify:
         with timer.stage("verify"):
-            _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program, (result.merged_dim_names, tuple(guarded))
+            _verify(built.program, model_args, model_kwargs)
+    return built.program, (built.merged, built.guarded)
 
 
+def _served(
+    built: _Built,
+    call: Call,
+    example: tuple[tuple[Any, ...], dict[str, Any]],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> _Built:
+    """``built`` if it serves every dynamic axis it declares; else a capture that does.
+
+    The file runs at the example and at other sizes (where the model is small); a file
+    right at the example but not at the others is captured again at other example sizes
+    (proved at a third), and refused, naming the nodes that hold the example's sizes,
+    when that fails too. A large model is not run: the nodes are named in a warning.
+    """
+    spec = built.program.adapter_spec
+    assert spec is not None  # built with one
+    held = held_example_sizes(built.program.model, example_sizes(spec, call))
+    if initializer_bytes(built.program.model) > CHEAP_BYTES:
+        _report.record_held_sizes(context, held, proved=False)
+        return built
+    ranges = declared_ranges(spec)
+    second = resized_call(call, ranges=ranges)
+    if second is None:
+        return built
+    narrowed = narrowed_range(spec)
+    problem = narrowed or second_size_problem(built.program, call, second)
+    if problem is None:
+        return built
+    third = resized_call(call, avoid={size for *_, size in second.sizes}, ranges=ranges)
+    with onnx_export_flag():
+        again, attempts = capture_call(second.call, options)
+    if again is not None and third is not None and not made_static(attempts):
+        rebuilt = _build(again, attempts, second.call, example, options, context, timer)
+        right = second_size_problem(rebuilt.program, call, third) is None
+        if right and narrowed_range(rebuilt.program.adapter_spec) is None:
+            _report.record_resized_capture(context, second.text(), problem)
+            return rebuilt
+    if narrowed is not None:  # the file declares the narrow range: it tells the truth
+        return built
+    raise unserved_axes_error(problem, held)
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
     """Raise an opset left at its default to the one the model's dtypes need (float4: 23).
 

@@ -47,6 +47,7 @@ __all__ = [
     "capture_call",
     "capture_error",
     "made_static",
+    "made_static_refused",
     "range_guards",
     "warn_made_static",
     "warn_guarded_ranges",
@@ -252,6 +253,11 @@ def _flat_sources(call: Call) -> dict[str, str]:
 def made_static(attempts: Sequence[CaptureAttempt]) -> tuple[StaticDim, ...]:
     """The requested dynamic dimensions the successful capture made static."""
     return next((a.made_static for a in attempts if a.succeeded), ())
+
+
+def made_static_refused(attempts: Sequence[CaptureAttempt]) -> bool:
+    """Whether a capture failed because a repair would have made a dynamic dimension static."""
+    return any(a.made_static for a in attempts if not a.succeeded)
 
 
 def range_guards(attempts: Sequence[CaptureAttempt]) -> tuple[RangeGuard, ...]:

@@ -22,7 +22,10 @@ from onnx_export.capture._shape_fixes import StaticDim, user_dims
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
 
-__all__ = ["build_spec", "with_made_static", "with_axis_ranges"]
+__all__ = ["build_spec", "with_made_static", "with_axis_ranges", "TORCH_RANGE"]
+
+#: The origin of a range torch.export gave without a guard of the model's or a user's bound.
+TORCH_RANGE = "torch.export's range for the captured program"
 
 _REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -168,7 +171,7 @@ def _axis_range(
     elif user != (None, None):
         origin = f"{dim!r} in dynamic_shapes"
     else:
-        origin = "torch.export's range for the captured program"
+        origin = TORCH_RANGE
     return AxisRange(axis, low, high, origin)
 
 

@@ -10,6 +10,7 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
+from typing import Any
 from types import FrameType
 
 import onnxscript
@@ -50,6 +51,8 @@ __all__ = [
     "record_conversion_failure",
     "record_dropped_mutations",
     "record_guarded_ranges",
+    "record_resized_capture",
+    "record_held_sizes",
     "origin_locations",
     "write_failure_report",
 ]
@@ -369,6 +372,35 @@ def record_guarded_ranges(
                 "change": f"dynamic -> dynamic in {text}",
                 "reason": f"a guard in the model's code ({guard.guard}) bounds it; the file "
                 "refuses other sizes",
+            },
+            locations=locations,
+        )
+
+
+def record_resized_capture(context: DiagnosticContext, sizes: str, why: str) -> None:
+    """An OXE0020 warning: the model was captured at other example sizes, and why."""
+    context.emit(
+        rules.DYNAMIC_SHAPE_FIXED,
+        message_args={
+            "dim": sizes.split(":")[0],
+            "change": f"captured at other example sizes ({sizes})",
+            "reason": why,
+        },
+    )
+
+
+def record_held_sizes(context: DiagnosticContext, held: Sequence[Any], *, proved: bool) -> None:
+    """An OXE0020 warning per node holding an example size of a dynamic axis, not run."""
+    for found in held[:10]:
+        path, _, line = str(found.where).rpartition(":")
+        locations = (Location(path, int(line)),) if path and line.isdigit() else ()
+        context.emit(
+            rules.DYNAMIC_SHAPE_FIXED,
+            message_args={
+                "dim": found.axes,
+                "change": f"node {found.node} ({found.op}) holds {found.value}",
+                "reason": "the example's size of a dynamic axis, maybe baked in"
+                + ("" if proved else "; the model is too large to run at a second size here"),
             },
             locations=locations,
         )
