@@ -35,13 +35,13 @@ from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
 from onnx_export.capture._devices import explain_device_mismatch
 from onnx_export.capture._onnx_flag import onnx_export_flag
-from onnx_export.capture._strategies import EXPORT_LOCK
+from onnx_export.capture._resize import resized_call
+from onnx_export.capture._strategies import EXPORT_LOCK, CaptureAttempt
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
-from onnx_export.capture._resize import resized_call
-from onnx_export.capture._strategies import CaptureAttempt
 from onnx_export.program._adapter import build_spec, with_axis_ranges, with_made_static
+from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serialize import initializer_bytes
 from onnx_export.program._served_axes import (
     CHEAP_BYTES,
@@ -52,7 +52,6 @@ from onnx_export.program._served_axes import (
     second_size_problem,
     unserved_axes_error,
 )
-from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
 from onnx_export.reporting._torch_output import record_torch_output
@@ -167,7 +166,11 @@ def _build(
     try:
         with timer.stage("adapter"):
             spec = build_spec(
-                call.signature, model_args, model_kwargs, program, result.model,
+                call.signature,
+                model_args,
+                model_kwargs,
+                program,
+                result.model,
                 result.user_outputs,
             )
             spec = with_made_static(spec, made_static(attempts))
@@ -266,6 +269,8 @@ def _served(
     if narrowed is not None:  # the file declares the narrow range: it tells the truth
         return built
     raise unserved_axes_error(problem, held)
+
+
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
     """Raise an opset left at its default to the one the model's dtypes need (float4: 23).
 

@@ -30,8 +30,8 @@ from onnx_export.capture._dynamic import (
     resolve_dynamic_shapes,
 )
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
-from onnx_export.capture._strategies import CaptureAttempt, capture
 from onnx_export.capture._specialized import RangeGuard
+from onnx_export.capture._strategies import CaptureAttempt, capture
 from onnx_export.errors import (
     CaptureError,
     ExportInputError,

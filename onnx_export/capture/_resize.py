@@ -159,9 +159,7 @@ def resized_call(
     for (path, axis), (_, new) in sizes.items():
         per_path.setdefault(path, {})[axis] = new
     bound = call.signature.bind(*call.args, **call.kwargs)
-    var_keyword = {
-        p.name for p in call.signature.parameters.values() if p.kind == p.VAR_KEYWORD
-    }
+    var_keyword = {p.name for p in call.signature.parameters.values() if p.kind == p.VAR_KEYWORD}
     replaced: dict[int, torch.Tensor] = {}
     for name, value in list(bound.arguments.items()):
         if name in var_keyword:

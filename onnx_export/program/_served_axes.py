@@ -151,7 +151,9 @@ def held_example_sizes(model: ir.Model, sizes: Mapping[str, tuple[int, str]]) ->
 
 def _leaves(value: Any) -> list[torch.Tensor]:
     return [
-        torch.as_tensor(v) for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor | np.ndarray)
+        torch.as_tensor(v)
+        for v in pytree.tree_leaves(value)
+        if isinstance(v, torch.Tensor | np.ndarray)
     ]
 
 
@@ -181,39 +183,42 @@ def _eager(call: Call) -> list[torch.Tensor] | None:
     return [t.detach() for t in _leaves(out)]
 
 
-def second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
-    """Run the file (``run``: the ONNX program's call) at the example and at ``second``.
-
-    Returns what went wrong at the second size (its sizes named) when the file is right at the
-    example but fails or differs from eager at the second size; ``None`` when it serves
-    them, or when nothing can be proved (the model refuses the second size in eager, the
-    file is already off at the example).
-    """
+def _right_at_example(run: Any, call: Call) -> bool:
+    """Whether the file runs at the example and matches eager there (else nothing to prove)."""
     want = _eager(call)
     if want is None:
-        return None
+        return False
     try:
         first = _error(_leaves(run(*call.args, **call.kwargs)), want)
     except Exception:  # wrong at the example already: the parity check's business
-        return None
-    if first is None or first > 1:
-        return None
-    want2 = _eager(second.call)
-    if want2 is None:
+        return False
+    return first is not None and first <= 1
+
+
+def second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
+    """Run the file (``run``: the ONNX program's call) at the example and at ``second``.
+
+    Returns what went wrong at the second size (its sizes named) when the file is right at
+    the example but fails or differs from eager at the second size; ``None`` when it serves
+    them, or when nothing can be proved (the model refuses the second size in eager, the
+    file is already off at the example, the second size is outside a range it declares).
+    """
+    want = _eager(second.call)
+    if want is None or not _right_at_example(run, call):
         return None
     shapes = second.text()
     try:
-        got2 = _leaves(run(*second.call.args, **second.call.kwargs))
+        got = _leaves(run(*second.call.args, **second.call.kwargs))
     except AdapterError:
         return None  # a range the file declares: it tells the truth
     except Exception as e:
         text = (str(e).strip().splitlines() or [""])[0]
         return f"at {shapes} ONNX Runtime failed: {type(e).__name__}: {text[:300]}"
-    error = _error(got2, want2)
-    if error is not None and error > 10:
-        what = "another shape" if math.isinf(error) else f"{error:.3g}x the tolerance"
-        return f"at {shapes} the outputs differ from PyTorch's ({what})"
-    return None
+    error = _error(got, want)
+    if error is None or error <= 10:
+        return None
+    what = "another shape" if math.isinf(error) else f"{error:.3g}x the tolerance"
+    return f"at {shapes} the outputs differ from PyTorch's ({what})"
 
 
 def declared_ranges(spec: AdapterSpec) -> dict[tuple[str, int], tuple[int, float]]:

@@ -10,8 +10,8 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
 from types import FrameType
+from typing import Any
 
 import onnxscript
 import torch
@@ -382,7 +382,7 @@ def record_resized_capture(context: DiagnosticContext, sizes: str, why: str) -> 
     context.emit(
         rules.DYNAMIC_SHAPE_FIXED,
         message_args={
-            "dim": sizes.split(":")[0],
+            "dim": sizes.split(":", maxsplit=1)[0],
             "change": f"captured at other example sizes ({sizes})",
             "reason": why,
         },

@@ -299,7 +299,7 @@ def axis_ranges(
     program: ExportedProgram, val: torch.Tensor
 ) -> tuple[tuple[int, str, int | None, int | None], ...]:
     """``(axis, symbol, low, high)`` of each axis of an input that is a symbol of ``program``."""
-    found = []
+    found: list[tuple[int, str, int | None, int | None]] = []
     for axis, size in enumerate(val.shape):
         if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
             continue
