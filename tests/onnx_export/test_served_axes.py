@@ -177,3 +177,13 @@ def test_an_unbounded_axis_keeps_taking_a_batch_of_1(tmp_path: Path) -> None:
     program = _export(model, (torch.randn(5, 4),), {"input": {0: "batch"}})
     assert program.adapter_spec.inputs[0].tensor.axis_ranges == ()
     assert_onnx_program_close(_loaded(program, tmp_path), model, torch.randn(1, 4))
+
+
+def test_info_shows_the_ranges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from onnx_export.cli import main
+
+    program = _export(_Guarded(), (torch.randn(4, 3),), {"x": {0: Dim("b", min=3, max=8)}})
+    path = program.save(tmp_path / "m.onnx")
+    assert main(["info", str(path)]) == 0
+    (line,) = [t for t in capsys.readouterr().out.splitlines() if "ranges (" in t]
+    assert "x[0] (b) in [3, 8] (set by Dim('b', min=3, max=8) in dynamic_shapes)" in line
