@@ -31,6 +31,7 @@ from ._errors import (
     LeafCountError,
     MissingKernelError,
     ModelNotFoundError,
+    ModelRunError,
     UnsupportedValueError,
 )
 from ._keys import tree_flatten
@@ -87,4 +88,5 @@ __all__ = [
     "ModelNotFoundError",
     "InvalidModelError",
     "MissingKernelError",
+    "ModelRunError",
 ]

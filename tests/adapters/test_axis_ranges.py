@@ -73,3 +73,37 @@ def test_a_call_outside_the_range_names_input_axis_range_and_origin() -> None:
     message = str(caught.value)
     assert "'batch' (axis 0) in [3, 8]" in message and "got 9" in message
     assert "Dim('b', min=3, max=8)" in message
+
+
+def test_a_file_that_cannot_serve_its_declared_axis_is_a_typed_error() -> None:
+    from onnx import TensorProto, helper
+
+    from onnx_export.adapters import ModelRunError, OnnxModule
+
+    # What files exported elsewhere hold: an input [batch, 3] and a Reshape to the example's
+    # (2, 3).
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 3])
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="baked_reshape")],
+        "baked",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    spec = build_adapter_spec(
+        None,
+        (np.zeros((2, 3), np.float32),),
+        {},
+        np.zeros((2, 3), np.float32),
+        input_shapes={0: ("batch", 3)},
+        input_names=lambda index, path: "x",
+        output_names=["y"],
+    )
+    module = OnnxModule(model.SerializeToString(), spec)
+    module(np.zeros((2, 3), np.float32))
+    with pytest.raises(ModelRunError) as caught:
+        module(np.zeros((4, 3), np.float32))
+    message = str(caught.value)
+    assert "'baked_reshape' (Reshape)" in message and "x (4, 3)" in message
+    assert "[ONNXRuntimeError]" not in message and "onnxruntime_src" not in message
