@@ -49,6 +49,7 @@ from onnx_export.program._served_axes import (
     example_sizes,
     held_example_sizes,
     narrowed_range,
+    provable,
     second_size_problem,
     unserved_axes_error,
 )
@@ -106,9 +107,10 @@ def _capture(
 ) -> tuple[ExportedProgram, list[CaptureAttempt], Call]:
     """The program, every attempt, and the call it was captured with.
 
-    When the model's code seems to fix a dynamic dimension, the capture is tried again
-    at other example sizes: the size may only have coincided with another one (a batch
-    of 10 beside ``x.view(x.size(1), -1)``). The user's refusal stands when that fails.
+    When the model's code seems to fix a dynamic dimension (refused, or made static
+    under ``allow_static_fallback``), the capture is tried again at other example sizes:
+    the size may only have coincided with another one (a batch of 10 beside
+    ``x.view(x.size(1), -1)``). The first outcome stands when that fails.
     """
     if given is not None:
         if call.shapes is not None:
@@ -121,7 +123,8 @@ def _capture(
         return given, [], call
     program, attempts = capture_call(call, options)
     used = call
-    resized = resized_call(call) if program is None and made_static_refused(attempts) else None
+    lost = made_static_refused(attempts) if program is None else bool(made_static(attempts))
+    resized = resized_call(call) if lost else None
     if resized is not None:
         again, more = capture_call(resized.call, options)
         if again is not None and not made_static(more):
@@ -246,7 +249,7 @@ def _served(
     spec = built.program.adapter_spec
     assert spec is not None  # built with one
     held = held_example_sizes(built.program.model, example_sizes(spec, call))
-    if initializer_bytes(built.program.model) > CHEAP_BYTES:
+    if initializer_bytes(built.program.model) > CHEAP_BYTES or not provable(call):
         _report.record_held_sizes(context, held, proved=False)
         return built
     ranges = declared_ranges(spec)

@@ -251,8 +251,8 @@ def _flat_sources(call: Call) -> dict[str, str]:
 
 
 def made_static(attempts: Sequence[CaptureAttempt]) -> tuple[StaticDim, ...]:
-    """The requested dynamic dimensions the successful capture made static."""
-    return next((a.made_static for a in attempts if a.succeeded), ())
+    """The requested dynamic dimensions the last successful capture made static."""
+    return next((a.made_static for a in reversed(attempts) if a.succeeded), ())
 
 
 def made_static_refused(attempts: Sequence[CaptureAttempt]) -> bool:
@@ -262,7 +262,7 @@ def made_static_refused(attempts: Sequence[CaptureAttempt]) -> bool:
 
 def range_guards(attempts: Sequence[CaptureAttempt]) -> tuple[RangeGuard, ...]:
     """The guards of the model's code that bounded a dynamic size in the successful capture."""
-    return next((a.range_guards for a in attempts if a.succeeded), ())
+    return next((a.range_guards for a in reversed(attempts) if a.succeeded), ())
 
 
 def warn_guarded_ranges(guarded: Sequence[tuple[str, str, RangeGuard]]) -> None:

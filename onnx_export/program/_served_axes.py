@@ -17,6 +17,7 @@ fails, or answers wrongly, at any other size. Two checks:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +41,7 @@ __all__ = [
     "example_sizes",
     "held_example_sizes",
     "narrowed_range",
+    "provable",
     "second_size_problem",
     "unserved_axes_error",
 ]
@@ -150,11 +152,8 @@ def held_example_sizes(model: ir.Model, sizes: Mapping[str, tuple[int, str]]) ->
 
 
 def _leaves(value: Any) -> list[torch.Tensor]:
-    return [
-        torch.as_tensor(v)
-        for v in pytree.tree_leaves(value)
-        if isinstance(v, torch.Tensor | np.ndarray)
-    ]
+    leaves = pytree.tree_leaves(value)
+    return [torch.as_tensor(v).cpu() for v in leaves if isinstance(v, torch.Tensor | np.ndarray)]
 
 
 def _error(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float | None:
@@ -176,11 +175,23 @@ def _error(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float |
 
 
 def _eager(call: Call) -> list[torch.Tensor] | None:
+    """The model's outputs on a copy of the call's inputs; the caller's RNG left as it was."""
     try:
-        out = call.module(*call.args, **call.kwargs)
+        args, kwargs = copy.deepcopy((call.args, call.kwargs))  # forward may change them
+        with torch.random.fork_rng(devices=[]):
+            out = call.module(*args, **kwargs)
     except Exception:  # the model refuses those sizes itself: nothing to prove there
         return None
     return [t.detach() for t in _leaves(out)]
+
+
+def provable(call: Call) -> bool:
+    """Whether running the model eagerly is harmless and tells something.
+
+    A module in training mode would update its running statistics (BatchNorm) and
+    draw dropout masks, so its outputs prove nothing and running it changes it.
+    """
+    return not any(m.training for m in call.module.modules())
 
 
 def _right_at_example(run: Any, call: Call) -> bool:
@@ -203,6 +214,13 @@ def second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     them, or when nothing can be proved (the model refuses the second size in eager, the
     file is already off at the example, the second size is outside a range it declares).
     """
+    try:
+        return _second_size_problem(run, call, second)
+    except Exception:  # a check never breaks an export: no verdict
+        return None
+
+
+def _second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     want = _eager(second.call)
     if want is None or not _right_at_example(run, call):
         return None

@@ -187,3 +187,14 @@ def test_info_shows_the_ranges(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["info", str(path)]) == 0
     (line,) = [t for t in capsys.readouterr().out.splitlines() if "ranges (" in t]
     assert "x[0] (b) in [3, 8] (set by Dim('b', min=3, max=8) in dynamic_shapes)" in line
+
+
+def test_allow_static_fallback_keeps_a_coinciding_batch_dynamic(tmp_path: Path) -> None:
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"x": {0: "batch"}}, allow_static_fallback=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", onnx_export.errors.StaticDimensionWarning)
+        program = onnx_export.dynamo_export(_View(), torch.randn(10, 10, 3), export_options=options)
+    assert [str(v.shape) for v in program.model.graph.inputs] == ["[batch,10,3]"]
+    assert_onnx_program_close(_loaded(program, tmp_path), _View(), torch.randn(7, 10, 3))
