@@ -53,6 +53,7 @@ __all__ = [
     "record_guarded_ranges",
     "record_resized_capture",
     "record_held_sizes",
+    "record_unproved_axes",
     "origin_locations",
     "write_failure_report",
 ]
@@ -408,3 +409,16 @@ def record_held_sizes(context: DiagnosticContext, held: Sequence[Any], *, proved
             },
             locations=locations,
         )
+
+
+def record_unproved_axes(context: DiagnosticContext, problem: str) -> None:
+    """An OXE0020 warning: the graph differs from eager at other sizes, no node to blame."""
+    context.emit(
+        rules.DYNAMIC_SHAPE_FIXED,
+        message_args={
+            "dim": problem.split(":", maxsplit=1)[0].removeprefix("at "),
+            "change": "not proved at other sizes",
+            "reason": f"{problem}, and no node holds the example's sizes: compare the saved "
+            "file with the model at the sizes you need",
+        },
+    )
