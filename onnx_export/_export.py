@@ -42,17 +42,7 @@ from onnx_export.errors import ConversionError, ExportInputError, OnnxExportErro
 from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import build_spec, with_axis_ranges, with_made_static
 from onnx_export.program._program import ONNXProgram
-from onnx_export.program._serialize import initializer_bytes
-from onnx_export.program._served_axes import (
-    CHEAP_BYTES,
-    declared_ranges,
-    example_sizes,
-    held_example_sizes,
-    narrowed_range,
-    provable,
-    second_size_problem,
-    unserved_axes_error,
-)
+from onnx_export.program._serve import serve_dynamic_axes
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
 from onnx_export.reporting._torch_output import record_torch_output
@@ -147,6 +137,10 @@ class _Built:
     guarded: tuple[Any, ...]
 
 
+def _program_of(built: _Built) -> ONNXProgram:
+    return built.program
+
+
 def _build(
     program: ExportedProgram,
     attempts: list[CaptureAttempt],
@@ -222,61 +216,21 @@ def _pipeline(
     example = (model_args, dict(model_kwargs))
     built = _build(program, attempts, used, example, options, context, timer)
     if given is None and call.shapes is not None:
+
+        def recapture(other: Call) -> _Built | None:
+            with onnx_export_flag():
+                again, more = capture_call(other, options)
+            if again is None or made_static(more):
+                return None
+            return _build(again, more, other, example, options, context, timer)
+
         with timer.stage("dynamic axes"):
-            built = _served(built, call, example, options, context, timer)
+            built = serve_dynamic_axes(built, _program_of, call, recapture, context)
     _report.record_guarded_ranges(context, built.guarded)
     if options.verify:
         with timer.stage("verify"):
             _verify(built.program, model_args, model_kwargs)
     return built.program, (built.merged, built.guarded)
-
-
-def _served(
-    built: _Built,
-    call: Call,
-    example: tuple[tuple[Any, ...], dict[str, Any]],
-    options: ExportOptions,
-    context: DiagnosticContext,
-    timer: StageTimer,
-) -> _Built:
-    """``built`` if it serves every dynamic axis it declares; else a capture that does.
-
-    The file runs at the example and at other sizes (where the model is small); a file
-    right at the example but not at the others is captured again at other example sizes
-    (proved at a third), and refused, naming the nodes that hold the example's sizes,
-    when that fails too. A large model is not run: the nodes are named in a warning.
-    """
-    spec = built.program.adapter_spec
-    assert spec is not None  # built with one
-    held = held_example_sizes(built.program.model, example_sizes(spec, call))
-    if initializer_bytes(built.program.model) > CHEAP_BYTES or not provable(call):
-        _report.record_held_sizes(context, held, proved=False)
-        return built
-    ranges = declared_ranges(spec)
-    second = resized_call(call, ranges=ranges)
-    if second is None:
-        return built
-    narrowed = narrowed_range(spec)
-    problem = narrowed or second_size_problem(built.program, call, second)
-    if problem is None:
-        return built
-    third = resized_call(call, avoid={size for *_, size in second.sizes}, ranges=ranges)
-    with onnx_export_flag():
-        again, attempts = capture_call(second.call, options)
-    if again is not None and third is not None and not made_static(attempts):
-        rebuilt = _build(again, attempts, second.call, example, options, context, timer)
-        right = second_size_problem(rebuilt.program, call, third) is None
-        if right and narrowed_range(rebuilt.program.adapter_spec) is None:
-            _report.record_resized_capture(context, second.text(), problem)
-            return rebuilt
-    if narrowed is not None:  # the file declares the narrow range: it tells the truth
-        return built
-    if held or "ONNX Runtime failed" in problem:
-        raise unserved_axes_error(problem, held)
-    # Numbers differ at other sizes, and no node holds the example's sizes: maybe the
-    # model's own numerics at those sizes; reported, not refused.
-    _report.record_unproved_axes(context, problem)
-    return built
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:

@@ -41,7 +41,6 @@ __all__ = [
     "example_sizes",
     "held_example_sizes",
     "narrowed_range",
-    "provable",
     "second_size_problem",
     "unserved_axes_error",
 ]
@@ -175,23 +174,20 @@ def _error(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float |
 
 
 def _eager(call: Call) -> list[torch.Tensor] | None:
-    """The model's outputs on a copy of the call's inputs; the caller's RNG left as it was."""
+    """The model's outputs on a copy of the call's inputs; the caller's RNG left as it was.
+
+    A module in training mode runs as a copy: its running statistics (BatchNorm) stay
+    as they were.
+    """
     try:
         args, kwargs = copy.deepcopy((call.args, call.kwargs))  # forward may change them
+        training = any(m.training for m in call.module.modules())
+        module = copy.deepcopy(call.module) if training else call.module
         with torch.random.fork_rng(devices=[]):
-            out = call.module(*args, **kwargs)
+            out = module(*args, **kwargs)
     except Exception:  # the model refuses those sizes itself: nothing to prove there
         return None
     return [t.detach() for t in _leaves(out)]
-
-
-def provable(call: Call) -> bool:
-    """Whether running the model eagerly is harmless and tells something.
-
-    A module in training mode would update its running statistics (BatchNorm) and
-    draw dropout masks, so its outputs prove nothing and running it changes it.
-    """
-    return not any(m.training for m in call.module.modules())
 
 
 def _right_at_example(run: Any, call: Call) -> bool:
@@ -239,14 +235,14 @@ def _second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     return f"at {shapes} the outputs differ from PyTorch's ({what})"
 
 
-def declared_ranges(spec: AdapterSpec) -> dict[tuple[str, int], tuple[int, float]]:
+def declared_ranges(spec: AdapterSpec | None) -> dict[tuple[str, int], tuple[int, float]]:
     """``(input, axis) -> (low, high)`` of the user's and the model's ranges (for second sizes).
 
     Ranges torch gave for no reason of the model's (:func:`narrowed_range`) are left out:
     they are what another capture may widen.
     """
     found: dict[tuple[str, int], tuple[int, float]] = {}
-    for leaf in spec.inputs:
+    for leaf in spec.inputs if spec is not None else ():
         for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
             if bounds.origin == TORCH_RANGE:
                 continue

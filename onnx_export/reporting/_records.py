@@ -401,11 +401,7 @@ def record_held_sizes(context: DiagnosticContext, held: Sequence[Any], *, proved
                 "dim": found.axes,
                 "change": f"node {found.node} ({found.op}) holds {found.value}",
                 "reason": "the example's size of a dynamic axis, maybe baked in"
-                + (
-                    ""
-                    if proved
-                    else "; the model was not run at a second size (too large, or in training mode)"
-                ),
+                + ("" if proved else "; the model is too large to run at a second size here"),
             },
             locations=locations,
         )
