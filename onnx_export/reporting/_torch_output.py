@@ -66,12 +66,12 @@ class _RecordingHandler(logging.Handler):
     def __init__(self, context: DiagnosticContext) -> None:
         super().__init__(logging.WARNING)
         self._context = context
-        self._last: int | None = None
+        self._last: logging.LogRecord | None = None  # held: a freed record's id is reused
 
     def emit(self, record: logging.LogRecord) -> None:
-        if id(record) == self._last:  # the same record reached a second torch logger
+        if record is self._last:  # the same record reached a second torch logger
             return
-        self._last = id(record)
+        self._last = record
         try:
             message = record.getMessage()
         except Exception:  # bad %-format arguments: keep the raw message
