@@ -140,9 +140,16 @@ class TextTokenizer:
         messages: Sequence[Mapping[str, Any]],
         *,
         add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
         **extra: Any,
     ) -> str:
-        """``messages`` through the chat template, as transformers' ``apply_chat_template``."""
+        """``messages`` through the chat template, as transformers' ``apply_chat_template``.
+
+        ``tools`` (JSON schemas of functions, as transformers takes them) and ``documents``
+        (dicts, e.g. ``title`` and ``text``) reach the template as ``tools`` and
+        ``documents``, ``None`` when not given, as in transformers.
+        """
         if self.chat_template is None:
             raise GenerationError(
                 "This tokenizer has no chat template (tokenizer_config.json's chat_template or "
@@ -181,21 +188,31 @@ class TextTokenizer:
             **specials,
             **extra,
             "messages": list(messages),
+            "tools": _tool_schemas(tools),
+            "documents": _documents(documents),
             "add_generation_prompt": add_generation_prompt,
         }
         return str(template.render(**values))
 
-    def encode_prompt(self, prompt: Any) -> tuple[list[list[int]], bool]:
+    def encode_prompt(self, prompt: Any, **chat: Any) -> tuple[list[list[int]], bool]:
         """The token ids of a text, a list of texts, or chat messages.
 
         The flag is True for one prompt (a text or messages), False for a list of texts.
+        ``chat`` (``tools=``, ``documents=``) goes to :meth:`render_chat` with messages.
         """
+        given = sorted(k for k, v in chat.items() if v is not None)
+        is_chat = isinstance(prompt, list | tuple) and all(isinstance(m, Mapping) for m in prompt)
+        if given and not (prompt and is_chat):  # an empty prompt fails below
+            raise GenerationError(
+                f"{', '.join(given)} go to the chat template: pass the prompt as chat messages "
+                "([{'role': 'user', 'content': '...'}])."
+            )
         if isinstance(prompt, str):
             return self.encode([prompt]), True
         if isinstance(prompt, list | tuple) and prompt:
-            if all(isinstance(m, Mapping) for m in prompt):
-                chat = self.render_chat(prompt)  # the template writes the special tokens
-                return self.encode([chat], add_special_tokens=False), True
+            if is_chat:
+                text = self.render_chat(prompt, **chat)  # the template writes the special tokens
+                return self.encode([text], add_special_tokens=False), True
             if all(isinstance(t, str) for t in prompt):
                 return self.encode(list(prompt)), False
         raise GenerationError(
@@ -239,6 +256,39 @@ class TextTokenizer:
                     return True
                 at = tail.find(stop, at + 1)
         return False
+
+
+def _tool_schemas(tools: Any) -> list[dict[str, Any]] | None:
+    """``tools`` as the template sees them: JSON schemas (dicts), as transformers passes them."""
+    if tools is None:
+        return None
+    if isinstance(tools, Mapping | str) or not isinstance(tools, Sequence):
+        raise GenerationError(
+            f"tools must be a list of JSON schemas (dicts), got {type(tools).__name__}."
+        )
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            hint = (
+                " (transformers.utils.get_json_schema(fn) writes a function's schema)"
+                if callable(tool)
+                else ""
+            )
+            raise GenerationError(
+                f"Each tool must be a JSON schema (a dict), got {type(tool).__name__}{hint}."
+            )
+    return [json.loads(json.dumps(tool)) for tool in tools]
+
+
+def _documents(documents: Any) -> list[dict[str, Any]] | None:
+    if documents is None:
+        return None
+    if (
+        isinstance(documents, Mapping | str)
+        or not isinstance(documents, Sequence)
+        or not all(isinstance(d, Mapping) for d in documents)
+    ):
+        raise GenerationError("documents must be a list of dicts (e.g. 'title' and 'text').")
+    return [json.loads(json.dumps(d)) for d in documents]
 
 
 def left_pad(

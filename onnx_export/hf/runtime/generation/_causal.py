@@ -14,6 +14,7 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf.runtime._session import DecodeSession, StepSession, host_float32
 from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._batching import ContinuousBatcher
 from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
 from onnx_export.hf.runtime.generation._generate import (
     NextFeed,
@@ -36,6 +37,19 @@ from onnx_export.hf.runtime.generation._settings import (
     resolve_settings,
 )
 from onnx_export.hf.runtime.generation._shared_cache import SharedCache
+from onnx_export.hf.runtime.generation._speculative import (
+    ChunkRunner,
+    Drafter,
+    DraftSource,
+    make_drafter,
+    speculative_decode,
+)
+from onnx_export.hf.runtime.generation._structured import (
+    GrammarMasks,
+    GrammarTokenizer,
+    OutputConstraint,
+    constrain,
+)
 
 __all__ = ["OrtModelForCausalLM"]
 
@@ -92,6 +106,7 @@ class OrtModelForCausalLM:
         self.session = session
         self._uses_positions = "position_ids" in session.input_names
         self._tokenizer: TextTokenizer | None = None
+        self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
 
     @classmethod
     def from_pretrained(
@@ -171,6 +186,13 @@ class OrtModelForCausalLM:
         pad_token_id: int | None = None,
         seed: int | np.random.Generator | None = None,
         streamer: Streamer | None = None,
+        json_schema: Mapping[str, Any] | str | None = None,
+        regex: str | None = None,
+        grammar: str | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int = 2,
+        assistant_model: OrtModelForCausalLM | None = None,
+        num_assistant_tokens: int = 5,
         **settings: Any,
     ) -> npt.NDArray[np.int64]:
         """Continue each prompt by up to ``max_new_tokens`` tokens, as transformers would.
@@ -192,6 +214,19 @@ class OrtModelForCausalLM:
             seed: Seed of the sampling generator, or a ``numpy.random.Generator``.
             streamer: Called with each step's new tokens, (batch,) int64, as they come
                 (not with beam search, whose beams change until the end).
+            json_schema: The output must be a JSON document valid under this schema (a
+                dict or its JSON text); compact JSON, each row ends when it is complete.
+                Needs the folder's ``tokenizer.json`` and the ``structured`` extra
+                (llguidance); not with beam search.
+            regex: The output must match this regular expression (as ``json_schema``).
+            grammar: The output must match this grammar, in Lark syntax (llguidance's).
+            prompt_lookup_num_tokens: Speculative decoding: draft this many tokens from the
+                n-grams of the sequence itself, verified in one model step (greedy, one
+                prompt; the same tokens as without it).
+            max_matching_ngram_size: The longest n-gram prompt lookup matches.
+            assistant_model: Speculative decoding with drafts from this smaller exported
+                model (same vocabulary), verified in one model step each.
+            num_assistant_tokens: The assistant's first draft length (then adapted).
             **settings: transformers' names: ``do_sample``, ``temperature``, ``top_k``,
                 ``top_p``, ``num_beams``, ``num_return_sequences``, ``length_penalty``,
                 ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``,
@@ -211,6 +246,15 @@ class OrtModelForCausalLM:
             >>> model.generate([[1, 2, 3]], max_new_tokens=2, num_beams=3)  # doctest: +SKIP
             array([[1, 2, 3, 9, 4]])
         """
+        extra: dict[str, Any] = {
+            "json_schema": json_schema,
+            "regex": regex,
+            "grammar": grammar,
+            "prompt_lookup_num_tokens": prompt_lookup_num_tokens,
+            "max_matching_ngram_size": max_matching_ngram_size,
+            "assistant_model": assistant_model,
+            "num_assistant_tokens": num_assistant_tokens,
+        }
         if _is_text(input_ids):
             return self.generate_text(  # type: ignore[return-value]
                 input_ids,
@@ -219,12 +263,29 @@ class OrtModelForCausalLM:
                 pad_token_id=pad_token_id,
                 seed=seed,
                 streamer=streamer,
+                **extra,
                 **settings,
             )
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
+        plan, masks = self._constrained(
+            plan, OutputConstraint.from_arguments(json_schema, regex, grammar)
+        )
+        drafter = self._drafter(
+            plan,
+            prompt_lookup_num_tokens,
+            max_matching_ngram_size,
+            assistant_model,
+            num_assistant_tokens,
+        )
         rng = as_rng(seed)
+        if drafter is not None:
+            runner = ChunkRunner(self.session, uses_positions=self._uses_positions)
+            sequences, _ = speculative_decode(
+                runner, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
+            )
+            return _complete(sequences, masks, plan)
         if plan.settings.num_beams > 1:
             if streamer is not None:
                 raise GenerationError(
@@ -251,7 +312,7 @@ class OrtModelForCausalLM:
                 plan.padding,
             )
         session, first, next_feed = self._decoder(plan)
-        return decode(
+        sequences = decode(
             session,
             first,
             next_feed,
@@ -261,6 +322,63 @@ class OrtModelForCausalLM:
             rng,
             padding=plan.padding,
             streamer=streamer,
+        )
+        return _complete(sequences, masks, plan)
+
+    def _constrained(
+        self, plan: _Plan, constraint: OutputConstraint | None
+    ) -> tuple[_Plan, GrammarMasks | None]:
+        """``plan`` with its tokens masked by ``constraint`` (``_structured.py``)."""
+        if constraint is None:
+            return plan, None
+        if plan.settings.num_beams > 1:
+            raise GenerationError(
+                f"{constraint.kind}= works with greedy or sampled decoding, not with "
+                "num_beams > 1: drop one of them."
+            )
+        eos = plan.stopping.eos_token_id
+        if not eos:
+            found = self.tokenizer.token_id("eos_token")
+            eos = () if found is None else (found,)
+        if eos not in self._grammars:
+            vocab = int(
+                self.folder.config.get("vocab_size") or self.tokenizer.tokenizer.get_vocab_size()
+            )
+            self._grammars[eos] = GrammarTokenizer(self.folder.path / "tokenizer.json", vocab, eos)
+        masks = self._grammars[eos].masks(constraint, plan.ids.shape[0])
+        chooser, stopping = constrain(plan.chooser, plan.stopping, masks)
+        return dataclasses.replace(plan, chooser=chooser, stopping=stopping), masks
+
+    def _drafter(
+        self,
+        plan: _Plan,
+        lookup: int | None,
+        ngram: int,
+        assistant: OrtModelForCausalLM | None,
+        assistant_tokens: int,
+    ) -> Drafter | None:
+        """What drafts tokens for speculative decoding (``_speculative.py``), if asked."""
+        if assistant is not None and not isinstance(assistant, OrtModelForCausalLM):
+            raise GenerationError(
+                "assistant_model must be an OrtModelForCausalLM (a smaller exported model), "
+                f"got {type(assistant).__name__}."
+            )
+        return make_drafter(
+            self.session,
+            plan.ids.shape[0],
+            plan.mask,
+            plan.chooser,
+            beams=plan.settings.num_beams,
+            lookup=lookup,
+            ngram=ngram,
+            assistant=None
+            if assistant is None
+            else DraftSource(
+                assistant.session,
+                assistant._uses_positions,
+                (self.folder.config.get("vocab_size"), assistant.folder.config.get("vocab_size")),
+            ),
+            assistant_tokens=assistant_tokens,
         )
 
     def stream(
@@ -276,7 +394,8 @@ class OrtModelForCausalLM:
     ) -> Iterator[npt.NDArray[np.int64]]:
         """:meth:`generate`'s new tokens, one step at a time: (batch,) int64 each.
 
-        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`.
+        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`,
+        ``json_schema``, ``regex`` and ``grammar`` included (not speculative decoding).
 
         Example:
             >>> for tokens in model.stream([[1, 2, 3]], max_new_tokens=3):  # doctest: +SKIP
@@ -285,11 +404,17 @@ class OrtModelForCausalLM:
             [7]
             [9]
         """
+        constraint = OutputConstraint.from_arguments(
+            settings.pop("json_schema", None),
+            settings.pop("regex", None),
+            settings.pop("grammar", None),
+        )
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
         if plan.settings.num_beams > 1:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
+        plan, masks = self._constrained(plan, constraint)
         session, first, next_feed = self._decoder(plan)
         steps = decode_steps(
             session,
@@ -303,6 +428,8 @@ class OrtModelForCausalLM:
         )
         for sequences in steps:
             yield sequences[:, -1].copy()
+        if masks is not None:
+            masks.check_complete(plan.stopping.max_new_tokens)
 
     def _plan(
         self,
@@ -354,6 +481,29 @@ class OrtModelForCausalLM:
         moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
         return cache, first, cache.stepper(plan.mask, positions)
+
+    def batcher(self) -> ContinuousBatcher:
+        """A loop that decodes many requests at once, admitting and retiring them per step.
+
+        Greedy decoding; each request gets the tokens :meth:`generate` gives it alone
+        (``hf/runtime/generation/_batching.py``). Needs the default ``target="onnx"`` graph.
+
+        Returns:
+            A :class:`ContinuousBatcher`: ``submit(prompt, max_new_tokens=...)`` (also
+            while it runs), then ``run()`` yields each request as it ends.
+
+        Example:
+            >>> batcher = model.batcher()  # doctest: +SKIP
+            >>> a = batcher.submit([1, 2, 3], max_new_tokens=4)  # doctest: +SKIP
+            >>> b = batcher.submit([4, 5], max_new_tokens=2)  # doctest: +SKIP
+            >>> {r.id: r.tokens for r in batcher.run()}  # doctest: +SKIP
+            {1: [9, 9], 0: [7, 7, 9, 4]}
+        """
+        return ContinuousBatcher(
+            self.session,
+            uses_positions=self._uses_positions,
+            vocab=self.folder.config.get("vocab_size"),
+        )
 
     def live(self, input_ids: Any = None) -> LiveSequence:
         """A sequence whose cache lives between calls (continuous decoding), batch 1.
@@ -419,6 +569,8 @@ class OrtModelForCausalLM:
         *,
         max_new_tokens: int,
         skip_special_tokens: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> str | list[str]:
         """Text in, text out: tokenize, :meth:`generate`, decode the new tokens.
@@ -432,6 +584,10 @@ class OrtModelForCausalLM:
                 with the generation prompt added.
             max_new_tokens: How many tokens to add at most.
             skip_special_tokens: Leave special tokens (EOS, padding) out of the text.
+            tools: With chat messages: the functions the model may call, as JSON schemas
+                (``{"type": "function", "function": {...}}``), given to the chat template
+                as ``tools`` (transformers' ``apply_chat_template(tools=...)``).
+            documents: With chat messages: documents for retrieval-augmented templates.
             **kwargs: :meth:`generate`'s other arguments (``num_beams``, ``stop_strings``...).
 
         Returns:
@@ -447,7 +603,7 @@ class OrtModelForCausalLM:
             ' there was a little girl'
         """
         tokenizer = self.tokenizer
-        rows, single = tokenizer.encode_prompt(prompt)
+        rows, single = tokenizer.encode_prompt(prompt, tools=tools, documents=documents)
         pad = self.folder.setting("pad_token_id")
         ids, mask = left_pad(rows, tokenizer.token_id("pad_token") if pad is None else int(pad))
         sequences = self.generate(ids, mask, max_new_tokens=max_new_tokens, **kwargs)
@@ -474,6 +630,15 @@ class OrtModelForCausalLM:
             return feed
 
         return self._prompt_feed(ids, mask), next_feed
+
+
+def _complete(
+    sequences: npt.NDArray[np.int64], masks: GrammarMasks | None, plan: _Plan
+) -> npt.NDArray[np.int64]:
+    """``sequences``, once every row matched its constraint (when there is one)."""
+    if masks is not None:
+        masks.check_complete(plan.stopping.max_new_tokens)
+    return sequences
 
 
 def _is_text(value: Any) -> bool:
