@@ -34,9 +34,19 @@ from onnx_export.capture._devices import explain_device_mismatch
 from onnx_export.capture._onnx_flag import onnx_export_flag
 from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
-from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
+from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError
 from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import build_spec, with_made_static
+from onnx_export.program._parity import (
+    ParityOutcome,
+    check_parity,
+    record_parity,
+    record_parity_skipped,
+    record_training_mode,
+    verification_error,
+    warn_parity,
+    warn_training,
+)
 from onnx_export.program._program import ONNXProgram
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
@@ -113,8 +123,8 @@ def _pipeline(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> tuple[ONNXProgram, tuple[MergedDimName, ...]]:
-    """The export; with the axis names it could not use, to warn about after recording."""
+) -> tuple[ONNXProgram, tuple[MergedDimName, ...], ParityOutcome]:
+    """The export; with what to warn about after recording (axis names, parity)."""
     registry = options.onnx_registry or OnnxRegistry()
     module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
@@ -156,11 +166,37 @@ def _pipeline(
         diagnostic_context=context,
         decisions=result.decisions,
         adapter_spec=spec,
+        eager_model=module if given is None else None,
     )
-    if options.verify:
+    parity = _parity(onnx_program, model_args, model_kwargs, options, context, timer)
+    return onnx_program, result.merged_dim_names, parity
+
+
+def _parity(
+    program: ONNXProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> ParityOutcome:
+    """The parity check (``verify``: None runs it where cheap, True always, False never)."""
+    if options.verify is False:
+        outcome = ParityOutcome(None, "ExportOptions(verify=False)", tuple(program._training()))
+    else:
         with timer.stage("verify"):
-            _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program, result.merged_dim_names
+            outcome = _checked(program, args, kwargs, forced=options.verify is True)
+    record_training_mode(context, outcome.training)
+    result = outcome.result
+    if result is None:
+        record_parity_skipped(context, outcome.skipped)
+    elif options.verify is True:
+        program._record_verification(result)
+        if not result.ok:
+            raise verification_error(result)
+    else:
+        record_parity(context, result)
+    return outcome
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
@@ -183,25 +219,19 @@ def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOption
     return dataclasses.replace(options, opset_version=needed)
 
 
-def _verify(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    verdict = program.verify(*args, **kwargs)
-    if verdict.ok:
-        return
-    culprit = verdict.culprit
-    where = (
-        f" The first node that diverges is {culprit.node} ({culprit.op}, translated by "
-        f"{culprit.function}) at {culprit.origin.where}."
-        if culprit
-        else ""
-    )
-    bad = ", ".join(
-        f"{o.name} (max abs error {o.max_abs_error:.3g})" for o in verdict.outputs if not o.ok
-    )
-    raise VerificationError(
-        f"ONNX Runtime's outputs differ from PyTorch's: {bad}.{where} Next steps: check the "
-        "ONNX function used for that op, or register a correct one with "
-        "OnnxRegistry.register_op."
-    )
+def _checked(
+    program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any], *, forced: bool
+) -> ParityOutcome:
+    """The check; when it runs by default, a failure of its own only skips it (said why)."""
+    if forced:
+        return check_parity(program, args, kwargs, forced=True)
+    try:
+        return check_parity(program, args, kwargs, forced=False)
+    except OnnxExportError:
+        raise  # an invalid graph: the file would be refused
+    except Exception as e:
+        reason = f"it raised {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        return ParityOutcome(None, reason, tuple(program._training()))
 
 
 @contextlib.contextmanager
@@ -281,7 +311,7 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program, merged = _pipeline(
+            program, merged, parity = _pipeline(
                 model, model_args, dict(model_kwargs), options, context, timer
             )
         if context.has_errors():
@@ -301,4 +331,6 @@ def dynamo_export(
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     warn_merged_dim_names(merged)
+    warn_training(parity.training)
+    warn_parity(parity)
     return program

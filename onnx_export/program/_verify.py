@@ -109,6 +109,12 @@ class VerificationResult:
         note: How ONNX Runtime ran the model when it did not run it as is (e.g.
             computing in float32 because its CPU provider lacks bfloat16 kernels);
             empty otherwise.
+        reference: What eager PyTorch ran: the model in eval mode under
+            ``torch.no_grad()`` (as it is deployed), or the exported program when the
+            export was given an ``ExportedProgram``.
+        cause: When outputs disagree and no node is to blame, why: the model's eager path
+            differs from the traced one (PyTorch's fast paths), or it was exported in
+            training mode; empty otherwise.
 
     Example:
         >>> import torch, onnx_export
@@ -121,6 +127,8 @@ class VerificationResult:
     outputs: tuple[OutputComparison, ...]
     culprit: NodeMismatch | None = None
     note: str = ""
+    reference: str = ""
+    cause: str = ""
 
     @property
     def ok(self) -> bool:
