@@ -24,6 +24,8 @@ __all__ = [
     "TrainingComputation",
     "deployed_mode",
     "fast_path_modules",
+    "kept",
+    "mutated_buffers",
     "random_nodes",
     "run_deployed",
     "training_computations",
@@ -81,18 +83,32 @@ def run_deployed(
     put back afterwards, so that checking a model does not change it.
     """
     args, kwargs = pytree.tree_map(_copy, (args, dict(kwargs)))
-    saved: dict[str, torch.Tensor] = {}
+    buffers: dict[str, torch.Tensor] = {}
     if program is not None:
         for name in program.graph_signature.buffers_to_mutate.values():
             with contextlib.suppress(AttributeError):
-                saved[name] = module.get_buffer(name).detach().clone()
+                buffers[name] = module.get_buffer(name)
+    with kept(buffers), deployed_mode(module):
+        return module(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def kept(tensors: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The values of ``tensors`` put back after the block (a run may update them in place)."""
+    saved = {name: t.detach().clone() for name, t in tensors.items()}
     try:
-        with deployed_mode(module):
-            return module(*args, **kwargs)
+        yield
     finally:
         with torch.no_grad():
             for name, value in saved.items():
-                module.get_buffer(name).copy_(value)
+                tensors[name].copy_(value)
+
+
+def mutated_buffers(program: ExportedProgram) -> dict[str, torch.Tensor]:
+    """The buffers that running ``program`` updates in place (running statistics...)."""
+    names = program.graph_signature.buffers_to_mutate.values()
+    found = {name: program.state_dict.get(name) for name in names}
+    return {name: t for name, t in found.items() if isinstance(t, torch.Tensor)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,8 @@ from onnx_export.program._modes import (
     DEPLOYED_MODE,
     TrainingComputation,
     fast_path_modules,
+    kept,
+    mutated_buffers,
     run_deployed,
     training_computations,
 )
@@ -388,18 +390,18 @@ class ONNXProgram:
         flat = self._input_adapter()(*args, **kwargs)  # typed errors before anything runs
         # The program takes the call it was captured with (positional stays positional).
         canonical = captured_call(program, self._signature, *self._canonical(args, kwargs))
-        traced = _tensors(run_eager(program, canonical)) if traced_first else None
+        traced = self._traced(canonical) if traced_first else None
         module, note = self._verification_module()
         got = module._run_flat(list(flat))
         expected, reference = self._reference(args, kwargs, len(got))
         if expected is None:
-            traced = traced if traced is not None else _tensors(run_eager(program, canonical))
+            traced = traced if traced is not None else self._traced(canonical)
             expected, reference = traced, "the exported program (exported_program.module())"
         outputs = compare(module.output_names, expected, got, rtol, atol)
         if all(o.ok for o in outputs):
             return VerificationResult(outputs, None, note, reference)
         if traced is None:
-            traced = _tensors(run_eager(program, canonical))
+            traced = self._traced(canonical)
         if expected is not traced and all(
             o.ok for o in compare(module.output_names, traced, got, rtol, atol)
         ):
@@ -412,6 +414,12 @@ class ONNXProgram:
 
         culprit = find_culprit(program, self._decisions, canonical, feed, run, rtol, atol)
         return VerificationResult(outputs, culprit, note, reference)
+
+    def _traced(self, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> list[torch.Tensor]:
+        """The captured program's outputs; the buffers it updates are put back after."""
+        assert self.exported_program is not None  # checked by _compare
+        with kept(mutated_buffers(self.exported_program)):
+            return _tensors(run_eager(self.exported_program, canonical))
 
     def _reference(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int

@@ -276,9 +276,10 @@ def _debug_model(
     probes = []
     for node in model.graph:
         for value in node.outputs:
-            if value.name and value.name not in known and value.name == node.meta.get("fx_node"):
-                model.graph.outputs.append(value)
-                probes.append(value.name)
+            if value.name and value.name == node.meta.get("fx_node"):
+                if value.name not in known:
+                    model.graph.outputs.append(value)
+                probes.append(value.name)  # graph outputs too: the last node may be wrong
     return model, probes
 
 
