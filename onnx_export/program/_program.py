@@ -242,10 +242,10 @@ class ONNXProgram:
             if session and not fake and self._module is None and session_check_wanted(self.model):
                 try:
                     self._onnx_module()
-                except MissingKernelError:
-                    pass  # a valid graph ONNX Runtime's CPU provider cannot run (bfloat16)
-                except InvalidModelError as e:
-                    said = str(e.__cause__ or e)
+                except (MissingKernelError, SerializationError):
+                    pass  # a valid graph the CPU provider cannot run (bfloat16), or over 2 GB
+                except Exception as e:  # InvalidModelError, or onnxruntime's own classes
+                    said = str((e.__cause__ if isinstance(e, InvalidModelError) else None) or e)
                     raise invalid_graph_error(self.model, said, "ONNX Runtime") from e
         except InvalidGraphError as error:
             record_invalid_graph(self.diagnostic_context, error)
