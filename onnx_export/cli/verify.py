@@ -65,11 +65,14 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     import torch
 
     from onnx_export.adapters import AdapterError
+    from onnx_export.program._modes import modules_in_training
 
-    if isinstance(call.model, torch.nn.Module) and call.model.training:
+    training = modules_in_training(call.model) if isinstance(call.model, torch.nn.Module) else []
+    if training:
         print(
-            "warning: the factory's model is in training mode; it is compared in eval mode "
-            "(as it is deployed). If the file was exported in training mode, it differs.",
+            "warning: the factory's model is in training mode "
+            f"({', '.join(training[:3])}); it is compared in eval mode, as it is deployed, "
+            "so a file exported in training mode differs.",
             file=sys.stderr,
         )
     with status("Running PyTorch (eval mode, no grad)"):

@@ -25,6 +25,7 @@ __all__ = [
     "deployed_mode",
     "fast_path_modules",
     "kept",
+    "modules_in_training",
     "mutated_buffers",
     "random_nodes",
     "run_deployed",
@@ -231,6 +232,25 @@ def training_computations(
             continue
         found.setdefault(path, TrainingComputation(path, cls, what))
     return list(found.values())
+
+
+def modules_in_training(module: torch.nn.Module) -> list[str]:
+    """Submodules in training mode whose forward depends on it (batch norm, dropout p > 0).
+
+    Without a captured graph (the ``verify`` command), by class: batch and instance norms
+    that track running statistics, dropouts of probability above 0, ``RReLU``.
+    """
+    found = []
+    for name, m in module.named_modules():
+        if not m.training:
+            continue
+        norm = isinstance(m, torch.nn.modules.batchnorm._BatchNorm) or (
+            isinstance(m, torch.nn.modules.instancenorm._InstanceNorm) and m.track_running_stats
+        )
+        dropout = isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+        if norm or dropout or isinstance(m, torch.nn.RReLU):
+            found.append(f"{name or '<model>'} ({type(m).__name__})")
+    return found
 
 
 def fast_path_modules(module: torch.nn.Module) -> list[str]:
