@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import pathlib
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,13 @@ from onnx_export.reporting._records import origin_locations
 from onnx_export.translation._dispatch import Dispatch
 
 __all__ = ["ONNXProgram"]
+
+#: ONNX Runtime's words for a graph that is wrong (types, shapes), not one it cannot run
+#: here (a custom op without its library, a kernel missing on this provider).
+_REFUSES_THE_GRAPH = re.compile(
+    r"Type Error|TypeInferenceError|ShapeInferenceError|INVALID_GRAPH|[Ii]nconsistent|"
+    r"does not match|[Ii]nvalid model"
+)
 
 
 class ONNXProgram:
@@ -246,6 +254,8 @@ class ONNXProgram:
                     pass  # a valid graph the CPU provider cannot run (bfloat16), or over 2 GB
                 except Exception as e:  # InvalidModelError, or onnxruntime's own classes
                     said = str((e.__cause__ if isinstance(e, InvalidModelError) else None) or e)
+                    if not _REFUSES_THE_GRAPH.search(said):
+                        return  # not the graph: a custom op this runtime lacks, say
                     raise invalid_graph_error(self.model, said, "ONNX Runtime") from e
         except InvalidGraphError as error:
             record_invalid_graph(self.diagnostic_context, error)
