@@ -27,6 +27,7 @@ __all__ = [
     "kept",
     "modules_in_training",
     "mutated_buffers",
+    "path_cause",
     "random_nodes",
     "run_deployed",
     "training_computations",
@@ -260,3 +261,30 @@ def fast_path_modules(module: torch.nn.Module) -> list[str]:
         for name, m in module.named_modules()
         if isinstance(m, _FAST_PATH_CLASSES)
     ][:4]
+
+
+def path_cause(module: torch.nn.Module, training: list[TrainingComputation]) -> str:
+    """Why ``module`` as deployed differs from a trace that ONNX Runtime agrees with."""
+    if training:
+        return (
+            "the model was exported in training mode, so the file computes what "
+            f"model.train() computes: {'; '.join(str(t) for t in training)}. Call "
+            "model.eval() before exporting."
+        )
+    modules = fast_path_modules(module)
+    fast = (
+        f" PyTorch's fast paths do this, and the model has modules that take one: "
+        f"{', '.join(modules)} (nn.TransformerEncoder given a src_key_padding_mask "
+        "turns the batch into nested tensors and returns zeros at the padded positions; "
+        "the traced path computes them)."
+        if modules
+        else ""
+    )
+    return (
+        "ONNX Runtime agrees with the program torch.export traced, but the model run as "
+        "deployed (eval mode, torch.no_grad()) computes other numbers: it takes a path the "
+        f"trace did not.{fast} Next steps: ignore the outputs at the positions that differ "
+        "(padding), or make the model compute them the same way in both paths (for "
+        "nn.TransformerEncoder: mask the padded positions of its output yourself, e.g. "
+        "out.masked_fill(mask[..., None], 0))."
+    )

@@ -52,9 +52,9 @@ from onnx_export.program._check import (
 from onnx_export.program._modes import (
     DEPLOYED_MODE,
     TrainingComputation,
-    fast_path_modules,
     kept,
     mutated_buffers,
+    path_cause,
     run_deployed,
     training_computations,
 )
@@ -415,7 +415,9 @@ class ONNXProgram:
         if expected is not traced and all(
             o.ok for o in compare(module.output_names, traced, got, rtol, atol)
         ):
-            return VerificationResult(outputs, None, note, reference, self._path_cause())
+            assert self._eager_model is not None  # a deployed reference ran
+            cause = path_cause(self._eager_model, self._training())
+            return VerificationResult(outputs, None, note, reference, cause)
         feed = dict(zip(module.input_names, flat, strict=True))
         upcast = list(module._upcast)
 
@@ -439,34 +441,6 @@ class ONNXProgram:
             return None, ""
         outputs = _tensors(run_deployed(self._eager_model, args, kwargs, self.exported_program))
         return (outputs if len(outputs) == count else None), DEPLOYED_MODE
-
-    def _path_cause(self) -> str:
-        """Why the deployed model differs from a trace that ONNX Runtime agrees with."""
-        assert self._eager_model is not None  # only asked when a deployed reference ran
-        training = self._training()
-        if training:
-            return (
-                "the model was exported in training mode, so the file computes what "
-                f"model.train() computes: {'; '.join(str(t) for t in training)}. Call "
-                "model.eval() before exporting."
-            )
-        modules = fast_path_modules(self._eager_model)
-        fast = (
-            f" PyTorch's fast paths do this, and the model has modules that take one: "
-            f"{', '.join(modules)} (nn.TransformerEncoder given a src_key_padding_mask "
-            "turns the batch into nested tensors and returns zeros at the padded positions; "
-            "the traced path computes them)."
-            if modules
-            else ""
-        )
-        return (
-            "ONNX Runtime agrees with the program torch.export traced, but the model run as "
-            "deployed (eval mode, torch.no_grad()) computes other numbers: it takes a path the "
-            f"trace did not.{fast} Next steps: ignore the outputs at the positions that differ "
-            "(padding), or make the model compute them the same way in both paths (for "
-            "nn.TransformerEncoder: mask the padded positions of its output yourself, e.g. "
-            "out.masked_fill(mask[..., None], 0))."
-        )
 
     def _input_adapter(self) -> InputAdapter:
         if self._inputs is None:
