@@ -138,7 +138,7 @@ class ExportOptions:
                 f"capture_strategies must be a non-empty tuple of {sorted(known)}, "
                 f"got {self.capture_strategies!r}."
             )
-        if self.verify not in (None, True, False):
+        if not any(self.verify is allowed for allowed in (None, True, False)):
             raise ValueError(
                 f"verify must be None (check where cheap), True (always; a mismatch fails "
                 f"the export) or False (never), got {self.verify!r}."

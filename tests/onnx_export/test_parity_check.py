@@ -327,3 +327,18 @@ def test_cli_export_no_verify_skips_the_parity_check(
     eager = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     x = torch.randn(2, 3, 8, 8)
     torch.testing.assert_close(model(x), eager(x), rtol=1e-4, atol=1e-4)  # train mode's
+
+
+@pytest.mark.parametrize("value", ["yes", 1.0], ids=["str", "float"])
+def test_verify_accepts_only_none_true_or_false(value: object) -> None:
+    with pytest.raises(ValueError, match=r"verify must be None .*True .*False"):
+        onnx_export.ExportOptions(verify=value)  # type: ignore[arg-type]  # the wrong type on purpose
+
+
+def test_an_exported_program_is_compared_with_itself_as_traced() -> None:
+    model, x = _Relu().eval(), torch.randn(8, 4)
+    exported = torch.export.export(model, (x,))
+    program, caught = _export(exported, x, onnx_registry=_wrong_relu_registry())
+    assert [w.category for w in caught] == [ParityWarning]
+    result = program.verify(x)  # type: ignore[attr-defined]  # an ONNXProgram
+    assert result.reference.startswith("the exported program") and result.culprit is not None
