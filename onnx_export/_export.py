@@ -41,6 +41,7 @@ from onnx_export.program._parity import (
     ParityOutcome,
     check_parity,
     record_parity,
+    record_parity_failed,
     record_parity_skipped,
     record_training_mode,
     verification_error,
@@ -188,7 +189,9 @@ def _parity(
             outcome = _checked(program, args, kwargs, forced=options.verify is True)
     record_training_mode(context, outcome.training)
     result = outcome.result
-    if result is None:
+    if outcome.failed:
+        record_parity_failed(context, outcome.failed)
+    elif result is None:
         record_parity_skipped(context, outcome.skipped)
     elif options.verify is True:
         program._record_verification(result)

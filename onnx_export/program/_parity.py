@@ -20,10 +20,10 @@ from onnx_export._fake import WeightPlaceholder, weight_values
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ParityWarning, TrainingModeWarning, VerificationError
 from onnx_export.program._check import session_check_wanted
-from onnx_export.program._modes import TrainingComputation, random_nodes
+from onnx_export.program._modes import DEPLOYED_MODE, TrainingComputation, random_nodes
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serialize import initializer_bytes
-from onnx_export.program._verify import VerificationResult
+from onnx_export.program._verify import OnnxRuntimeRunError, VerificationResult
 from onnx_export.reporting._records import call_site, origin_locations
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "skip_reason",
     "check_parity",
     "record_parity",
+    "record_parity_failed",
     "record_parity_skipped",
     "record_training_mode",
     "mismatch_summary",
@@ -64,11 +65,14 @@ class ParityOutcome:
         result: The comparison, or ``None`` when the check did not run.
         skipped: Why it did not run (empty when it ran).
         training: What training mode put into the graph (empty in eval mode).
+        failed: ONNX Runtime's error when it could not run the model on the example
+            inputs (empty otherwise): a mismatch of the worst kind.
     """
 
     result: VerificationResult | None = None
     skipped: str = ""
     training: tuple[TrainingComputation, ...] = ()
+    failed: str = ""
 
 
 def _leaves_on(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -122,8 +126,22 @@ def check_parity(
         return ParityOutcome(None, reason, training)
     program._check(session=True)  # an invalid graph is our error, not ONNX Runtime's
     rtol, atol = (_VERIFY_RTOL, _VERIFY_ATOL) if forced else (PARITY_RTOL, PARITY_ATOL)
-    result = program._check_parity(args, kwargs, rtol, atol)
+    try:
+        result = program._check_parity(args, kwargs, rtol, atol)
+    except OnnxRuntimeRunError as e:
+        if forced:
+            raise VerificationError(_failed_message(str(e))) from e
+        return ParityOutcome(None, "", training, str(e).strip().splitlines()[0])
     return ParityOutcome(result, "", training)
+
+
+def _failed_message(error: str) -> str:
+    return (
+        f"ONNX Runtime could not run the exported model on the example inputs: "
+        f"{error.strip().splitlines()[0]}. The file fails where eager PyTorch runs. Next "
+        "steps: report it with the SARIF report attached; ExportOptions(verify=False) skips "
+        "the check."
+    )
 
 
 def _outputs(result: VerificationResult) -> str:
@@ -166,6 +184,8 @@ def warn_parity(outcome: ParityOutcome) -> None:
     no node to blame, at the user's call of ``dynamo_export``.
     """
     result = outcome.result
+    if outcome.failed:
+        warnings.warn(_failed_message(outcome.failed), ParityWarning, stacklevel=3)
     if result is None or result.ok:
         return
     outputs, cause = mismatch_summary(result)
@@ -204,6 +224,19 @@ def record_training_mode(
             message_args={"modules": "; ".join(map(str, training))},
             locations=call_site(),
         )
+
+
+def record_parity_failed(context: DiagnosticContext, error: str) -> None:
+    """An OXE0022 warning: ONNX Runtime raised on the example inputs."""
+    context.emit(
+        rules.PARITY_MISMATCH,
+        message_args={
+            "reference": DEPLOYED_MODE,
+            "outputs": "all (ONNX Runtime raised)",
+            "cause": _failed_message(error),
+        },
+        locations=call_site(),
+    )
 
 
 def record_parity_skipped(context: DiagnosticContext, reason: str) -> None:

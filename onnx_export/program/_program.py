@@ -61,6 +61,7 @@ from onnx_export.program._modes import (
 from onnx_export.program._save_errors import save_advice, save_cause
 from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export.program._verify import (
+    OnnxRuntimeRunError,
     VerificationResult,
     compare,
     find_culprit,
@@ -402,7 +403,12 @@ class ONNXProgram:
         canonical = captured_call(program, self._signature, *self._canonical(args, kwargs))
         traced = self._traced(canonical) if traced_first else None
         module, note = self._verification_module()
-        got = module._run_flat(list(flat))
+        try:
+            got = module._run_flat(list(flat))
+        except Exception as e:  # onnxruntime's own classes, or our adapters' errors
+            if traced_first:
+                raise  # verify(): the caller's inputs, the caller's error
+            raise OnnxRuntimeRunError(f"{type(e).__name__}: {e}") from e
         expected, reference = self._reference(args, kwargs, len(got))
         if expected is None:
             traced = traced if traced is not None else self._traced(canonical)

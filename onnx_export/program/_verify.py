@@ -25,6 +25,7 @@ from onnx_export.translation._source import NodeOrigin, node_origin
 from onnx_export.translation._translate import decision_key, translate
 
 __all__ = [
+    "OnnxRuntimeRunError",
     "OutputComparison",
     "NodeMismatch",
     "VerificationResult",
@@ -36,6 +37,10 @@ __all__ = [
     "run_eager",
     "run_model",
 ]
+
+
+class OnnxRuntimeRunError(RuntimeError):
+    """ONNX Runtime raised while running the exported model on the export's example inputs."""
 
 
 @dataclasses.dataclass(frozen=True)

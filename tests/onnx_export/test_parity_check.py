@@ -342,3 +342,20 @@ def test_an_exported_program_is_compared_with_itself_as_traced() -> None:
     assert [w.category for w in caught] == [ParityWarning]
     result = program.verify(x)  # type: ignore[attr-defined]  # an ONNXProgram
     assert result.reference.startswith("the exported program") and result.culprit is not None
+
+
+class _MixedOr(torch.nn.Module):
+    """cpmant's attention mask: an int32 tensor ``|`` a bool one (torch promotes to int32)."""
+
+    def forward(self, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return context[:, None, :] | (x[:, :, None] > 0)
+
+
+def test_bitwise_dunders_promote_mixed_dtypes_so_the_graph_is_valid(tmp_path: pathlib.Path) -> None:
+    context = torch.tensor([[0, 1, 0], [1, 1, 0]], dtype=torch.int32)
+    x = torch.randn(2, 3)
+    program, caught = _export(_MixedOr(), context, x)
+    assert caught == []  # checked by default, and it agrees
+    loaded = onnx_export.load(program.save(tmp_path / "or.onnx"))  # type: ignore[attr-defined]  # an ONNXProgram
+    c, y = torch.randint(0, 2, (2, 3), dtype=torch.int32), torch.randn(2, 3)
+    torch.testing.assert_close(loaded(c, y), _MixedOr()(c, y))
