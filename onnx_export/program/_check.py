@@ -59,8 +59,11 @@ def _checkable_proto(model: ir.Model) -> onnx.ModelProto:
         and not isinstance(v.const_value, ir.StringTensor)
         and (v.const_value.nbytes > _KEEP_DATA_UP_TO or isinstance(v.const_value, ir.LazyTensor))
     ]
-    with without_data(large):
-        proto = ir.serde.serialize_model(model)
+    try:
+        with without_data(large):
+            proto = ir.serde.serialize_model(model)
+    except Exception as error:  # onnx_ir's SerdeError (and what it wraps): no file possible
+        raise invalid_graph_error(model, _chained(error), "onnx_ir's serializer") from error
     stripped = {v.name for v in large}
     kept = [t for t in proto.graph.initializer if t.name not in stripped]
     declared = {i.name for i in proto.graph.input}
@@ -74,6 +77,16 @@ def _checkable_proto(model: ir.Model) -> onnx.ModelProto:
     return proto
 
 
+def _chained(error: BaseException) -> str:
+    """The error's message and those of its causes (SerdeError wraps the one that names)."""
+    parts: list[str] = []
+    current: BaseException | None = error
+    while current is not None and len(parts) < 4:
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return " <- ".join(parts)
+
+
 def check_graph(model: ir.Model) -> bool:
     """Run onnx's full checker on ``model``.
 
@@ -83,7 +96,8 @@ def check_graph(model: ir.Model) -> bool:
         ``target="onnxruntime"``): only ONNX Runtime can check it then.
 
     Raises:
-        InvalidGraphError: The checker refused the graph; names the node and its line.
+        InvalidGraphError: The checker (or onnx_ir's serializer) refused the graph; names
+            the node and its line when the message names one.
     """
     proto = _checkable_proto(model)
     try:
