@@ -47,7 +47,7 @@ from tests.e2e.zoo_models import ZOO  # noqa: E402
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 STAGES = ["capture", "decomposition", "translation", "report", "adapter", "optimizer"]
-STAGES += ["folding", "opset", "ort_target", "save"]
+STAGES += ["folding", "opset", "ort_target", "verify", "save", "check"]
 
 
 def models(which: str) -> dict[str, Callable[[], tuple[nn.Module, Inputs]]]:
@@ -147,6 +147,31 @@ def _line(name: str, row: dict[str, Any]) -> str:
     )
 
 
+def print_parity_cost(rows: dict[str, dict[str, Any]]) -> None:
+    """What the default parity check (``verify``) and save's graph check (``check``) cost.
+
+    Against torch.onnx's export time: which models are slower than torch.onnx, and which of
+    them only because of the parity check.
+    """
+    verify = {n: r["stages"].get("verify", 0.0) for n, r in rows.items()}
+    check = {n: r["stages"].get("check", 0.0) for n, r in rows.items()}
+    share = {n: verify[n] / r["theirs"] for n, r in rows.items()}
+    top = max(share, key=share.__getitem__)
+    slower = [n for n, r in rows.items() if r["stages"]["total"] > r["theirs"]]
+    pushed = [n for n in slower if rows[n]["stages"]["total"] - verify[n] <= rows[n]["theirs"]]
+    print(
+        f"parity check (verify): median {statistics.median(verify.values()):.3f} s, max "
+        f"{max(verify.values()):.3f} s ({max(verify, key=verify.__getitem__)}); as a share of "
+        f"torch.onnx's time: median {statistics.median(share.values()):.1%}, max "
+        f"{share[top]:.1%} ({top}); save's graph check: median "
+        f"{statistics.median(check.values()):.3f} s, max {max(check.values()):.3f} s"
+    )
+    print(
+        f"slower than torch.onnx: {', '.join(slower) or 'none'}; of them only because of the "
+        f"parity check: {', '.join(pushed) or 'none'}"
+    )
+
+
 def print_table(rows: dict[str, dict[str, Any]]) -> None:
     """The table, geomeans of the ratios and the five slowest models by ratio."""
     head = "".join(f"{s[:6]:>7s}" for s in STAGES)
@@ -169,6 +194,7 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
         f"(max {max(node_ratios.values()):.2f}x)"
     )
     print(f"export time by group: {_geomeans(time_ratios, rows)}")
+    print_parity_cost(both)
     print(f"nodes by group: {_geomeans(node_ratios, rows)}")
     worst = sorted(time_ratios, key=time_ratios.__getitem__, reverse=True)[:5]
     print("slowest by time ratio: " + ", ".join(f"{n} {time_ratios[n]:.2f}x" for n in worst))

@@ -42,6 +42,10 @@ __all__ = [
     "SERIALIZATION_FAILED",
     "VERIFICATION_RESULT",
     "VERIFICATION_MISMATCH",
+    "PARITY_MISMATCH",
+    "PARITY_SKIPPED",
+    "INVALID_GRAPH",
+    "TRAINING_MODE",
     "STAGE_TIMES",
     # Messages from other code
     "PYTHON_WARNING",
@@ -372,6 +376,75 @@ STAGE_TIMES = _rule(
 )
 """OXE0021: per-stage export time. Example: ``STAGE_TIMES.fields == ("total", "stages")``."""
 
+PARITY_MISMATCH = _rule(
+    "OXE0022",
+    "parity-mismatch",
+    Level.WARNING,
+    template=(
+        "ONNX Runtime's outputs differ from eager PyTorch ({reference}) on the example inputs: "
+        "{outputs}. {cause}"
+    ),
+    short="The export's parity check found outputs that differ from eager PyTorch.",
+    full=(
+        "After exporting, the exporter ran ONNX Runtime and the model itself (in eval mode, "
+        "under torch.no_grad(), as it is deployed) on the example inputs, and some outputs "
+        "differ beyond tolerance. The export still returns its program; the file computes "
+        "other numbers than the model. Fields: reference (what eager PyTorch ran), outputs "
+        "(each differing output and its largest absolute error), cause (the first diverging "
+        "node at the model's line, or the model's eager path that differs from the traced "
+        "one, or the training mode). The result's location is that node's line when known."
+    ),
+)
+"""OXE0022: the default parity check failed. Example: ``PARITY_MISMATCH.id == "OXE0022"``."""
+
+PARITY_SKIPPED = _rule(
+    "OXE0023",
+    "parity-skipped",
+    Level.NOTE,
+    template="The parity check against eager PyTorch did not run: {reason}",
+    short="The export's default parity check was skipped, and why.",
+    full=(
+        "With ExportOptions(verify=None) (the default) the exporter compares ONNX Runtime with "
+        "eager PyTorch only where that is cheap and meaningful: not for models with more "
+        "weights than the limit, fake or meta weights, or random operators. Fields: reason "
+        "(why it was skipped and how to force it: ExportOptions(verify=True) or "
+        "ONNXProgram.verify)."
+    ),
+)
+"""OXE0023: the parity check was skipped. Example: ``PARITY_SKIPPED.fields == ("reason",)``."""
+
+INVALID_GRAPH = _rule(
+    "OXE0024",
+    "invalid-graph",
+    Level.ERROR,
+    template="The ONNX graph is invalid at node {node} ({op}): {reason}",
+    short="The exported ONNX graph fails the ONNX checker or ONNX Runtime's graph checks.",
+    full=(
+        "Before a model is saved (and before the export's parity check runs it), the graph is "
+        "checked with onnx.checker (full check: strict shape and type inference) and, for "
+        "small models, by building an ONNX Runtime session. A failure is a translation bug: "
+        "the file would be refused by ONNX Runtime. Fields: node (the ONNX node's name), op "
+        "(its operator), reason (the checker's or ONNX Runtime's message). The result's "
+        "location is the model's line the node was translated from."
+    ),
+)
+"""OXE0024: the graph is invalid. Example: ``INVALID_GRAPH.fields == ("node", "op", "reason")``."""
+
+TRAINING_MODE = _rule(
+    "OXE0025",
+    "training-mode",
+    Level.WARNING,
+    template="The model is exported in training mode: {modules}",
+    short="Modules whose computation depends on training mode were exported in training mode.",
+    full=(
+        "The model (or some of its submodules) had training=True during the export, and the "
+        "captured graph holds operations of training mode (batch statistics in batch norm, "
+        "random dropout masks). The file then computes what model.train() computes, not what "
+        "model.eval() does. Fields: modules (each module's path, class and what differs)."
+    ),
+)
+"""OXE0025: exported in training mode. Example: ``TRAINING_MODE.fields == ("modules",)``."""
+
 ALL_RULES: tuple[Rule, ...] = (
     CAPTURE_ATTEMPT_FAILED,
     CAPTURE_SUCCEEDED,
@@ -394,6 +467,10 @@ ALL_RULES: tuple[Rule, ...] = (
     INPUT_MISMATCH,
     DYNAMIC_SHAPE_FIXED,
     STAGE_TIMES,
+    PARITY_MISMATCH,
+    PARITY_SKIPPED,
+    INVALID_GRAPH,
+    TRAINING_MODE,
 )
 """Every rule of the exporter, in id order.
 

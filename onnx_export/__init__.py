@@ -16,6 +16,7 @@ from onnx_export.errors import (
     CaptureError,
     ConversionError,
     ExportInputError,
+    InvalidGraphError,
     OnnxExportError,
     OptimizationError,
     SerializationError,
@@ -104,6 +105,7 @@ __all__ = [
     "OptimizationError",
     "SerializationError",
     "VerificationError",
+    "InvalidGraphError",
     # Verification results
     "VerificationResult",
     "OutputComparison",

@@ -39,13 +39,24 @@ from onnx_export.capture._onnx_flag import onnx_export_flag
 from onnx_export.capture._resize import resized_call
 from onnx_export.capture._strategies import EXPORT_LOCK, CaptureAttempt
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
-from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
+from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError
 from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import (
     build_spec,
     with_axis_ranges,
     with_cast_from,
     with_made_static,
+)
+from onnx_export.program._parity import (
+    ParityOutcome,
+    check_parity,
+    record_parity,
+    record_parity_failed,
+    record_parity_skipped,
+    record_training_mode,
+    verification_error,
+    warn_parity,
+    warn_training,
 )
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serve import serve_dynamic_axes
@@ -141,6 +152,7 @@ class _Built:
     program: ONNXProgram
     merged: tuple[MergedDimName, ...]
     guarded: tuple[Any, ...]
+    parity: ParityOutcome | None = None
 
 
 def _program_of(built: _Built) -> ONNXProgram:
@@ -155,8 +167,13 @@ def _build(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
+    eager_model: torch.nn.Module | None,
 ) -> _Built:
-    """Decompose, translate, describe the inputs and outputs, optimize: the ONNX program."""
+    """Decompose, translate, describe the inputs and outputs, optimize: the ONNX program.
+
+    ``eager_model`` is the user's module (None for an ``ExportedProgram``): the parity
+    check and ``verify`` run it as the reference.
+    """
     registry = options.onnx_registry or OnnxRegistry()
     model_args, model_kwargs = example
     with timer.stage("decomposition"):
@@ -195,6 +212,7 @@ def _build(
         diagnostic_context=context,
         decisions=result.decisions,
         adapter_spec=spec,
+        eager_model=eager_model,
     )
     return _Built(onnx_program, result.merged_dim_names, tuple(guarded))
 
@@ -206,8 +224,8 @@ def _pipeline(
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> tuple[ONNXProgram, tuple[tuple[MergedDimName, ...], tuple[Any, ...]]]:
-    """The export; with what to warn about after recording (unused axis names, guarded ranges)."""
+) -> _Built:
+    """The export; with what to warn about after recording (axis names, ranges, parity)."""
     module, given = as_module(model)
     if given is not None and not model_args and not model_kwargs:
         model_args, model_kwargs = given.example_inputs or ((), {})
@@ -231,7 +249,8 @@ def _pipeline(
     ):
         program, attempts, used = _capture(module, given, call, options, context)
     example = (model_args, dict(model_kwargs))
-    built = _build(program, attempts, used, example, options, context, timer)
+    eager = module if given is None else None
+    built = _build(program, attempts, used, example, options, context, timer, eager)
     if given is None and call.shapes is not None:
 
         def recapture(other: Call) -> _Built | None:
@@ -239,15 +258,13 @@ def _pipeline(
                 again, more = capture_call(other, options)
             if again is None or made_static(more):
                 return None
-            return _build(again, more, other, example, options, context, timer)
+            return _build(again, more, other, example, options, context, timer, eager)
 
         with timer.stage("dynamic axes"):
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
     _report.record_guarded_ranges(context, built.guarded)
-    if options.verify:
-        with timer.stage("verify"):
-            _verify(built.program, model_args, model_kwargs, half=options.dtype is not None)
-    return built.program, (built.merged, built.guarded)
+    built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
+    return built
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
@@ -270,32 +287,54 @@ def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOption
     return dataclasses.replace(options, opset_version=needed)
 
 
-#: verify's tolerance for a half-precision export (``ExportOptions.dtype``): float16's
-#: rounding over a whole model (a few units in the last place), not one op's.
-_HALF_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
+def _parity(
+    program: ONNXProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> ParityOutcome:
+    """The parity check (``verify``: None runs it where cheap, True always, False never)."""
+    half = options.dtype is not None
+    if options.verify is False:
+        outcome = ParityOutcome(None, "ExportOptions(verify=False)", tuple(program._training()))
+    else:
+        with timer.stage("verify"):
+            outcome = _checked(program, args, kwargs, forced=options.verify is True, half=half)
+    record_training_mode(context, outcome.training)
+    result = outcome.result
+    if outcome.failed:
+        record_parity_failed(context, outcome.failed)
+    elif result is None:
+        record_parity_skipped(context, outcome.skipped)
+    elif options.verify is True:
+        program._record_verification(result)
+        if not result.ok:
+            raise verification_error(result)
+    else:
+        record_parity(context, result)
+    return outcome
 
 
-def _verify(
-    program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any], half: bool = False
-) -> None:
-    verdict = program.verify(*args, **kwargs, **(_HALF_TOLERANCE if half else {}))
-    if verdict.ok:
-        return
-    culprit = verdict.culprit
-    where = (
-        f" The first node that diverges is {culprit.node} ({culprit.op}, translated by "
-        f"{culprit.function}) at {culprit.origin.where}."
-        if culprit
-        else ""
-    )
-    bad = ", ".join(
-        f"{o.name} (max abs error {o.max_abs_error:.3g})" for o in verdict.outputs if not o.ok
-    )
-    raise VerificationError(
-        f"ONNX Runtime's outputs differ from PyTorch's: {bad}.{where} Next steps: check the "
-        "ONNX function used for that op, or register a correct one with "
-        "OnnxRegistry.register_op."
-    )
+def _checked(
+    program: ONNXProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    forced: bool,
+    half: bool,
+) -> ParityOutcome:
+    """The check; when it runs by default, a failure of its own only skips it (said why)."""
+    if forced:
+        return check_parity(program, args, kwargs, forced=True, half=half)
+    try:
+        return check_parity(program, args, kwargs, forced=False, half=half)
+    except OnnxExportError:
+        raise  # an invalid graph: the file would be refused
+    except Exception as e:
+        reason = f"it raised {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        return ParityOutcome(None, reason, tuple(program._training()))
 
 
 @contextlib.contextmanager
@@ -375,9 +414,8 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program, (merged, guarded) = _pipeline(
-                model, model_args, dict(model_kwargs), options, context, timer
-            )
+            built = _pipeline(model, model_args, dict(model_kwargs), options, context, timer)
+            program = built.program
         if context.has_errors():
             errors = "; ".join(d.message for d in context.errors()[:3])
             raise OnnxExportError(
@@ -394,6 +432,9 @@ def dynamo_export(
     _report.write_success_report(context)
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
-    warn_merged_dim_names(merged)
-    warn_guarded_ranges(guarded)
+    warn_merged_dim_names(built.merged)
+    warn_guarded_ranges(built.guarded)
+    if built.parity is not None:
+        warn_training(built.parity.training)
+        warn_parity(built.parity)
     return program

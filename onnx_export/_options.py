@@ -69,8 +69,16 @@ class ExportOptions:
         diagnostic_options: Verbosity, ``warnings_as_errors`` and where the SARIF report
             goes (``report_path``, ``write_report``); ``None`` uses the defaults: warnings
             and errors kept, report written only when the export fails.
-        verify: After exporting, run ONNX Runtime against eager PyTorch on the example
-            inputs (see :meth:`ONNXProgram.verify`); a mismatch fails the export.
+        verify: After exporting, compare ONNX Runtime with eager PyTorch on the example
+            inputs, the model run as it is deployed (eval mode, ``torch.no_grad()``; see
+            :meth:`ONNXProgram.verify`). ``None`` (default): where it is cheap, that is for
+            models with at most 64 MB of weights, real (not fake) and on the CPU, that draw
+            no random numbers; a mismatch is a ``ParityWarning`` at the model's line of the
+            first node that diverges (and an OXE0022 entry), a skipped check an OXE0023
+            note. ``True``: always, and a mismatch fails the export with a
+            ``VerificationError``. ``False``: never. Either way the graph then goes
+            through ONNX's checker and an ONNX Runtime session build, so an invalid graph
+            is an ``InvalidGraphError`` here rather than at ``save()``.
         target: ``"onnx"`` (default): standard ONNX ops only, for any runtime.
             ``"onnxruntime"``: after the optimizer, onnxscript's ONNX Runtime fusions
             replace attention, rotary embeddings, skip/simplified layer norms and
@@ -120,7 +128,7 @@ class ExportOptions:
     capture_strategies: tuple[CaptureStrategyName, ...] = ("non_strict", "strict")
     decompose: Literal["auto", "always"] = "auto"
     diagnostic_options: DiagnosticOptions | None = None
-    verify: bool = False
+    verify: bool | None = None
     input_names: Sequence[str] | None = None
     output_names: Sequence[str] | None = None
     dynamic_axes: Mapping[str, Mapping[int, str] | Sequence[int]] | None = None
@@ -144,6 +152,11 @@ class ExportOptions:
             raise ValueError(
                 f"capture_strategies must be a non-empty tuple of {sorted(known)}, "
                 f"got {self.capture_strategies!r}."
+            )
+        if not any(self.verify is allowed for allowed in (None, True, False)):
+            raise ValueError(
+                f"verify must be None (check where cheap), True (always; a mismatch fails "
+                f"the export) or False (never), got {self.verify!r}."
             )
         if self.decompose not in ("auto", "always"):
             raise ValueError(f"decompose must be 'auto' or 'always', got {self.decompose!r}.")

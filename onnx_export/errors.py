@@ -22,6 +22,9 @@ __all__ = [
     "OptimizationError",
     "SerializationError",
     "VerificationError",
+    "InvalidGraphError",
+    "ParityWarning",
+    "TrainingModeWarning",
     "StaticDimensionWarning",
     "DimensionNameWarning",
     "ShapeRangeWarning",
@@ -239,3 +242,76 @@ class VerificationError(OnnxExportError):
     """
 
     stage = "verification"
+
+
+class InvalidGraphError(OnnxExportError):
+    """The exported graph fails the ONNX checker or ONNX Runtime's graph checks.
+
+    Raised by :meth:`onnx_export.ONNXProgram.save` before anything is written (and by the
+    export, when its parity check builds the session), instead of a file ONNX Runtime
+    refuses: it names the ONNX node, its operator, the model's line it was translated
+    from, and the checker's reason. It is a bug of the translation (or of an edit to
+    ``program.model``), not of the model.
+
+    Attributes:
+        node: The ONNX node's name (``""`` when the checker named none).
+        op: Its operator (``""`` when unknown).
+        where: The model's ``file:line`` the node came from (``""`` when unknown).
+        reason: The checker's or ONNX Runtime's message.
+
+    Example:
+        >>> from onnx_export.errors import InvalidGraphError
+        >>> error = InvalidGraphError("bad", node="n", op="Add", where="m.py:3", reason="type")
+        >>> error.stage, error.op
+        ('check', 'Add')
+    """
+
+    stage = "check"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: str = "",
+        op: str = "",
+        where: str = "",
+        reason: str = "",
+        diagnostic_context: DiagnosticContext | None = None,
+        report_path: pathlib.Path | None = None,
+    ) -> None:
+        super().__init__(message, diagnostic_context=diagnostic_context, report_path=report_path)
+        self.node = node
+        self.op = op
+        self.where = where
+        self.reason = reason
+
+
+class ParityWarning(UserWarning):
+    """ONNX Runtime's outputs differ from eager PyTorch on the export's example inputs.
+
+    Issued by :func:`onnx_export.dynamo_export`'s default parity check
+    (``ExportOptions(verify=None)``), located at the model's line of the first node that
+    diverges when one is found. The message names the outputs and their errors and the
+    cause: that node and its ONNX function, the model's eager path that differs from the
+    traced one (PyTorch's fast paths), or training mode. ``verify=True`` raises a
+    :class:`VerificationError` instead.
+
+    Example:
+        >>> from onnx_export.errors import ParityWarning
+        >>> issubclass(ParityWarning, UserWarning)
+        True
+    """
+
+
+class TrainingModeWarning(UserWarning):
+    """The model was exported in training mode, and the graph computes what ``train()`` does.
+
+    Issued at the user's call of :func:`onnx_export.dynamo_export` when submodules in
+    training mode put training computations into the graph (batch statistics in batch
+    norm, random dropout masks); each is named. Call ``model.eval()`` before exporting.
+
+    Example:
+        >>> from onnx_export.errors import TrainingModeWarning
+        >>> issubclass(TrainingModeWarning, UserWarning)
+        True
+    """

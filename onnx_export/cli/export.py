@@ -72,6 +72,13 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument("--no-optimize", action="store_true", help="skip onnxscript's optimizer")
     parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the parity check: by default a model with at most 64 MB of weights is run "
+        "in ONNX Runtime and in eager PyTorch (eval mode, no grad) on the example inputs, and "
+        "a mismatch is a 'warning:' line naming the first diverging node",
+    )
+    parser.add_argument(
         "--allow-static",
         action="store_true",
         help="when the model's code fixes the size of a --dynamic dimension, export it static "
@@ -118,22 +125,30 @@ def export_quietly(
         DimensionNameWarning,
         ExportInputError,
         OnnxExportError,
+        ParityWarning,
         ShapeRangeWarning,
         StaticDimensionWarning,
+        TrainingModeWarning,
     )
 
-    shown = (StaticDimensionWarning, DimensionNameWarning, ShapeRangeWarning)
     name = type(call.model).__name__
+    ours = (
+        StaticDimensionWarning,
+        DimensionNameWarning,
+        ShapeRangeWarning,
+        TrainingModeWarning,
+        ParityWarning,
+    )
     try:
         with warnings.catch_warnings(record=True) as caught:
-            for category in shown:
+            for category in ours:
                 warnings.simplefilter("always", category)
             with quiet_stderr(verbose):
                 program = dynamo_export(
                     call.model, *call.args, export_options=options, **call.kwargs
                 )
         for warning in caught:  # one line each (others were silenced with torch's logs)
-            if issubclass(warning.category, shown):
+            if issubclass(warning.category, ours):
                 print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
         return program
     except OnnxExportError as e:
@@ -200,4 +215,5 @@ def _export_options(args: argparse.Namespace) -> ExportOptions:
         optimize=not args.no_optimize,
         diagnostic_options=diagnostic_options,
         allow_static_fallback=getattr(args, "allow_static", False),
+        verify=False if getattr(args, "no_verify", False) else None,
     )

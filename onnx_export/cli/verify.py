@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,9 @@ def register(commands: Subcommands) -> None:
         commands,
         "verify",
         help="compare a saved model in ONNX Runtime with eager PyTorch",
-        description="Run the model FACTORY returns in eager PyTorch and the saved model "
-        "through onnx_export.load, both on FACTORY's example inputs, and print each "
+        description="Run the model FACTORY returns in eager PyTorch, as it is deployed (eval "
+        "mode, under torch.no_grad(); its training flags are put back after), and the saved "
+        "model through onnx_export.load, both on FACTORY's example inputs, and print each "
         "output's largest absolute and relative error. Exits 1 on a mismatch or when the "
         "model cannot run on the inputs, 2 when the command line, the model file or the "
         "factory cannot be used or the 'export' extra (torch) is not installed.",
@@ -63,8 +65,17 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     import torch
 
     from onnx_export.adapters import AdapterError
+    from onnx_export.program._modes import modules_in_training
 
-    with status("Running PyTorch"), torch.no_grad():
+    training = modules_in_training(call.model) if isinstance(call.model, torch.nn.Module) else []
+    if training:
+        print(
+            "warning: the factory's model is in training mode "
+            f"({', '.join(training[:3])}); it is compared in eval mode, as it is deployed, "
+            "so a file exported in training mode differs.",
+            file=sys.stderr,
+        )
+    with status("Running PyTorch (eval mode, no grad)"):
         expected = _eager(call)
     try:
         with status(f"Running {path} in ONNX Runtime"):
@@ -75,8 +86,8 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         raise CommandError(f"{path} cannot run on the factory's inputs: {one_line(str(e))}") from e
     comparisons = _compare(module.output_names, expected, got, args.rtol, args.atol)
     echo(
-        f"PyTorch (eager) vs ONNX Runtime ({module.providers[0]}), rtol={args.rtol}, "
-        f"atol={args.atol}:"
+        f"PyTorch (eager, eval mode, no grad) vs ONNX Runtime ({module.providers[0]}), "
+        f"rtol={args.rtol}, atol={args.atol}:"
     )
     _print_table(comparisons, echo)
     bad = [c.name for c in comparisons if not c.ok]
@@ -113,12 +124,18 @@ def _print_table(comparisons: Sequence[OutputComparison], echo: Callable[[str], 
 
 
 def _eager(call: ModelCall) -> Any:
-    """The model's outputs, on copies of the inputs (a model may change them in place)."""
+    """The model's outputs as deployed (eval, no grad), on copies of the inputs."""
+    import torch
     from torch.utils import _pytree as pytree
 
-    args, kwargs = pytree.tree_map(_clone, (call.args, dict(call.kwargs)))
+    from onnx_export.program._modes import run_deployed
+
     try:
-        return call.model(*args, **kwargs)
+        if isinstance(call.model, torch.nn.Module):
+            return run_deployed(call.model, tuple(call.args), dict(call.kwargs))
+        args, kwargs = pytree.tree_map(_clone, (call.args, dict(call.kwargs)))
+        with torch.no_grad():
+            return call.model(*args, **kwargs)
     except Exception as e:
         raise CommandError(
             f"the model raised in eager PyTorch on the factory's inputs: {type(e).__name__}: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import pathlib
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from onnx_export.adapters import (
     METADATA_KEY,
     AdapterSpec,
     InputAdapter,
+    InvalidModelError,
     MissingKernelError,
     OnnxModule,
     canonicalize_inputs,
@@ -40,10 +42,26 @@ from onnx_export.adapters._runtime import describe_leaf, shape_text, short_list
 from onnx_export.adapters._upcast import UPCAST_DTYPES
 from onnx_export.capture._strategies import CaptureAttempt, captured_call
 from onnx_export.diagnostics import DiagnosticContext, rules
-from onnx_export.errors import SerializationError
+from onnx_export.errors import InvalidGraphError, SerializationError
+from onnx_export.program._check import (
+    check_graph,
+    invalid_graph_error,
+    record_invalid_graph,
+    session_check_wanted,
+)
+from onnx_export.program._modes import (
+    DEPLOYED_MODE,
+    TrainingComputation,
+    kept,
+    mutated_buffers,
+    path_cause,
+    run_deployed,
+    training_computations,
+)
 from onnx_export.program._save_errors import save_advice, save_cause
 from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export.program._verify import (
+    OnnxRuntimeRunError,
     VerificationResult,
     compare,
     find_culprit,
@@ -54,6 +72,13 @@ from onnx_export.reporting._records import origin_locations
 from onnx_export.translation._dispatch import Dispatch
 
 __all__ = ["ONNXProgram"]
+
+#: ONNX Runtime's words for a graph that is wrong (types, shapes), not one it cannot run
+#: here (a custom op without its library, a kernel missing on this provider).
+_REFUSES_THE_GRAPH = re.compile(
+    r"Type Error|TypeInferenceError|ShapeInferenceError|INVALID_GRAPH|[Ii]nconsistent|"
+    r"does not match|[Ii]nvalid model"
+)
 
 
 class ONNXProgram:
@@ -70,7 +95,11 @@ class ONNXProgram:
             verification); write it with :meth:`save_diagnostics`.
         stage_times: Wall seconds of each export stage (``capture``, ``decomposition``,
             ``translation``, ``optimizer``, ``folding``, ``ort_target``, ``adapter``, ...)
-            in the order they ran; each :meth:`save` adds its seconds to ``save``.
+            in the order they ran; each :meth:`save` adds its seconds to ``save`` (and
+            sets ``check``, the part of them its graph check took).
+
+    The constructor's ``eager_model`` is the model the export was called with:
+    :meth:`verify` compares ONNX Runtime with it as it is deployed (eval mode, no grad).
 
     Example:
         >>> import torch, onnx_export
@@ -90,8 +119,10 @@ class ONNXProgram:
         decisions: dict[str, Dispatch] | None = None,
         adapter_spec: AdapterSpec | None = None,
         stage_times: Mapping[str, float] | None = None,
+        eager_model: torch.nn.Module | None = None,
     ) -> None:
         self.model = model
+        self._eager_model = eager_model
         self.stage_times: dict[str, float] = dict(stage_times or {})
         self.exported_program = exported_program
         self.capture_attempts = tuple(capture_attempts)
@@ -164,6 +195,10 @@ class ONNXProgram:
                 data (a fake export saved without ``model_state``), or when
                 ``model_state`` lacks weights, has unknown ones, or has other dtypes or
                 shapes (all are named); an earlier file at ``path`` is left as it was.
+            InvalidGraphError: The graph fails ``onnx.checker`` (full check: strict type
+                and shape inference) or, for models with at most 64 MB of weights, ONNX
+                Runtime's session build; it names the node, its op and the model's line,
+                and nothing is written. (The session is kept for later calls.)
 
         Example:
             >>> import tempfile, pathlib, torch, onnx_export
@@ -175,6 +210,8 @@ class ONNXProgram:
         start = time.perf_counter()
         if self.adapter_spec is not None:
             self.model.metadata_props[METADATA_KEY] = self.adapter_spec.to_json()
+        self._check(session=model_state is None)  # nothing is written for an invalid graph
+        self.stage_times["check"] = time.perf_counter() - start
         try:
             with real_tensors():  # saving inside enable_fake_mode() must not fake the weights
                 weights = self._weights_to_attach(model_state)
@@ -198,6 +235,32 @@ class ONNXProgram:
         seconds = self.stage_times.get("save", 0.0) + time.perf_counter() - start
         self.stage_times["save"] = seconds
         return written
+
+    def _check(self, *, session: bool) -> None:
+        """ONNX's full checker, and an ONNX Runtime session build when the model is small.
+
+        Raises:
+            InvalidGraphError: Either refuses the graph (recorded as OXE0024).
+        """
+        try:
+            check_graph(self.model)  # False for ONNX Runtime's own ops: its session checks them
+            fake = any(
+                isinstance(v.const_value, WeightPlaceholder)
+                for v in weight_values(self.model).values()
+            )
+            if session and not fake and self._module is None and session_check_wanted(self.model):
+                try:
+                    self._onnx_module()
+                except (MissingKernelError, SerializationError):
+                    pass  # a valid graph the CPU provider cannot run (bfloat16), or over 2 GB
+                except Exception as e:  # InvalidModelError, or onnxruntime's own classes
+                    said = str((e.__cause__ if isinstance(e, InvalidModelError) else None) or e)
+                    if not _REFUSES_THE_GRAPH.search(said):
+                        return  # not the graph: a custom op this runtime lacks, say
+                    raise invalid_graph_error(self.model, said, "ONNX Runtime") from e
+        except InvalidGraphError as error:
+            record_invalid_graph(self.diagnostic_context, error)
+            raise
 
     def _weights_to_attach(self, model_state: ModelState | None) -> dict[ir.Value, Any]:
         """The data to write for each weight; ``WeightsError`` when it does not fit."""
@@ -274,14 +337,23 @@ class ONNXProgram:
         static sizes, constants), so ill-fitting inputs raise the same typed errors
         (:class:`~onnx_export.adapters.InputShapeError`,
         :class:`~onnx_export.adapters.ConstantMismatchError`, ...) before anything runs.
-        Eager PyTorch then runs the captured program (``exported_program.module()``).
-        Outputs of any dtype are compared: float16, bfloat16 and float8 in float32 with
-        tolerances of at least their dtype's precision (see :class:`OutputComparison`),
+        Eager PyTorch then runs the captured program (``exported_program.module()``), whose
+        guards refuse inputs outside the export's conditions, and the model itself as it
+        is deployed: in eval mode under ``torch.no_grad()`` (its training flags and the
+        buffers the program updates are put back afterwards). ONNX Runtime is compared
+        with the deployed model (with the captured program when the export was given an
+        ``ExportedProgram``, or the model's outputs have another structure). Outputs of
+        any dtype are compared: float16, bfloat16 and float8 in float32 with tolerances of
+        at least their dtype's precision (see :class:`OutputComparison`),
         complex as real views, integers and bools exactly. Each output's max absolute and
         relative error is recorded in :attr:`diagnostic_context`. When an output is
         beyond ``atol + rtol * |expected|``, the first FX node whose ONNX value diverges
         is found and reported as an error at the user's source line, with its op and
-        ONNX function. A bfloat16/float16 model that ONNX Runtime's CPU provider cannot
+        ONNX function. When ONNX Runtime agrees with the captured program but not with
+        the deployed model, no node is to blame: ``result.cause`` says why (a PyTorch
+        fast path taken only in eval mode under no_grad, such as
+        ``nn.TransformerEncoder``'s nested tensors for a padding mask; or training
+        mode). A bfloat16/float16 model that ONNX Runtime's CPU provider cannot
         run is run computing in float32 (``upcast``), which ``result.note`` says.
 
         Raises:
@@ -293,32 +365,88 @@ class ONNXProgram:
             >>> program.verify(torch.randn(4)).ok
             True
         """
-        if self.exported_program is None:
+        result = self._compare(args, kwargs, rtol, atol, traced_first=True)
+        self._record_verification(result)
+        return result
+
+    def _check_parity(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], rtol: float, atol: float
+    ) -> VerificationResult:
+        """:meth:`verify` on the example inputs, recording nothing (the export records)."""
+        return self._compare(args, kwargs, rtol, atol, traced_first=False)
+
+    def _training(self) -> list[TrainingComputation]:
+        """What training mode put into the graph (empty in eval mode or without a model)."""
+        if self._eager_model is None or self.exported_program is None:
+            return []
+        return training_computations(self._eager_model, self.exported_program)
+
+    def _compare(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        rtol: float,
+        atol: float,
+        *,
+        traced_first: bool,
+    ) -> VerificationResult:
+        """ONNX Runtime against the model as deployed; the cause when they disagree.
+
+        ``traced_first`` runs the captured program first, so that inputs outside its
+        guards raise a typed error before the model runs (not needed on the example).
+        """
+        program = self.exported_program
+        if program is None:
             raise ValueError("verify() needs the exported program; this ONNXProgram has none.")
         flat = self._input_adapter()(*args, **kwargs)  # typed errors before anything runs
         # The program takes the call it was captured with (positional stays positional).
-        canonical = captured_call(
-            self.exported_program, self._signature, *self._canonical(args, kwargs)
-        )
-        eager = run_eager(self.exported_program, canonical)
-        expected = [t for t in pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
+        canonical = captured_call(program, self._signature, *self._canonical(args, kwargs))
+        traced = self._traced(canonical) if traced_first else None
         module, note = self._verification_module()
-        got = module._run_flat(list(flat))
+        try:
+            got = module._run_flat(list(flat))
+        except Exception as e:  # onnxruntime's own classes, or our adapters' errors
+            if traced_first:
+                raise  # verify(): the caller's inputs, the caller's error
+            raise OnnxRuntimeRunError(f"{type(e).__name__}: {e}") from e
+        expected, reference = self._reference(args, kwargs, len(got))
+        if expected is None:
+            traced = traced if traced is not None else self._traced(canonical)
+            expected, reference = traced, "the exported program (exported_program.module())"
         outputs = compare(module.output_names, expected, got, rtol, atol)
-        culprit = None
-        if not all(o.ok for o in outputs):
-            feed = dict(zip(module.input_names, flat, strict=True))
-            upcast = list(module._upcast)
+        if all(o.ok for o in outputs):
+            return VerificationResult(outputs, None, note, reference)
+        if traced is None:
+            traced = self._traced(canonical)
+        if expected is not traced and all(
+            o.ok for o in compare(module.output_names, traced, got, rtol, atol)
+        ):
+            assert self._eager_model is not None  # a deployed reference ran
+            cause = path_cause(self._eager_model, self._training())
+            return VerificationResult(outputs, None, note, reference, cause)
+        feed = dict(zip(module.input_names, flat, strict=True))
+        upcast = list(module._upcast)
 
-            def run(model: ir.Model, feed: dict[str, Any]) -> list[Any]:
-                return run_model(model, feed, upcast)
+        def run(model: ir.Model, feed: dict[str, Any]) -> list[Any]:
+            return run_model(model, feed, upcast)
 
-            culprit = find_culprit(
-                self.exported_program, self._decisions, canonical, feed, run, rtol, atol
-            )
-        result = VerificationResult(outputs, culprit, note)
-        self._record_verification(result)
-        return result
+        culprit = find_culprit(program, self._decisions, canonical, feed, run, rtol, atol)
+        return VerificationResult(outputs, culprit, note, reference)
+
+    def _traced(self, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> list[torch.Tensor]:
+        """The captured program's outputs; the buffers it updates are put back after."""
+        assert self.exported_program is not None  # checked by _compare
+        with kept(mutated_buffers(self.exported_program)):
+            return _tensors(run_eager(self.exported_program, canonical))
+
+    def _reference(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int
+    ) -> tuple[list[torch.Tensor] | None, str]:
+        """The model's outputs as deployed, or ``None`` (no model, or another structure)."""
+        if self._eager_model is None:
+            return None, ""
+        outputs = _tensors(run_deployed(self._eager_model, args, kwargs, self.exported_program))
+        return (outputs if len(outputs) == count else None), DEPLOYED_MODE
 
     def _input_adapter(self) -> InputAdapter:
         if self._inputs is None:
@@ -421,3 +549,7 @@ def _output_classes(program: ExportedProgram | None) -> tuple[type, ...]:
             found.append(cls)
         stack.extend(spec.children_specs)
     return tuple(found)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]

@@ -33,6 +33,7 @@ __all__ = [
     "initializer_bytes",
     "save_model",
     "write_streamed",
+    "without_data",
     "check_external_location",
     "check_external_data",
     "check_external_references",
@@ -180,7 +181,7 @@ def _empty() -> ir.TensorProtocol:
 
 
 @contextlib.contextmanager
-def _without_data(values: Sequence[ir.Value]) -> Iterator[None]:
+def without_data(values: Sequence[ir.Value]) -> Iterator[None]:
     """Give ``values`` data-less stand-ins (same name, dtype, shape) for the block."""
     tensors = [v.const_value for v in values]
     try:
@@ -232,7 +233,7 @@ def _pieces(model: ir.Model) -> tuple[bytes, bytes, list[_Entry], bytes, bytes]:
         if v.const_value is not None and not isinstance(v.const_value, ir.StringTensor)
     ]
     streamed = {id(v) for v in values}
-    with _without_data(values):
+    with without_data(values):
         proto = ir.serde.serialize_model(model)
     entries: list[_Entry] = []
     initialized = [v for v in model.graph.initializers.values() if v.const_value is not None]

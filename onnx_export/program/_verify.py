@@ -25,6 +25,7 @@ from onnx_export.translation._source import NodeOrigin, node_origin
 from onnx_export.translation._translate import decision_key, translate
 
 __all__ = [
+    "OnnxRuntimeRunError",
     "OutputComparison",
     "NodeMismatch",
     "VerificationResult",
@@ -36,6 +37,10 @@ __all__ = [
     "run_eager",
     "run_model",
 ]
+
+
+class OnnxRuntimeRunError(RuntimeError):
+    """ONNX Runtime raised while running the exported model on the export's example inputs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +114,12 @@ class VerificationResult:
         note: How ONNX Runtime ran the model when it did not run it as is (e.g.
             computing in float32 because its CPU provider lacks bfloat16 kernels);
             empty otherwise.
+        reference: What eager PyTorch ran: the model in eval mode under
+            ``torch.no_grad()`` (as it is deployed), or the exported program when the
+            export was given an ``ExportedProgram``.
+        cause: When outputs disagree and no node is to blame, why: the model's eager path
+            differs from the traced one (PyTorch's fast paths), or it was exported in
+            training mode; empty otherwise.
 
     Example:
         >>> import torch, onnx_export
@@ -121,6 +132,8 @@ class VerificationResult:
     outputs: tuple[OutputComparison, ...]
     culprit: NodeMismatch | None = None
     note: str = ""
+    reference: str = ""
+    cause: str = ""
 
     @property
     def ok(self) -> bool:
@@ -268,9 +281,10 @@ def _debug_model(
     probes = []
     for node in model.graph:
         for value in node.outputs:
-            if value.name and value.name not in known and value.name == node.meta.get("fx_node"):
-                model.graph.outputs.append(value)
-                probes.append(value.name)
+            if value.name and value.name == node.meta.get("fx_node"):
+                if value.name not in known:
+                    model.graph.outputs.append(value)
+                probes.append(value.name)  # graph outputs too: the last node may be wrong
     return model, probes
 
 

@@ -257,7 +257,7 @@ _ELEMENTWISE: dict[str, ELEMENTWISE_TYPE_PROMOTION_KIND] = {
         ["add", "sub", "subtract", "rsub", "mul", "multiply", "floor_divide", "remainder",
          "fmod", "maximum", "minimum", "fmax", "fmin", "where", "lerp", "clamp", "clip",
          "addcmul", "bitwise_and", "bitwise_or", "bitwise_xor", "hypot", "nextafter",
-         "heaviside", "logaddexp", "logaddexp2"],
+         "heaviside", "logaddexp", "logaddexp2", "__and__", "__or__", "__xor__"],
         _KIND.DEFAULT,
     ),
     **dict.fromkeys(

@@ -35,6 +35,10 @@ COMMITTED_RULES = (
     ("OXE0019", "input-mismatch", Level.ERROR),
     ("OXE0020", "dynamic-shape-fixed", Level.WARNING),
     ("OXE0021", "stage-times", Level.NOTE),
+    ("OXE0022", "parity-mismatch", Level.WARNING),
+    ("OXE0023", "parity-skipped", Level.NOTE),
+    ("OXE0024", "invalid-graph", Level.ERROR),
+    ("OXE0025", "training-mode", Level.WARNING),
 )
 
 # The fields the exporter passes for each rule.
@@ -60,6 +64,10 @@ EXPECTED_FIELDS = {
     "OXE0019": {"detail"},
     "OXE0020": {"dim", "change", "reason"},
     "OXE0021": {"total", "stages"},
+    "OXE0022": {"reference", "outputs", "cause"},
+    "OXE0023": {"reason"},
+    "OXE0024": {"node", "op", "reason"},
+    "OXE0025": {"modules"},
 }
 
 RULE_IDS = [rule.id for rule in ALL_RULES]

@@ -33,12 +33,14 @@ def test_each_stage_is_timed_and_the_stages_add_up_to_at_most_the_total(
     times = program.stage_times
     # The weight folds run first (weight-only chains), then the optimizer, then folds again.
     ort = ["ort_target"] if target != "onnx" else []
-    expected = [*_STAGES, "folding", "optimizer", "opset", *ort]
+    # Then the default parity check against eager PyTorch (a small model: it runs).
+    expected = [*_STAGES, "folding", "optimizer", "opset", *ort, "verify"]
     assert [s for s in times if s != "total"] == expected
     assert all(seconds >= 0.0 for seconds in times.values())
     assert sum(v for k, v in times.items() if k != "total") <= times["total"]
     program.save(tmp_path / "net.onnx")
     first = program.stage_times["save"]
+    assert 0.0 < program.stage_times["check"] <= first  # the graph check is part of saving
     program.save(tmp_path / "again.onnx")
     assert program.stage_times["save"] > first  # each save adds its seconds
 
