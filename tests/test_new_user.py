@@ -7,10 +7,14 @@ from __future__ import annotations
 import pathlib
 import re
 import tomllib
+from typing import Any
 
+import numpy as np
+import onnx
 import pytest
 
 from onnx_export._environment import TESTED_TORCH, TORCH_INSTALL
+from onnx_export.cli import main
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = PROJECT_ROOT / "docs"
@@ -63,3 +67,124 @@ def test_the_readme_says_how_long_the_tests_take_and_how_to_run_the_slow_ones() 
     assert "python -m pytest tests/ops --runslow" in readme
     conftest = _text("tests/ops/conftest.py")
     assert '"--runslow"' in conftest and "ONNX_EXPORT_RUNSLOW" in conftest
+
+
+# --- 3. the CLI takes a registry for custom ops, and a target --------------------------------
+
+MODELS = '''
+import torch
+
+
+@torch.library.custom_op("newuser_test::scaled_sin", mutates_args=())
+def scaled_sin(x: torch.Tensor) -> torch.Tensor:
+    return 2.0 * torch.sin(x)
+
+
+@scaled_sin.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class UsesCustomOp(torch.nn.Module):
+    def forward(self, x):
+        return scaled_sin(x) + 1.0
+
+
+def custom_op():
+    return UsesCustomOp(), (torch.randn(2, 3),)
+
+
+def linear():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()), (torch.randn(2, 4),)
+'''
+
+OPS = '''
+import onnx_export
+from onnxscript import opset18 as op
+
+
+def scaled_sin(x):
+    return op.Mul(op.Sin(x), op.CastLike(op.Constant(value_float=2.0), x))
+
+
+def make_registry():
+    registry = onnx_export.OnnxRegistry()
+    registry.register_op("newuser_test::scaled_sin", scaled_sin)
+    return registry
+
+
+REGISTRY = make_registry()
+NOT_A_REGISTRY = 3
+'''
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("new_user")
+    (folder / "nu_models.py").write_text(MODELS)
+    (folder / "nu_ops.py").write_text(OPS)
+    return folder
+
+
+@pytest.fixture
+def work(models: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.chdir(models)
+    monkeypatch.syspath_prepend(str(models))
+    return models
+
+
+def _eager_and_ort(path: pathlib.Path, factory: str) -> tuple[Any, Any]:
+    import nu_models  # type: ignore[import-not-found]  # written by the fixture
+
+    import onnx_export
+
+    model, args = getattr(nu_models, factory)()
+    return model(*args), onnx_export.load(path)(*args)
+
+
+@pytest.mark.parametrize("registry", ["nu_ops:make_registry", "nu_ops.py:REGISTRY"])
+def test_export_takes_a_registry_for_custom_ops(
+    work: pathlib.Path, registry: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = work / f"custom_{registry.split(':')[1]}.onnx"
+    argv = ["export", "nu_models:custom_op", "-o", str(out), "--registry", registry]
+    assert main(argv) == 0, capfd.readouterr().err
+    expected, got = _eager_and_ort(out, "custom_op")
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_without_the_registry_the_error_names_the_option(
+    work: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "nu_models:custom_op", "-o", str(work / "no.onnx")]) == 1
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "--registry MODULE:NAME" in err, err
+
+
+@pytest.mark.parametrize(
+    ("registry", "message"),
+    [
+        ("nu_ops:NOT_A_REGISTRY", "expected an onnx_export.OnnxRegistry"),
+        ("nu_ops:nope", "has no attribute 'nope'"),
+        ("no_such_ops:make_registry", "no module named 'no_such_ops'"),
+    ],
+)
+def test_a_bad_registry_is_a_usage_error(
+    work: pathlib.Path, registry: str, message: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", "nu_models:linear", "-o", str(work / "bad.onnx"), "--registry", registry]
+    assert main(argv) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (work / "bad.onnx").exists()
+
+
+def test_export_takes_a_target(work: pathlib.Path, capfd: pytest.CaptureFixture[str]) -> None:
+    out = work / "fused.onnx"
+    argv = ["export", "nu_models:linear", "-o", str(out), "--target", "onnxruntime"]
+    assert main(argv) == 0, capfd.readouterr().err
+    model = onnx.load(out)
+    assert "com.microsoft" in {o.domain for o in model.opset_import}
+    expected, got = _eager_and_ort(out, "linear")
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 import warnings
@@ -22,7 +23,7 @@ from onnx_export.cli._common import (
     require_export_extra,
     writable_output,
 )
-from onnx_export.cli._factory import ModelCall, call_factory, parse_dynamic
+from onnx_export.cli._factory import ModelCall, call_factory, load_registry, parse_dynamic
 
 if TYPE_CHECKING:
     from onnx_export._options import ExportOptions
@@ -77,6 +78,20 @@ def register(commands: Subcommands) -> None:
         help="when the model's code fixes the size of a --dynamic dimension, export it static "
         "with a warning (one stderr line per dimension) instead of failing",
     )
+    parser.add_argument(
+        "--registry",
+        metavar="MODULE:NAME",
+        help="your ONNX functions for custom ops: an onnx_export.OnnxRegistry in MODULE (a "
+        "module name or a .py path), or a function of no arguments that returns one after "
+        "OnnxRegistry.register_op for each op; what ExportOptions(onnx_registry=...) takes",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("onnx", "onnxruntime"),
+        default="onnx",
+        help="onnx (default): standard ONNX ops, for any runtime; onnxruntime: also ONNX "
+        "Runtime's fused com.microsoft ops, as ExportOptions(target=...)",
+    )
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
@@ -86,6 +101,10 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         writable_output(args.report, "--report")
     options = _export_options(args)
     status = Status()
+    if args.registry is not None:
+        with status(f"Importing {args.registry}"):
+            registry = load_registry(args.registry)
+        options = dataclasses.replace(options, onnx_registry=registry)
     with status(f"Importing {args.factory}"):
         call = call_factory(args.factory)
     name = type(call.model).__name__
@@ -146,6 +165,13 @@ def export_quietly(
 def describe_export_error(name: str, error: Any, verbose: bool, report: Any = None) -> str:
     """``exporting NAME failed: ...`` on one line (all of it with ``verbose``), then the report."""
     message = str(error.args[0]) if error.args else str(error)
+    if "OnnxRegistry.register_op" in message:
+        message = message.replace(
+            "ExportOptions(onnx_registry=...)",
+            "ExportOptions(onnx_registry=...) (on the command line: --registry MODULE:NAME)",
+        )
+        if "--registry" not in message:
+            message += " On the command line, pass the registry with --registry MODULE:NAME."
     text = message.strip() if verbose else _summary(message)
     where = ""
     if report is not None:
@@ -198,4 +224,5 @@ def _export_options(args: argparse.Namespace) -> ExportOptions:
         optimize=not args.no_optimize,
         diagnostic_options=diagnostic_options,
         allow_static_fallback=getattr(args, "allow_static", False),
+        target=getattr(args, "target", "onnx"),
     )
