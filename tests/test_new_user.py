@@ -4,6 +4,7 @@ messages), one behaviour per test; the docs' claims are checked against each oth
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import tomllib
@@ -12,9 +13,12 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import torch
 
+import onnx_export
 from onnx_export._environment import TESTED_TORCH, TORCH_INSTALL
 from onnx_export.cli import main
+from onnx_export.diagnostics import DiagnosticContext, DiagnosticOptions, Level
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = PROJECT_ROOT / "docs"
@@ -137,8 +141,6 @@ def work(models: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
 def _eager_and_ort(path: pathlib.Path, factory: str) -> tuple[Any, Any]:
     import nu_models  # type: ignore[import-not-found]  # written by the fixture
 
-    import onnx_export
-
     model, args = getattr(nu_models, factory)()
     return model(*args), onnx_export.load(path)(*args)
 
@@ -188,3 +190,107 @@ def test_export_takes_a_target(work: pathlib.Path, capfd: pytest.CaptureFixture[
     assert "com.microsoft" in {o.domain for o in model.opset_import}
     expected, got = _eager_and_ort(out, "linear")
     np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+# --- 4. SARIF locations are the user's lines -----------------------------------------------
+
+
+class _Reshaper(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        return y.reshape(4, -1)  # fixes the dynamic batch to 4
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.gru = torch.nn.GRU(16, 8, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(x)
+        z, _ = self.gru(y)
+        return z
+
+
+def _line_of(text: str) -> int:
+    lines = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _notes() -> onnx_export.ExportOptions:
+    return onnx_export.ExportOptions(diagnostic_options=DiagnosticOptions(verbosity=Level.NOTE))
+
+
+def test_a_dimension_fixed_by_the_model_is_located_at_that_line() -> None:
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"x": {0: "batch"}},
+        diagnostic_options=DiagnosticOptions(write_report="never"),
+    )
+    with pytest.raises(onnx_export.OnnxExportError) as caught:
+        onnx_export.dynamo_export(_Reshaper(), torch.randn(4, 6), export_options=options)
+    context = caught.value.diagnostic_context
+    assert context is not None
+    errors = list(context.errors())
+    assert {d.rule.id for d in errors} >= {"OXE0001", "OXE0018"}
+    reshape = _line_of("return y.reshape(4, -1)")
+    for diagnostic in errors:
+        assert [(pathlib.Path(loc.uri).name, loc.line) for loc in diagnostic.locations] == [
+            ("test_new_user.py", reshape)
+        ], diagnostic
+
+
+def test_every_location_of_a_recurrent_export_is_the_users() -> None:
+    """Our LSTM/GRU rewrites, contextlib and our own program code are no user's lines."""
+    model, x = _Recurrent().eval(), torch.randn(2, 5, 8)
+    program = onnx_export.dynamo_export(model, x, export_options=_notes())
+    with torch.no_grad():
+        np.testing.assert_allclose(program(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+    diagnostics = program.diagnostic_context.diagnostics
+    paths = {loc.uri for d in diagnostics for loc in d.locations}
+    assert paths == {__file__}, paths
+    lines = {loc.line for d in diagnostics if d.rule.id == "OXE0004" for loc in d.locations}
+    assert lines == {_line_of("y, _ = self.lstm(x)"), _line_of("z, _ = self.gru(y)")}
+    assert not any("children_specs" in d.message for d in diagnostics)
+
+
+def test_a_warning_raised_in_a_library_is_located_at_the_users_line(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = tmp_path / "site"
+    library.mkdir()
+    (library / "newuser_lib.py").write_text(
+        "import warnings\n\ndef deprecated():\n    warnings.warn('old API', FutureWarning)\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    import newuser_lib  # type: ignore[import-not-found]  # written just above
+
+    context = DiagnosticContext("t", "0", DiagnosticOptions(verbosity=Level.NOTE))
+    with context.record_python_warnings(library_paths=(str(library) + os.sep,)):
+        newuser_lib.deprecated()  # the user's line
+    (diagnostic,) = context.diagnostics
+    assert diagnostic.level is Level.NOTE
+    assert [(loc.uri, loc.line) for loc in diagnostic.locations] == [
+        (__file__, _line_of("newuser_lib.deprecated()  # the user's line"))
+    ]
+    assert diagnostic.properties["raisedAt"].endswith("newuser_lib.py:4")
+
+
+# --- 5. no warnings nobody can act on -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["recurrent", "transformer_encoder"])
+def test_plain_layers_export_without_fallback_warnings_or_empty_notes(kind: str) -> None:
+    torch.manual_seed(0)
+    if kind == "recurrent":
+        model, x = _Recurrent().eval(), torch.randn(2, 5, 8)
+    else:
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        model, x = torch.nn.TransformerEncoder(layer, 2).eval(), torch.randn(2, 5, 16)
+    program = onnx_export.dynamo_export(model, x, export_options=_notes())
+    with torch.no_grad():
+        np.testing.assert_allclose(program(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+    rules = [d.rule.id for d in program.diagnostic_context.diagnostics]
+    assert "OXE0005" not in rules  # aten::zeros(dtype=...) matches torchlib's exactly
+    assert "OXE0003" not in rules  # nothing was decomposed: no "Decomposed 0 operator(s)"
+    assert not [d for d in program.diagnostic_context.diagnostics if d.level >= Level.WARNING]

@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 
 from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
+from onnx_export.capture._specialized import model_file
 from onnx_export.capture._strategies import CaptureAttempt, explanation
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -69,12 +70,18 @@ _LIBRARY_DIRS = (
     _EXPORTER_DIR,
 )
 
-#: Where third-party code lives: warnings raised there are notes, not the user's warnings.
-LIBRARY_PATHS = (
+_PLAIN_LIBRARY_PATHS = (
     *_LIBRARY_DIRS,
     sysconfig.get_paths()["stdlib"] + os.sep,
     sysconfig.get_paths()["purelib"] + os.sep,
     sysconfig.get_paths()["platlib"] + os.sep,
+)
+#: Where third-party code lives (as given and with links resolved): warnings raised there
+#: are notes, not the user's warnings, and are located at the user's line that led to them.
+LIBRARY_PATHS = tuple(
+    dict.fromkeys(
+        (*_PLAIN_LIBRARY_PATHS, *(os.path.realpath(p) + os.sep for p in _PLAIN_LIBRARY_PATHS))
+    )
 )
 
 
@@ -115,6 +122,18 @@ def _exception_locations(error: BaseException) -> tuple[Location, ...]:
     if not frames:  # dynamo puts the user's frames in the message ("from user code: ...")
         frames = diagnostics.locations_from_stack_trace(str(error), frame_filter=user_frame)
     return frames[-1:] if frames else call_site()
+
+
+def _specialization_locations(attempt: CaptureAttempt) -> tuple[Location, ...]:
+    """The model's lines that fixed a dimension asked to be dynamic (the error names them)."""
+    locations = []
+    for found in attempt.specializations:
+        path, _, line = found.location.rpartition(":")
+        full = model_file(path) if path and line.isdigit() else None
+        if full is not None:
+            message = f"fixes {found.source} to {found.value}"
+            locations.append(Location(full, int(line), snippet=found.code or None, message=message))
+    return tuple(locations)
 
 
 def call_site() -> tuple[Location, ...]:
@@ -203,17 +222,20 @@ def record_capture(
                 "exception_type": type(error).__name__,
                 "exception_message": explanation(error),
             },
-            locations=_exception_locations(error),
+            locations=_specialization_locations(attempt) or _exception_locations(error),
             exception=failure_info(error),
             properties={"seconds": round(attempt.seconds, 3)},
         )
 
 
 def record_decomposition(context: DiagnosticContext, report: DecompositionReport) -> None:
-    """A note on whether decomposition ran, why, and what it decomposed."""
+    """A note on what decomposition decomposed and why it ran; none when it did not run."""
+    if not report.ran and not report.decomposed:
+        return  # every op has an ONNX function: nothing to say
+    ops = ", ".join(report.decomposed) or f"none (it ran because {report.why})"
     context.emit(
         rules.DECOMPOSITION,
-        message_args={"count": len(report.decomposed), "ops": ", ".join(report.decomposed) or "-"},
+        message_args={"count": len(report.decomposed), "ops": ops},
         properties={"ran": report.ran, "why": report.why},
     )
 
