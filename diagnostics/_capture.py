@@ -59,7 +59,7 @@ def capture_python_warnings(log: LogFunction, library_paths: Sequence[str] = ())
 
 
 def _caller_outside(prefixes: tuple[str, ...]) -> tuple[str, int] | None:
-    """``(file, line)`` of the innermost frame on the stack outside ``prefixes`` and this package."""
+    """``(file, line)`` of the innermost frame outside ``prefixes``, warnings and this package."""
     frame = sys._getframe(2)  # record's caller: warnings' own frames
     own = os.path.dirname(os.path.abspath(__file__)) + os.sep
     while frame is not None:
@@ -75,8 +75,11 @@ def _diagnostic_from_warning(
     level: Level | None = None,
     caller: tuple[str, int] | None = None,
 ) -> Diagnostic:
-    """A warning at its own line; one raised in a library at the caller's line that led to
-    it (or without a location when no such line is on the stack), its own line a property."""
+    """A warning as a diagnostic, at its own line, or at the line of the caller that led to it.
+
+    A warning raised in a library (``level`` given) is located at ``caller`` (no location
+    when no such line is on the stack); its own ``file:line`` is the ``raisedAt`` property.
+    """
     category = warning.category.__name__
     text = str(warning.message)
     properties = {"category": f"{warning.category.__module__}.{warning.category.__qualname__}"}

@@ -40,7 +40,8 @@ def test_the_cpu_torch_line_is_the_same_everywhere(page: str) -> None:
 def test_the_readme_commands_pin_the_torch_that_the_cpu_line_installs() -> None:
     """``torch==X`` in the two commands is what the CPU line installed, so pip keeps it."""
     readme = _text("README.md")
-    commands = [line for line in readme.splitlines() if re.match(r"python -m pip install .*&&", line)]
+    command = re.compile(r"python -m pip install .*&&")
+    commands = [line for line in readme.splitlines() if command.match(line)]
     assert len(commands) == 2
     assert all(f"torch=={TESTED_TORCH} -e '.[" in line for line in commands), commands
 
@@ -75,7 +76,7 @@ def test_the_readme_says_how_long_the_tests_take_and_how_to_run_the_slow_ones() 
 
 # --- 3. the CLI takes a registry for custom ops, and a target --------------------------------
 
-MODELS = '''
+MODELS = """
 import torch
 
 
@@ -101,9 +102,9 @@ def custom_op():
 def linear():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()), (torch.randn(2, 4),)
-'''
+"""
 
-OPS = '''
+OPS = """
 import onnx_export
 from onnxscript import opset18 as op
 
@@ -120,7 +121,7 @@ def make_registry():
 
 REGISTRY = make_registry()
 NOT_A_REGISTRY = 3
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +190,9 @@ def test_export_takes_a_target(work: pathlib.Path, capfd: pytest.CaptureFixture[
     model = onnx.load(out)
     assert "com.microsoft" in {o.domain for o in model.opset_import}
     expected, got = _eager_and_ort(out, "linear")
-    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        got.detach().numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-5
+    )
 
 
 # --- 4. SARIF locations are the user's lines -----------------------------------------------
@@ -294,3 +297,82 @@ def test_plain_layers_export_without_fallback_warnings_or_empty_notes(kind: str)
     assert "OXE0005" not in rules  # aten::zeros(dtype=...) matches torchlib's exactly
     assert "OXE0003" not in rules  # nothing was decomposed: no "Decomposed 0 operator(s)"
     assert not [d for d in program.diagnostic_context.diagnostics if d.level >= Level.WARNING]
+
+
+# --- 6. torch.onnx habits get errors that name them ----------------------------------------
+
+
+class _Conv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).relu()
+
+
+_QUIET = onnx_export.ExportOptions(diagnostic_options=DiagnosticOptions(write_report="never"))
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "first_words"),
+    [
+        pytest.param(
+            "tuple",
+            {},
+            "CaptureError",
+            "The inputs came as one tuple of 1 tensor(s)",
+            id="args-tuple",
+        ),
+        pytest.param(
+            "x", {"path": "m.onnx"}, "ExportInputError", "An argument names an .onnx file", id="f"
+        ),
+        pytest.param(
+            "x",
+            {"opset_version": 17},
+            "ExportInputError",
+            "'opset_version' is an option of torch.onnx.export",
+            id="opset_version",
+        ),
+        pytest.param(
+            "x",
+            {"dynamic_axes": {"x": {0: "b"}}, "input_names": ["x"]},
+            "ExportInputError",
+            "'dynamic_axes', 'input_names' are options of torch.onnx.export",
+            id="two-options",
+        ),
+    ],
+)
+def test_a_torch_onnx_habit_gets_an_error_that_names_it(
+    args: str, kwargs: dict[str, Any], error: str, first_words: str
+) -> None:
+    x = torch.randn(1, 3, 8, 8)
+    positional: tuple[Any, ...] = ((x,),) if args == "tuple" else (x,)
+    if "path" in kwargs:
+        positional, kwargs = (*positional, kwargs["path"]), {}
+    with pytest.raises(onnx_export.OnnxExportError) as caught:
+        onnx_export.dynamo_export(_Conv(), *positional, export_options=_QUIET, **kwargs)
+    assert type(caught.value).__name__ == error
+    message = str(caught.value)
+    assert first_words in message.splitlines()[0], message[:500]
+    spellings = ("ExportOptions(", "dynamo_export(model, x)", "program.save(path)")
+    assert any(s in message for s in spellings), message[:500]
+
+
+def test_the_same_model_exports_when_called_as_it_is_called() -> None:
+    model, x = _Conv().eval(), torch.randn(1, 3, 8, 8)
+    program = onnx_export.dynamo_export(model, x, export_options=_QUIET)
+    with torch.no_grad():
+        np.testing.assert_allclose(program(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_whose_forward_takes_a_tuple_still_exports() -> None:
+    """A tuple is a habit only when the capture fails: a forward that takes one is served."""
+
+    class Pair(torch.nn.Module):
+        def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            return pair[0] * pair[1]
+
+    pair = (torch.randn(2, 3), torch.randn(2, 3))
+    program = onnx_export.dynamo_export(Pair(), pair, export_options=_QUIET)
+    np.testing.assert_allclose(program(pair).numpy(), (pair[0] * pair[1]).numpy(), rtol=1e-6)

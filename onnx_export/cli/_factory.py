@@ -91,8 +91,9 @@ def parse_dynamic(values: Sequence[str]) -> dict[str, dict[int, str]]:
 
 
 def _resolve(reference: str) -> Callable[[], Any]:
-    value = _attribute(reference, _EXAMPLE, "a function in it that returns (model, args) or "
-                       "(model, args, kwargs)")
+    value = _attribute(
+        reference, _EXAMPLE, "a function in it that returns (model, args) or (model, args, kwargs)"
+    )
     if not callable(value):
         raise UsageError(f"{reference} is a {type(value).__name__}, not a callable factory.")
     return value  # type: ignore[no-any-return]  # checked callable just above
@@ -107,9 +108,7 @@ def _attribute(reference: str, example: str, wanted: str) -> Any:
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise UsageError(
-                f"{module_part!r} has no attribute {attribute!r}; name {wanted}."
-            )
+            raise UsageError(f"{module_part!r} has no attribute {attribute!r}; name {wanted}.")
         value = getattr(value, part)
     return value
 
