@@ -376,3 +376,28 @@ def test_a_model_whose_forward_takes_a_tuple_still_exports() -> None:
     pair = (torch.randn(2, 3), torch.randn(2, 3))
     program = onnx_export.dynamo_export(Pair(), pair, export_options=_QUIET)
     np.testing.assert_allclose(program(pair).numpy(), (pair[0] * pair[1]).numpy(), rtol=1e-6)
+
+
+# --- 7. every command is in the CLI page's table and the README's list ----------------------
+
+
+def _commands() -> set[str]:
+    import argparse
+
+    from onnx_export.cli import _parser
+
+    parser = _parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    # an alias maps to the same parser as its command: keep the first name of each
+    names: dict[int, str] = {}
+    for name, sub in action.choices.items():
+        names.setdefault(id(sub), name)
+    return set(names.values())
+
+
+def test_every_command_is_in_the_cli_table_and_the_readme() -> None:
+    table = set(re.findall(r"^\| \[`([a-z-]+)`\]\(#", _text("docs/cli.md"), re.MULTILINE))
+    readme = set(re.findall(r"^onnx-export ([a-z-]+) ", _text("README.md"), re.MULTILINE))
+    commands = _commands()
+    assert commands - table == set(), "commands missing from docs/cli.md's table"
+    assert commands - readme - {"demo"} == set(), "commands missing from the README's list"
