@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import tomllib
 from typing import Any
 
@@ -401,3 +403,49 @@ def test_every_command_is_in_the_cli_table_and_the_readme() -> None:
     commands = _commands()
     assert commands - table == set(), "commands missing from docs/cli.md's table"
     assert commands - readme - {"demo"} == set(), "commands missing from the README's list"
+
+
+# --- 8. output paths are checked before any work --------------------------------------------
+
+_NO_FILES_HERE = "/proc"  # root passes os.access there, yet no file can be created
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+
+
+@needs_proc
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["-o", f"{_NO_FILES_HERE}/x.onnx"], "-o/--output"),
+        (["-o", "ok.onnx", "--report", f"{_NO_FILES_HERE}/r.sarif"], "--report"),
+    ],
+)
+def test_export_refuses_an_output_where_no_file_can_be_created(
+    work: pathlib.Path, extra: list[str], option: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "nu_models:linear", *extra]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and f"{option} " in err and "no file can be created" in err
+    assert not (work / "ok.onnx").exists()
+
+
+@needs_proc
+def test_hf_refuses_a_bad_output_before_importing_torch(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    code = (
+        "import sys\nfrom onnx_export.cli import main\n"
+        f"rc = main(['hf', {str(tmp_path)!r}, '-o', '{_NO_FILES_HERE}/out'])\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+        "sys.exit(rc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout.strip() == "[]"  # refused before torch or transformers was imported
+    assert "no file can be created" in result.stderr and result.stderr.count("\n") == 1

@@ -185,6 +185,26 @@ def _check_folder_can_hold(result: pathlib.Path, option: str, path: str | os.Pat
         raise UsageError(
             f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} is not writable."
         )
+    _probe(folder, option, path)
+
+
+def _probe(folder: pathlib.Path, option: str, path: str | os.PathLike[str]) -> None:
+    """Create and remove a file in ``folder``: permission bits do not tell everything.
+
+    Root passes every ``os.access`` check, and a read-only mount, ``/proc`` or a full disk
+    refuse files all the same; the writer would fail only after the work.
+    """
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".onnx-export-probe-", dir=folder)
+    except OSError as e:
+        raise UsageError(
+            f"{option} {os.fspath(path)!r}: no file can be created in {os.fspath(folder)!r} "
+            f"({e.strerror or e}); choose another path."
+        ) from e
+    os.close(handle)
+    os.unlink(name)
 
 
 def require_extra(command: str, extra: str = "export") -> None:

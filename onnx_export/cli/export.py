@@ -95,10 +95,10 @@ def register(commands: Subcommands) -> None:
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    require_export_extra("export")
-    output = writable_output(args.output, "-o/--output")
+    output = writable_output(args.output, "-o/--output")  # before torch's import (seconds)
     if args.report is not None:
         writable_output(args.report, "--report")
+    require_export_extra("export")
     options = _export_options(args)
     status = Status()
     if args.registry is not None:
@@ -133,6 +133,7 @@ def export_quietly(
         CommandError: The export failed (exit code 1); the message names the SARIF report.
     """
     from onnx_export._export import dynamo_export
+    from onnx_export.diagnostics import SarifWriteError
     from onnx_export.errors import (
         DimensionNameWarning,
         ExportInputError,
@@ -153,6 +154,8 @@ def export_quietly(
             if issubclass(warning.category, (StaticDimensionWarning, DimensionNameWarning)):
                 print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
         return program
+    except SarifWriteError as e:  # checked writable before the export; the disk changed
+        raise CommandError(f"exporting {name} worked, but {one_line(str(e))}") from e
     except OnnxExportError as e:
         error = UsageError if isinstance(e, ExportInputError) else CommandError
         report = None
