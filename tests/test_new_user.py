@@ -449,3 +449,46 @@ def test_hf_refuses_a_bad_output_before_importing_torch(tmp_path: pathlib.Path) 
     assert result.returncode == 2, result.stderr
     assert result.stdout.strip() == "[]"  # refused before torch or transformers was imported
     assert "no file can be created" in result.stderr and result.stderr.count("\n") == 1
+
+
+# --- 9. `info` counts an RNN's weights as parameters and shows a recorded None --------------
+
+
+def test_info_counts_weights_the_optimizer_folded_as_parameters(
+    tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    torch.manual_seed(0)
+    model, x = _Recurrent().eval(), torch.randn(2, 5, 8)
+    program = onnx_export.dynamo_export(model, x, export_options=_QUIET)
+    path = program.save(tmp_path / "rnn.onnx")
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(onnx_export.load(path)(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert main(["info", str(path)]) == 0
+    out = capfd.readouterr().out
+    count = sum(p.numel() for p in model.parameters())
+    assert re.search(rf"^parameters: {count:,} in \d+ initializers", out, re.MULTILINE), out
+    constants = re.search(r"^constants: ([\d,]+) in", out, re.MULTILINE)
+    assert constants is None or int(constants.group(1).replace(",", "")) < count // 10, out
+
+
+class _OptionalBias(torch.nn.Module):
+    def forward(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, scale: float = 2.0
+    ) -> torch.Tensor:
+        y = x * scale
+        return y if bias is None else y + bias
+
+
+def test_info_shows_an_input_that_was_none_at_export(
+    tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    x = torch.randn(2, 3)
+    program = onnx_export.dynamo_export(
+        _OptionalBias(), x, bias=None, scale=3.0, export_options=_QUIET
+    )
+    path = program.save(tmp_path / "optional.onnx")
+    np.testing.assert_allclose(onnx_export.load(path)(x, bias=None, scale=3.0).numpy(), x * 3.0)
+    assert main(["info", str(path)]) == 0
+    out = capfd.readouterr().out
+    assert "None at export (pass None there, or leave it out): bias" in out, out
