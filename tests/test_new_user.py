@@ -21,6 +21,9 @@ import onnx_export
 from onnx_export._environment import TESTED_TORCH, TORCH_INSTALL
 from onnx_export.cli import main
 from onnx_export.diagnostics import DiagnosticContext, DiagnosticOptions, Level
+from tests.helpers import private_temp_folder
+
+__all__ = ["private_temp_folder"]  # the fixture, used below
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = PROJECT_ROOT / "docs"
@@ -492,3 +495,60 @@ def test_info_shows_an_input_that_was_none_at_export(
     assert main(["info", str(path)]) == 0
     out = capfd.readouterr().out
     assert "None at export (pass None there, or leave it out): bias" in out, out
+
+
+# --- 10. small inconsistencies ---------------------------------------------------------------
+
+
+def test_diagnostics_on_a_file_that_is_not_sarif_says_error(
+    tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "r.sarif").write_text('{"a": 1}')
+    assert main(["diagnostics", str(tmp_path / "r.sarif")]) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("onnx-export diagnostics: error: ") and err.count("\n") == 1, err
+
+
+def test_an_unknown_provider_name_is_an_error_not_a_cuda_hint(tmp_path: pathlib.Path) -> None:
+    x = torch.randn(2, 3)
+    path = onnx_export.dynamo_export(_OptionalBias(), x, export_options=_QUIET).save(
+        tmp_path / "m.onnx"
+    )
+    with pytest.raises(ValueError, match=r"'cpux' is not one onnxruntime knows"):
+        onnx_export.load(path, providers=["cpux"])
+    model = onnx_export.load(path, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(model(x).numpy(), (x * 2.0).numpy())
+
+
+def test_the_one_line_error_ends_sentences_whole_and_promises_nothing_below(
+    work: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (work / "nu_fixed.py").write_text(
+        "import torch\n\n\nclass Fixed(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return (x * 2).reshape(4, -1)\n\n\ndef fixed():\n"
+        "    return Fixed(), (torch.randn(4, 6),)\n"
+    )
+    argv = ["export", "nu_fixed:fixed", "-o", str(work / "f.onnx"), "--dynamic", "x:0=batch"]
+    assert main(argv) == 1
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "chained below" not in err and "--verbose prints torch's error" in err
+    assert re.search(r"[a-z]\.\.\.", err) is None, err  # no word cut in half
+    assert "nu_fixed.py:6 (return (x * 2).reshape(4, -1))" in err
+
+
+def test_failed_export_reports_go_to_one_folder_that_keeps_the_newest(
+    private_temp_folder: None,
+) -> None:
+    from onnx_export.reporting._records import KEPT_REPORTS, reports_folder
+
+    paths = []
+    for _ in range(KEPT_REPORTS + 2):
+        with pytest.raises(onnx_export.OnnxExportError) as caught:
+            onnx_export.dynamo_export(_Conv(), torch.randn(1, 3, 8, 8), "m.onnx")
+        paths.append(caught.value.report_path)
+    folder = reports_folder()
+    assert folder.name == "onnx-export-reports" and all(p.parent == folder for p in paths)
+    assert len(list(folder.glob("onnx-export-*.sarif"))) == KEPT_REPORTS
+    assert paths[-1].is_file() and str(paths[-1]) in str(caught.value)
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"

@@ -249,7 +249,17 @@ def one_line(text: str, limit: int = 600) -> str:
             joined += " " + part
         else:
             joined += "; " + part
-    return joined if len(joined) <= limit else joined[: limit - 3].rstrip() + "..."
+    return joined if len(joined) <= limit else _cut(joined, limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` shortened to ``limit`` chars at a sentence end, else between words."""
+    head = text[: limit - 4]
+    sentence = max(head.rfind(". "), head.rfind("; "), head.rfind(": "))
+    if sentence >= limit // 2:
+        return head[: sentence + 1] + " ..."
+    space = head.rfind(" ")
+    return (head[:space] if space >= limit // 2 else head).rstrip() + " ..."
 
 
 def from_onnxruntime(error: BaseException) -> bool:

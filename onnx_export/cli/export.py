@@ -175,6 +175,13 @@ def describe_export_error(name: str, error: Any, verbose: bool, report: Any = No
         )
         if "--registry" not in message:
             message += " On the command line, pass the registry with --registry MODULE:NAME."
+    for chained in ("torch's error is chained below.", "The last strategy's error is chained below."):
+        cause = getattr(error, "__cause__", None)
+        said = f"torch's error: {type(cause).__name__}: {cause}" if cause is not None else ""
+        if verbose and said:
+            message = message.replace(chained, f"\n{said.strip()}")
+        else:  # one line has no "below": say where torch's error is
+            message = message.replace(chained, "--verbose prints torch's error.")
     text = message.strip() if verbose else _summary(message)
     where = ""
     if report is not None:

@@ -289,9 +289,11 @@ def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | Non
     chosen = path is not None
     try:
         if path is None:
-            handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
+            folder = reports_folder()
+            handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif", dir=folder)
             os.close(handle)
             path = name
+            _prune(folder, keep=name)
         written = context.write_sarif(path)
         if not chosen:  # a report in the shared temp folder stays readable by its owner only
             written.chmod(0o600)
@@ -299,6 +301,45 @@ def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | Non
     except OSError as e:
         where = f" to {path}" if path is not None else ""
         return None, f"The SARIF report could not be written{where}: {e.strerror or e}."
+
+
+#: How many reports of failed exports the reports folder keeps (the newest).
+KEPT_REPORTS = 20
+
+
+def reports_folder() -> pathlib.Path:
+    """Where the reports of failed exports go when no path was chosen.
+
+    ``onnx-export-reports`` in the temp folder, private to its owner; the temp folder
+    itself when that cannot be made ours (another user's folder of that name). Only the
+    newest :data:`KEPT_REPORTS` are kept there, so failed exports do not pile up.
+    """
+    base = pathlib.Path(tempfile.gettempdir())
+    folder = base / "onnx-export-reports"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        owner = folder.stat().st_uid
+    except OSError:
+        return base
+    if hasattr(os, "getuid") and owner != os.getuid():
+        return base
+    return folder
+
+
+def _prune(folder: pathlib.Path, keep: str) -> None:
+    """Remove all but the newest :data:`KEPT_REPORTS` reports in ``folder`` (ours only)."""
+    if folder == pathlib.Path(tempfile.gettempdir()):
+        return  # the shared temp folder: other programs' files are not ours to remove
+    reports = []
+    for report in folder.glob("onnx-export-*.sarif"):
+        try:
+            reports.append((report.stat().st_mtime, report))
+        except OSError:  # removed meanwhile by a parallel export
+            continue
+    reports.sort(reverse=True)
+    for _, report in reports[KEPT_REPORTS:]:
+        if str(report) != keep:
+            report.unlink(missing_ok=True)
 
 
 def write_success_report(context: DiagnosticContext) -> pathlib.Path | None:
