@@ -254,6 +254,10 @@ class OrtModelForSeq2SeqLM:
 
         Raises:
             GenerationError: No ``tokenizer.json``, or the ``text`` extra missing.
+
+        Example:
+            >>> model.tokenizer.decode([5, 6])  # doctest: +SKIP
+            'hello world'
         """
         if self._tokenizer is None:
             self._tokenizer = TextTokenizer.from_folder(self.folder.path)
