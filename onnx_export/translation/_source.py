@@ -19,6 +19,10 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 #: onnx_export's own folder (and the linked adapters/diagnostics folders, resolved), and the
 #: standard library: frames there (our LSTM/GRU rewrites, ``contextlib``) are not the user's.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Without a user frame (a torch module exported as it is), torch's module code, e.g.
+#: ``nn/modules/transformer.py``, is the model's code; torch's tracing machinery
+#: (``fx/proxy.py``, ``utils/_stats.py``) is not.
+_TORCH_MODULES = os.path.join(_TORCH_DIR, "nn", "")
 _NOT_USER = tuple(
     dict.fromkeys(
         (
@@ -70,8 +74,7 @@ def node_origin(node: torch.fx.Node) -> NodeOrigin:
     trace = node.meta.get("stack_trace") or ""
     frames = list(_FRAME.finditer(trace))
     user = [f for f in frames if not f["file"].startswith(_NOT_USER)]
-    ours = (_PACKAGE_DIR + os.sep, os.path.realpath(_PACKAGE_DIR) + os.sep)
-    fallback = [f for f in frames if not f["file"].startswith(ours)]
+    fallback = [f for f in frames if f["file"].startswith(_TORCH_MODULES)]
     chosen = user[-1] if user else (fallback[-1] if fallback else None)
     if chosen is None:
         return NodeOrigin(module_path, module_class, stack_trace=trace)
