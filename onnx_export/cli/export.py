@@ -165,6 +165,10 @@ def export_quietly(
         raise error(describe_export_error(name, e, verbose, report or e.report_path)) from e
 
 
+#: What the exporter's messages say of the chained torch error; one line has no "below".
+_CHAINED = ("torch's error is chained below.", "The last strategy's error is chained below.")
+
+
 def describe_export_error(name: str, error: Any, verbose: bool, report: Any = None) -> str:
     """``exporting NAME failed: ...`` on one line (all of it with ``verbose``), then the report."""
     message = str(error.args[0]) if error.args else str(error)
@@ -175,7 +179,7 @@ def describe_export_error(name: str, error: Any, verbose: bool, report: Any = No
         )
         if "--registry" not in message:
             message += " On the command line, pass the registry with --registry MODULE:NAME."
-    for chained in ("torch's error is chained below.", "The last strategy's error is chained below."):
+    for chained in _CHAINED:
         cause = getattr(error, "__cause__", None)
         said = f"torch's error: {type(cause).__name__}: {cause}" if cause is not None else ""
         if verbose and said:
