@@ -552,3 +552,26 @@ def test_failed_export_reports_go_to_one_folder_that_keeps_the_newest(
     assert len(list(folder.glob("onnx-export-*.sarif"))) == KEPT_REPORTS
     assert paths[-1].is_file() and str(paths[-1]) in str(caught.value)
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
+
+
+class _TwoInputs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + y
+
+
+def test_torch_onnx_export_call_is_refused_even_where_it_would_bind() -> None:
+    """``(x, y), "m.onnx"`` binds to forward(x, y); the path still names the habit first."""
+    x, y = torch.randn(2, 4), torch.randn(2, 2)
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(_TwoInputs(), (x, y), "m.onnx", export_options=_QUIET)
+    message = str(caught.value)
+    assert message.startswith("An argument names an .onnx file"), message
+    assert "dynamo_export(model, x0, x1)" in message and "(x0, x1,)" not in message
+    model = _TwoInputs().eval()
+    program = onnx_export.dynamo_export(model, x, y, export_options=_QUIET)
+    with torch.no_grad():
+        np.testing.assert_allclose(program(x, y).numpy(), model(x, y).numpy(), rtol=1e-5)

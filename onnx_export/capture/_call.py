@@ -29,7 +29,7 @@ from onnx_export.capture._dynamic import (
     named_inputs,
     resolve_dynamic_shapes,
 )
-from onnx_export.capture._habits import binding_hint, tuple_hint
+from onnx_export.capture._habits import binding_hint, names_a_file, tuple_hint
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._strategies import CaptureAttempt, capture
 from onnx_export.errors import CaptureError, ExportInputError, StaticDimensionWarning
@@ -168,6 +168,8 @@ def prepare_call(
             name something that is not an input, an axis the input does not have, an
             axis twice, or an empty name.
     """
+    if names_a_file(args):  # refused even where forward would bind the path as an input
+        raise ExportInputError(binding_hint(signature, args, kwargs))
     try:
         canonical = canonicalize_inputs(signature, args, kwargs)
         user = _user_dynamic_shapes(options, signature, args, kwargs)

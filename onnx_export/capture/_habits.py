@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["binding_hint", "tuple_hint", "tuple_of_inputs"]
+__all__ = ["binding_hint", "names_a_file", "tuple_hint", "tuple_of_inputs"]
 
 #: torch.onnx.export's options that ExportOptions takes under the same name.
 _SAME_NAME = ("opset_version", "input_names", "output_names", "dynamic_axes", "dynamic_shapes")
@@ -51,8 +51,9 @@ def _option_hint(signature: inspect.Signature | None, kwargs: Mapping[str, Any])
     if same:
         spelled = ", ".join(f"{k}=..." for k in same)
         what = "is an option" if len(same) == 1 else "are options"
+        inputs = "an input" if len(same) == 1 else "inputs"
         return (
-            f"{', '.join(map(repr, same))} {what} of torch.onnx.export, not inputs of "
+            f"{', '.join(map(repr, same))} {what} of torch.onnx.export, not {inputs} of "
             f"forward: pass export_options=onnx_export.ExportOptions({spelled})."
         )
     if other:
@@ -75,6 +76,11 @@ def _path_hint(args: Sequence[Any]) -> str:
     return ""
 
 
+def names_a_file(args: Sequence[Any]) -> bool:
+    """Whether a positional argument is an ``.onnx`` path (torch.onnx.export's ``f``)."""
+    return bool(_path_hint(args))
+
+
 def tuple_of_inputs(args: Sequence[Any]) -> bool:
     """Whether ``args`` is one tuple (or list) of tensors, as torch.onnx.export's ``args``."""
     if len(args) != 1 or not isinstance(args[0], (tuple, list)) or not args[0]:
@@ -93,11 +99,12 @@ def tuple_hint(args: Sequence[Any]) -> str:
         return ""
     count = len(args[0])
     spelled = "x" if count == 1 else ", ".join(f"x{i}" for i in range(count))
+    as_tuple = f"({spelled},)" if count == 1 else f"({spelled})"
     return (
         f"The inputs came as one tuple of {count} tensor(s), the way torch.onnx.export takes "
         f"`args`; dynamo_export takes them the way you call the model: "
         f"dynamo_export(model, {spelled}) (or dynamo_export(model, *args)), not "
-        f"dynamo_export(model, ({spelled},))."
+        f"dynamo_export(model, {as_tuple})."
     )
 
 
