@@ -575,3 +575,18 @@ def test_torch_onnx_export_call_is_refused_even_where_it_would_bind() -> None:
     program = onnx_export.dynamo_export(model, x, y, export_options=_QUIET)
     with torch.no_grad():
         np.testing.assert_allclose(program(x, y).numpy(), model(x, y).numpy(), rtol=1e-5)
+
+
+def test_the_torch_onnx_page_quotes_the_errors_as_they_are() -> None:
+    page = " ".join(_text("docs/from-torch-onnx.md").split()).replace("`", "")
+    x = torch.randn(1, 3, 8, 8)
+    calls = [((x,),), (x, "m.onnx")]
+    for args in calls:
+        with pytest.raises(onnx_export.OnnxExportError) as caught:
+            onnx_export.dynamo_export(_Conv(), *args, export_options=_QUIET)
+        first = " ".join(str(caught.value).split())[:60].replace("`", "")
+        assert first in page, first
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(_Conv(), x, opset_version=17, export_options=_QUIET)
+    first = " ".join(str(caught.value).split())[:120]
+    assert first in page, first
