@@ -31,6 +31,7 @@ from ._errors import (
     LeafCountError,
     MissingKernelError,
     ModelNotFoundError,
+    ModelRunError,
     UnsupportedValueError,
 )
 from ._keys import tree_flatten
@@ -41,6 +42,7 @@ from ._spec import (
     FORMAT_VERSION,
     METADATA_KEY,
     AdapterSpec,
+    AxisRange,
     LeafSpec,
     ParameterSpec,
     TensorSpec,
@@ -61,6 +63,7 @@ __all__ = [
     "ParameterSpec",
     "LeafSpec",
     "TensorSpec",
+    "AxisRange",
     "canonicalize_inputs",
     "build_adapter_spec",
     "flat_input_names",
@@ -85,4 +88,5 @@ __all__ = [
     "ModelNotFoundError",
     "InvalidModelError",
     "MissingKernelError",
+    "ModelRunError",
 ]

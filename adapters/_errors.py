@@ -26,6 +26,7 @@ __all__ = [
     "ModelNotFoundError",
     "InvalidModelError",
     "MissingKernelError",
+    "ModelRunError",
 ]
 
 
@@ -191,6 +192,21 @@ class InvalidModelError(AdapterError, ValueError):
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ModelRunError(AdapterError, RuntimeError):
+    """ONNX Runtime failed on inputs the adapter accepted: the file cannot serve them.
+
+    The inputs matched the file's declared dtypes, shapes and ranges, yet a node failed
+    (typically a file exported elsewhere, or before dynamic axes were checked, whose
+    ``Reshape`` holds the example's sizes). The message names the node, the input
+    shapes, what ONNX Runtime said and what to do; ONNX Runtime's own exception is
+    chained.
+
+    Example:
+        >>> issubclass(ModelRunError, RuntimeError)
+        True
+    """
 
 
 class MissingKernelError(AdapterError, NotImplementedError):

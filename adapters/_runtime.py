@@ -18,7 +18,13 @@ from ._errors import InputStructureError
 from ._iobinding import CudaIOBinding
 from ._ortvalues import OrtValueRunner, needs_ortvalues
 from ._pipeline import InputAdapter, OutputAdapter
-from ._session_checks import check_spec_fits_session, open_session, read_spec, resolve_providers
+from ._session_checks import (
+    check_spec_fits_session,
+    model_run_error,
+    open_session,
+    read_spec,
+    resolve_providers,
+)
 from ._spec import AdapterSpec, TensorSpec
 from ._torch import torch_module
 from ._torch_convert import numpy_to_torch, torch_to_numpy
@@ -157,14 +163,21 @@ class OnnxModule:
         if self._input_adapter is None or self._output_adapter is None:
             return self._call_flat(args, kwargs)
         arrays = self._input_adapter(*args, **kwargs)
-        if self._ortvalues is None:
-            for array in arrays:
-                if type(array) is not _NDARRAY:
-                    break
-            else:  # plain numpy arrays: straight to the session
-                feed = dict(zip(self._input_names, arrays))  # noqa: B905  # same length; strict= is slow
-                return self._output_adapter(self._session.run(self._output_names, feed))
-        return self._output_adapter(self._run_general(arrays))
+        try:
+            if self._ortvalues is None:
+                for array in arrays:
+                    if type(array) is not _NDARRAY:
+                        break
+                else:  # plain numpy arrays: straight to the session
+                    feed = dict(zip(self._input_names, arrays))  # noqa: B905  # same length; strict= is slow
+                    outputs = self._session.run(self._output_names, feed)
+                    return self._output_adapter(outputs)
+            outputs = self._run_general(arrays)
+        except Exception as e:
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            raise model_run_error(e, self._input_names, arrays) from e
+        return self._output_adapter(outputs)
 
     def _run_flat(self, arrays: list[object]) -> list[object]:
         """Run on the graph's flat inputs (the input adapter's result); flat outputs."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._dtypes import ORT_TYPES, onnx_value_dtype
-from ._errors import InvalidModelError, MissingKernelError, ModelNotFoundError
+from ._errors import InvalidModelError, MissingKernelError, ModelNotFoundError, ModelRunError
 from ._iobinding import onnx_value_shape
 from ._json import spec_error
 from ._spec import METADATA_KEY, AdapterSpec, LeafSpec
@@ -26,6 +26,7 @@ __all__ = [
     "open_session",
     "read_spec",
     "check_spec_fits_session",
+    "model_run_error",
 ]
 
 PROVIDER_ALIASES = {
@@ -144,6 +145,32 @@ _UNREADABLE = frozenset(
     {"InvalidProtobuf", "InvalidArgument", "InvalidGraph", "Fail", "NoSuchFile"}
 )
 _LFS_POINTER = b"version https://git-lfs"
+
+
+_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']*)'")
+
+
+def model_run_error(
+    error: BaseException, names: Sequence[str], arrays: Sequence[object]
+) -> ModelRunError:
+    """ONNX Runtime's failure on inputs the adapter accepted: the node, the shapes, what next."""
+    text = str(error).strip()
+    said = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text).splitlines()[0]
+    node = _NODE.search(text)
+    where = f" in node {node.group('name')!r} ({node.group('op')})" if node else ""
+    said = said.split("Status Message: ")[-1]
+    said = re.sub(r"^\S*onnxruntime_src\S*:\d+ .*?\) ", "", said)  # ORT's C++ location
+    shapes = ", ".join(
+        f"{n} {tuple(getattr(a, 'shape', ()))}" for n, a in zip(names, arrays, strict=False)
+    )
+    return ModelRunError(
+        f"ONNX Runtime failed{where} on inputs that match the file's declared dtypes and "
+        f"shapes ({shapes}): {said[:400]}. The file cannot serve these inputs, though its "
+        "inputs say it can: it was exported without checking its dynamic axes at a second "
+        "size. Re-export it with this version (the export runs each dynamic axis at other "
+        "sizes and captures again where the example's sizes were baked in), or call it at "
+        "the example's sizes."
+    )
 
 
 def _invalid_model(model: str | os.PathLike[str] | bytes, text: str) -> InvalidModelError:

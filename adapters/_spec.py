@@ -19,6 +19,7 @@ from ._spec_parts import (
     FORMAT_VERSION,
     METADATA_KEY,
     PARAMETER_KINDS,
+    AxisRange,
     Dim,
     LeafKind,
     LeafSpec,
@@ -34,6 +35,7 @@ __all__ = [
     "ParameterKind",
     "LeafKind",
     "Dim",
+    "AxisRange",
     "TensorSpec",
     "LeafSpec",
     "ParameterSpec",
@@ -157,6 +159,25 @@ def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
         )
     if tensor.int_range is not None:
         _check_int_range(tensor, f"{where}.int_range")
+    for i, bounds in enumerate(tensor.axis_ranges):
+        _check_axis_range(tensor, bounds, f"{where}.axis_ranges[{i}]")
+
+
+def _check_axis_range(tensor: TensorSpec, bounds: AxisRange, where: str) -> None:
+    if not isinstance(bounds, AxisRange):
+        raise spec_error(where, "an AxisRange", bounds)
+    rank = len(tensor.shape)
+    if type(bounds.axis) is not int or not 0 <= bounds.axis < rank:
+        raise spec_error(f"{where}.axis", f"an axis of the input, 0 to {rank - 1}", bounds.axis)
+    if not isinstance(tensor.shape[bounds.axis], str):
+        raise spec_error(f"{where}.axis", "a symbolic (dynamic) axis", bounds.axis)
+    ends = (bounds.low, bounds.high)
+    if not all(b is None or (type(b) is int and b >= 0) for b in ends):
+        raise spec_error(where, "low and high as ints >= 0 or None", ends)
+    if bounds.low is not None and bounds.high is not None and bounds.low > bounds.high:
+        raise spec_error(where, "low <= high", ends)
+    if not isinstance(bounds.origin, str):
+        raise spec_error(f"{where}.origin", "a str", bounds.origin)
 
 
 def _check_int_range(tensor: TensorSpec, where: str) -> None:

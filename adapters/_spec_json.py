@@ -23,6 +23,7 @@ from ._spec_parts import (
     FORMAT_VERSION,
     LEAF_KINDS,
     PARAMETER_KINDS,
+    AxisRange,
     Dim,
     LeafKind,
     LeafSpec,
@@ -93,6 +94,11 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
             obj["tensor"]["python_int"] = True  # type: ignore[index]
         if t.int_range is not None:
             obj["tensor"]["int_range"] = list(t.int_range)  # type: ignore[index]
+        if t.axis_ranges:  # likewise: only then, so older readers read the others
+            obj["tensor"]["axis_ranges"] = [  # type: ignore[index]
+                {"axis": r.axis, "low": r.low, "high": r.high, "origin": r.origin}
+                for r in t.axis_ranges
+            ]
     else:
         obj["value"] = leaf.value
     return obj
@@ -171,7 +177,7 @@ def _read_leaf(obj: object, where: str) -> LeafSpec:
 
 
 def _read_tensor(obj: object, where: str) -> TensorSpec:
-    optional = ("made_static", "python_int", "int_range")
+    optional = ("made_static", "python_int", "int_range", "axis_ranges")
     data = read_object(obj, where, ("name", "dtype", "shape"), optional)
     shape = tuple(
         _read_dim(d, f"{where}.shape[{i}]")
@@ -188,7 +194,20 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
         made_static=made_static,
         python_int=_read_bool(data.get("python_int", False), f"{where}.python_int"),
         int_range=_read_range(data.get("int_range"), f"{where}.int_range"),
+        axis_ranges=tuple(
+            _read_axis_range(r, f"{where}.axis_ranges[{i}]")
+            for i, r in enumerate(read_list(data.get("axis_ranges", []), f"{where}.axis_ranges"))
+        ),
     )
+
+
+def _read_axis_range(obj: object, where: str) -> AxisRange:
+    data = read_object(obj, where, ("axis", "low", "high"), ("origin",))
+    low, high = (
+        None if data[k] is None else read_int(data[k], f"{where}.{k}") for k in ("low", "high")
+    )
+    origin = read_str(data.get("origin", ""), f"{where}.origin", nonempty=False)
+    return AxisRange(read_int(data["axis"], f"{where}.axis"), low, high, origin)
 
 
 def _read_range(obj: object, where: str) -> tuple[int | None, int | None] | None:

@@ -19,6 +19,7 @@ __all__ = [
     "Dim",
     "PARAMETER_KINDS",
     "LEAF_KINDS",
+    "AxisRange",
     "TensorSpec",
     "LeafSpec",
     "ParameterSpec",
@@ -46,6 +47,42 @@ LEAF_KINDS: tuple[str, ...] = get_args(LeafKind)
 
 
 @dataclass(frozen=True)
+class AxisRange:
+    """The sizes a dynamic axis of an input may take, and who set them.
+
+    Attributes:
+        axis: The axis of the input.
+        low: The smallest size the file holds for, or ``None`` for no bound.
+        high: The largest size, or ``None`` for no bound.
+        origin: Who set the range, for messages: the user's ``Dim`` bounds
+            (``"Dim('batch', min=3, max=8) in dynamic_shapes"``) or a guard in the model's
+            code (``"the model's code at model.py:12 (if x.shape[0] > 2:)"``).
+
+    Example:
+        >>> r = AxisRange(0, 3, None, "the model's code at model.py:12")
+        >>> r.text()
+        '[3, inf)'
+        >>> r.holds(2)
+        False
+    """
+
+    axis: int
+    low: int | None
+    high: int | None
+    origin: str = ""
+
+    def holds(self, size: int) -> bool:
+        """Whether ``size`` is inside the range."""
+        low_ok = self.low is None or size >= self.low
+        return low_ok and (self.high is None or size <= self.high)
+
+    def text(self) -> str:
+        """The range as ``[low, high]``, with ``inf`` where unbounded."""
+        low = 0 if self.low is None else self.low
+        return f"[{low}, inf)" if self.high is None else f"[{low}, {self.high}]"
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """One tensor that crosses the ONNX boundary.
 
@@ -63,12 +100,17 @@ class TensorSpec:
             Such a spec has dtype ``"int64"`` and shape ``()``.
         int_range: For such an int, the values the exported program holds for, ``(low,
             high)`` with ``None`` for no bound; the adapter refuses others.
+        axis_ranges: The bounded dynamic axes of an input: the sizes each holds for (from
+            the user's ``Dim`` bounds or a guard in the model's code); the adapter refuses
+            others with an ``InputShapeError`` that names the range and who set it.
 
     Example:
         >>> TensorSpec("input_ids", "int64", ("batch", 16)).shape
         ('batch', 16)
         >>> TensorSpec("n", "int64", (), python_int=True, int_range=(2, None)).int_range
         (2, None)
+        >>> TensorSpec("x", "float32", ("batch", 4), axis_ranges=(AxisRange(0, 3, 8),)).shape
+        ('batch', 4)
     """
 
     name: str
@@ -77,6 +119,7 @@ class TensorSpec:
     made_static: tuple[int, ...] = ()
     python_int: bool = False
     int_range: tuple[int | None, int | None] | None = None
+    axis_ranges: tuple[AxisRange, ...] = ()
 
 
 @dataclass(frozen=True)

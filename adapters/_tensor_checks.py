@@ -14,7 +14,7 @@ import numpy as np
 from ._dtypes import ONNX_ELEMENT_TYPES, REAL_OF_COMPLEX, numpy_dtype, torch_dtype
 from ._errors import InputDtypeError, InputShapeError, InputStructureError
 from ._mismatch import describe_value
-from ._spec import Dim, LeafSpec, TensorSpec
+from ._spec import AxisRange, Dim, LeafSpec, TensorSpec
 from ._torch import torch_module
 
 __all__ = ["CheckTensors", "ComplexToRealView", "complex_to_real", "real_to_complex"]
@@ -32,6 +32,7 @@ class _Expected:
     static: tuple[tuple[int, int], ...]  # (axis, size)
     symbolic: tuple[tuple[int, str], ...]  # (axis, name)
     made_static: tuple[int, ...] = ()  # asked dynamic, fixed by the model's code
+    ranges: tuple[AxisRange, ...] = ()  # bounded dynamic axes
 
 
 def _expected(path: str, tensor: TensorSpec) -> _Expected:
@@ -47,6 +48,7 @@ def _expected(path: str, tensor: TensorSpec) -> _Expected:
         static=static,
         symbolic=symbolic,
         made_static=tensor.made_static,
+        ranges=tensor.axis_ranges,
     )
 
 
@@ -202,6 +204,20 @@ def _check_dims(
                 f"{seen[1]} (axis {seen[2]}), got {shape[axis]} (shape {shape}). Inputs sharing "
                 "a dimension name must agree on its size."
             )
+    for bounds in exp.ranges:
+        if not bounds.holds(shape[bounds.axis]):
+            raise _range_error(exp, shape, bounds)
+
+
+def _range_error(exp: _Expected, shape: tuple[int, ...], bounds: AxisRange) -> InputShapeError:
+    name = exp.shape[bounds.axis]
+    origin = f", set by {bounds.origin}" if bounds.origin else ""
+    return InputShapeError(
+        f"{exp.path}: expected dimension {name!r} (axis {bounds.axis}) in {bounds.text()}, the "
+        f"sizes the exported model holds for{origin}; got {shape[bounds.axis]} (shape "
+        f"{shape}). Pass a size in that range, or re-export with an example (and bounds) "
+        "that cover the size you need."
+    )
 
 
 class ComplexToRealView:

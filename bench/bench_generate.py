@@ -211,7 +211,7 @@ def _export_one(exporter: Any, specs: list[Any], folder: pathlib.Path) -> str:
 
 
 def export_times(folder: pathlib.Path, only: list[str] | None) -> None:
-    from onnx_export.hf._task_graphs import graphs_for_task
+    from onnx_export.hf.export._task_graphs import graphs_for_task
     from tests.hf.checkpoints import CASES
 
     print("\n== Export time per task (the same wrapper modules and example inputs) ==")

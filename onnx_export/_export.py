@@ -25,19 +25,24 @@ from onnx_export.capture._call import (
     capture_error,
     forward_signature,
     made_static,
+    made_static_refused,
     prepare_call,
+    range_guards,
+    warn_guarded_ranges,
     warn_made_static,
 )
 from onnx_export.capture._containers import register_library_containers
 from onnx_export.capture._decomp import decompose
 from onnx_export.capture._devices import explain_device_mismatch
 from onnx_export.capture._onnx_flag import onnx_export_flag
-from onnx_export.capture._strategies import EXPORT_LOCK
+from onnx_export.capture._resize import resized_call
+from onnx_export.capture._strategies import EXPORT_LOCK, CaptureAttempt
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ConversionError, ExportInputError, OnnxExportError, VerificationError
 from onnx_export.optimization._stage import downgrade, optimize
-from onnx_export.program._adapter import build_spec, with_made_static
+from onnx_export.program._adapter import build_spec, with_axis_ranges, with_made_static
 from onnx_export.program._program import ONNXProgram
+from onnx_export.program._serve import serve_dynamic_axes
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
 from onnx_export.reporting._torch_output import record_torch_output
@@ -89,7 +94,14 @@ def _capture(
     call: Call,
     options: ExportOptions,
     context: DiagnosticContext,
-) -> Any:
+) -> tuple[ExportedProgram, list[CaptureAttempt], Call]:
+    """The program, every attempt, and the call it was captured with.
+
+    When the model's code seems to fix a dynamic dimension (refused, or made static
+    under ``allow_static_fallback``), the capture is tried again at other example sizes:
+    the size may only have coincided with another one (a batch of 10 beside
+    ``x.view(x.size(1), -1)``). The first outcome stands when that fails.
+    """
     if given is not None:
         if call.shapes is not None:
             raise ExportInputError(
@@ -98,49 +110,69 @@ def _capture(
                 "was exported with. Drop the option, or pass dynamic_shapes to "
                 "torch.export.export, or pass the nn.Module instead."
             )
-        return given, []
+        return given, [], call
     program, attempts = capture_call(call, options)
+    used = call
+    lost = made_static_refused(attempts) if program is None else bool(made_static(attempts))
+    resized = resized_call(call) if lost else None
+    if resized is not None:
+        again, more = capture_call(resized.call, options)
+        if again is not None and not made_static(more):
+            program, used = again, resized.call
+            attempts = [*attempts, *more]
+            why = "the capture at the example's sizes made a dynamic dimension static"
+            _report.record_resized_capture(context, resized.text(), why)
     _report.record_capture(context, attempts, program is not None)
     if program is None:
         raise capture_error(attempts, call)
-    return program, attempts
+    return program, attempts, used
 
 
-def _pipeline(
-    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
-    model_args: tuple[Any, ...],
-    model_kwargs: dict[str, Any],
+@dataclasses.dataclass
+class _Built:
+    """One capture turned into an ``ONNXProgram``, with what to warn about afterwards."""
+
+    program: ONNXProgram
+    merged: tuple[MergedDimName, ...]
+    guarded: tuple[Any, ...]
+
+
+def _program_of(built: _Built) -> ONNXProgram:
+    return built.program
+
+
+def _build(
+    program: ExportedProgram,
+    attempts: list[CaptureAttempt],
+    call: Call,
+    example: tuple[tuple[Any, ...], dict[str, Any]],
     options: ExportOptions,
     context: DiagnosticContext,
     timer: StageTimer,
-) -> tuple[ONNXProgram, tuple[MergedDimName, ...]]:
-    """The export; with the axis names it could not use, to warn about after recording."""
+) -> _Built:
+    """Decompose, translate, describe the inputs and outputs, optimize: the ONNX program."""
     registry = options.onnx_registry or OnnxRegistry()
-    module, given = as_module(model)
-    if given is not None and not model_args and not model_kwargs:
-        model_args, model_kwargs = given.example_inputs or ((), {})
-    signature = forward_signature(module)
-    register_library_containers(model_args, model_kwargs)  # transformers caches
-    call = prepare_call(module, signature, model_args, model_kwargs, options)
-    with (
-        timer.stage("capture"),
-        explain_device_mismatch(module, model_args, model_kwargs),
-        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
-    ):
-        program, attempts = _capture(module, given, call, options, context)
+    model_args, model_kwargs = example
     with timer.stage("decomposition"):
         program, report = decompose(program, registry, always=options.decompose == "always")
     _report.record_decomposition(context, report)
     options = _opset_for(program, options)
-    result = _translate(program, registry, context, module, call, options, timer)
+    result = _translate(program, registry, context, call.module, call, options, timer)
     _report.record_merged_dim_names(context, result.merged_dim_names, attempts)
     name_graph_io(result.model.graph, result.user_outputs, call, options)
     try:
         with timer.stage("adapter"):
             spec = build_spec(
-                signature, model_args, model_kwargs, program, result.model, result.user_outputs
+                call.signature,
+                model_args,
+                model_kwargs,
+                program,
+                result.model,
+                result.user_outputs,
             )
             spec = with_made_static(spec, made_static(attempts))
+            names = call.shapes.names if call.shapes is not None else None
+            spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
@@ -152,15 +184,53 @@ def _pipeline(
         onnx_model,
         program,
         capture_attempts=attempts,
-        signature=signature,
+        signature=call.signature,
         diagnostic_context=context,
         decisions=result.decisions,
         adapter_spec=spec,
     )
+    return _Built(onnx_program, result.merged_dim_names, tuple(guarded))
+
+
+def _pipeline(
+    model: torch.nn.Module | ExportedProgram | Callable[..., Any],
+    model_args: tuple[Any, ...],
+    model_kwargs: dict[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> tuple[ONNXProgram, tuple[tuple[MergedDimName, ...], tuple[Any, ...]]]:
+    """The export; with what to warn about after recording (unused axis names, guarded ranges)."""
+    module, given = as_module(model)
+    if given is not None and not model_args and not model_kwargs:
+        model_args, model_kwargs = given.example_inputs or ((), {})
+    signature = forward_signature(module)
+    register_library_containers(model_args, model_kwargs)  # transformers caches
+    call = prepare_call(module, signature, model_args, model_kwargs, options)
+    with (
+        timer.stage("capture"),
+        explain_device_mismatch(module, model_args, model_kwargs),
+        onnx_export_flag(),  # torch.onnx.is_in_onnx_export() is True for the model's code
+    ):
+        program, attempts, used = _capture(module, given, call, options, context)
+    example = (model_args, dict(model_kwargs))
+    built = _build(program, attempts, used, example, options, context, timer)
+    if given is None and call.shapes is not None:
+
+        def recapture(other: Call) -> _Built | None:
+            with onnx_export_flag():
+                again, more = capture_call(other, options)
+            if again is None or made_static(more):
+                return None
+            return _build(again, more, other, example, options, context, timer)
+
+        with timer.stage("dynamic axes"):
+            built = serve_dynamic_axes(built, _program_of, call, recapture, context)
+    _report.record_guarded_ranges(context, built.guarded)
     if options.verify:
         with timer.stage("verify"):
-            _verify(onnx_program, model_args, model_kwargs)
-    return onnx_program, result.merged_dim_names
+            _verify(built.program, model_args, model_kwargs)
+    return built.program, (built.merged, built.guarded)
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
@@ -281,7 +351,7 @@ def dynamo_export(
     timer = StageTimer()
     try:
         with _recording(context):
-            program, merged = _pipeline(
+            program, (merged, guarded) = _pipeline(
                 model, model_args, dict(model_kwargs), options, context, timer
             )
         if context.has_errors():
@@ -301,4 +371,5 @@ def dynamo_export(
     program.stage_times.update(timer.times, total=timer.total())
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     warn_merged_dim_names(merged)
+    warn_guarded_ranges(guarded)
     return program

@@ -24,6 +24,7 @@ __all__ = [
     "VerificationError",
     "StaticDimensionWarning",
     "DimensionNameWarning",
+    "ShapeRangeWarning",
 ]
 
 
@@ -118,6 +119,20 @@ class DimensionNameWarning(UserWarning):
     Example:
         >>> from onnx_export.errors import DimensionNameWarning
         >>> issubclass(DimensionNameWarning, UserWarning)
+        True
+    """
+
+
+class ShapeRangeWarning(UserWarning):
+    """A dynamic dimension holds only for a range, set by a guard in the model's code.
+
+    ``if x.shape[0] > 2:`` traced at a batch of 4 exports the branch for batches of 3 and
+    more; the file keeps that range and refuses other sizes with an ``InputShapeError``.
+    The warning points at the model's line that set the range.
+
+    Example:
+        >>> from onnx_export.errors import ShapeRangeWarning
+        >>> issubclass(ShapeRangeWarning, UserWarning)
         True
     """
 

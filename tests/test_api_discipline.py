@@ -46,10 +46,16 @@ FOLDERS = {
     "onnx_export.adapters": "adapters",
     "onnx_export.diagnostics": "diagnostics",
     "onnx_export.hf": "onnx_export/hf",
+    "onnx_export.serving": "onnx_export/serving",
 }
 PACKAGES = tuple(FOLDERS)
 SNAPSHOTS = pathlib.Path(__file__).with_name("api_snapshots")
-SNAPSHOT_PACKAGES = ("onnx_export.adapters", "onnx_export.diagnostics", "onnx_export.hf")
+SNAPSHOT_PACKAGES = (
+    "onnx_export.adapters",
+    "onnx_export.diagnostics",
+    "onnx_export.hf",
+    "onnx_export.serving",
+)
 UPDATE_COMMAND = "python -m tests.test_api_discipline --update"
 
 # Public-looking names that are not in ``__all__``, each with the reason it is tolerated.
@@ -250,6 +256,16 @@ def test_google_style_check_catches_other_styles() -> None:
 # -- environment variables -----------------------------------------------------------------
 
 _ENVIRONMENT = re.compile(r"\b(environ|getenv|putenv)\b")
+# Lines that read the environment, each with the reason it is tolerated.
+TOLERATED_ENVIRONMENT = {
+    "onnx_export/serving/_server.py: environment = dict(os.environ)": "hands the user's "
+    "environment on to the tritonserver child process (with this interpreter's libpython, bin "
+    "folder and packages put first); no behaviour of ours depends on a variable",
+    "onnx_export/serving/_python_model.py: "
+    'folders = [f for f in os.environ.get("PYTHONPATH", "").split(os.pathsep) if f]': "Triton's "
+    "Python backend stub ignores PYTHONPATH when it starts; its model.py applies it as python "
+    "would, so the stub imports the onnx_export that started the server",
+}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -260,6 +276,7 @@ def test_behaviour_does_not_depend_on_environment_variables(package: str) -> Non
         for path in sorted((PROJECT_ROOT / FOLDERS[package]).rglob("*.py"))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if _ENVIRONMENT.search(line)
+        and f"{path.relative_to(PROJECT_ROOT)}: {line.strip()}" not in TOLERATED_ENVIRONMENT
     ]
     assert not hits, "environment variables read by the package:\n" + "\n".join(hits)
 
@@ -268,7 +285,7 @@ def test_the_project_variables_are_documented() -> None:
     mentioned = set()
     for path in (PROJECT_ROOT / "tests").rglob("*.py"):
         mentioned |= set(re.findall(r"ONNX_EXPORT_[A-Z_]+", path.read_text(encoding="utf-8")))
-    variables = {"ONNX_EXPORT_UPDATE_GOLDEN", "ONNX_EXPORT_RUNSLOW"}
+    variables = {"ONNX_EXPORT_UPDATE_GOLDEN", "ONNX_EXPORT_RUNSLOW", "ONNX_EXPORT_REQUIRE_TRITON"}
     assert mentioned <= variables, mentioned
     documented = (PROJECT_ROOT / "docs" / "environment.md").read_text()
     assert all(v in documented for v in variables)

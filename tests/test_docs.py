@@ -113,6 +113,7 @@ def test_site_builds_in_strict_mode(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     pages = {"onnx_export": "onnx_export", "adapters": "onnx_export.adapters"}
     pages["diagnostics"] = "onnx_export.diagnostics"
+    pages["serving"] = "onnx_export.serving"
     for page, package in pages.items():
         html = (site / "reference" / page / "index.html").read_text(encoding="utf-8")
         missing = [

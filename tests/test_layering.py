@@ -46,6 +46,11 @@ RANKS: dict[str, int] = {
 TOP = 99
 #: Packages that import nothing of the exporter (each other neither).
 INDEPENDENT = ("onnx_export.adapters", "onnx_export.diagnostics")
+#: Torch-free packages (what a deployment installs beside onnxruntime): each may import
+#: only the listed parts of ``onnx_export`` and none of the exporter's libraries, at any
+#: level (lazy imports inside functions too).
+TORCH_FREE = {"onnx_export.serving": ("onnx_export.serving", "onnx_export.adapters")}
+EXPORTER_LIBRARIES = ("torch", "torchvision", "transformers", "onnxscript", "onnx_ir")
 #: Shared leaves that must not import the op library or the passes' users: they rank
 #: with ``ops``/``passes`` but only the registry may (lazily) load the op library.
 TOP_LEVEL_LIMIT = 12
@@ -137,6 +142,27 @@ def test_independent_packages_import_nothing_of_the_exporter(package: str) -> No
         if module == package or module.startswith(package + "."):
             outside = sorted(t for t in targets if not t.startswith(package))
             assert not outside, f"{module} imports {outside}"
+
+
+def _third_party(path: Path) -> Iterator[str]:
+    """The top-level names of every absolute import in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.split(".")[0]
+
+
+@pytest.mark.parametrize("package", sorted(TORCH_FREE))
+def test_torch_free_packages_import_neither_torch_nor_the_exporter(package: str) -> None:
+    allowed = TORCH_FREE[package]
+    modules = {m: p for m, p in MODULES.items() if m == package or m.startswith(package + ".")}
+    assert modules, f"no modules found for {package}"
+    for module, path in modules.items():
+        exporter = sorted(t for t in GRAPH[module] if not t.startswith(allowed))
+        assert not exporter, f"{module} imports {exporter}; {package} may import only {allowed}"
+        libraries = sorted(set(_third_party(path)) & set(EXPORTER_LIBRARIES))
+        assert not libraries, f"{module} imports {libraries}; {package} must stay torch-free"
 
 
 def _cycles() -> list[list[str]]:

@@ -31,8 +31,14 @@ from onnx_export.capture._dynamic import (
 )
 from onnx_export.capture._habits import binding_hint, names_a_file, tuple_hint
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
+from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture._strategies import CaptureAttempt, capture
-from onnx_export.errors import CaptureError, ExportInputError, StaticDimensionWarning
+from onnx_export.errors import (
+    CaptureError,
+    ExportInputError,
+    ShapeRangeWarning,
+    StaticDimensionWarning,
+)
 
 __all__ = [
     "as_module",
@@ -42,7 +48,10 @@ __all__ = [
     "capture_call",
     "capture_error",
     "made_static",
+    "made_static_refused",
+    "range_guards",
     "warn_made_static",
+    "warn_guarded_ranges",
 ]
 
 
@@ -250,8 +259,39 @@ def _flat_sources(call: Call) -> dict[str, str]:
 
 
 def made_static(attempts: Sequence[CaptureAttempt]) -> tuple[StaticDim, ...]:
-    """The requested dynamic dimensions the successful capture made static."""
-    return next((a.made_static for a in attempts if a.succeeded), ())
+    """The requested dynamic dimensions the last successful capture made static."""
+    return next((a.made_static for a in reversed(attempts) if a.succeeded), ())
+
+
+def made_static_refused(attempts: Sequence[CaptureAttempt]) -> bool:
+    """Whether a capture failed because a repair would have made a dynamic dimension static."""
+    return any(a.made_static for a in attempts if not a.succeeded)
+
+
+def range_guards(attempts: Sequence[CaptureAttempt]) -> tuple[RangeGuard, ...]:
+    """The guards of the model's code that bounded a dynamic size in the successful capture."""
+    return next((a.range_guards for a in reversed(attempts) if a.succeeded), ())
+
+
+def warn_guarded_ranges(guarded: Sequence[tuple[str, str, RangeGuard]]) -> None:
+    """One ``ShapeRangeWarning`` per range a guard in the model's code set, at that line.
+
+    Args:
+        guarded: ``(input and axis, range, guard)``, e.g. ``("x[0]", "[3, inf)", guard)``.
+    """
+    for where, text, guard in guarded:
+        path, _, line = guard.location.rpartition(":")
+        message = (
+            f"{where} is dynamic, but the model's code bounds it to {text} "
+            f"({guard.code or guard.guard}): the exported model holds only for those sizes "
+            "and refuses others with an InputShapeError (the other branch was not traced). "
+            "Export with an example in the range you need, or write the branch with "
+            "torch.cond to keep both."
+        )
+        if path and line.isdigit():
+            warnings.warn_explicit(message, ShapeRangeWarning, path, int(line))
+        else:
+            warnings.warn(message, ShapeRangeWarning, stacklevel=3)
 
 
 def warn_made_static(attempts: Sequence[CaptureAttempt]) -> None:

@@ -30,7 +30,7 @@ from torch.export import Dim
 
 from onnx_export.capture._specialized import Specialization
 
-__all__ = ["Repair", "StaticDim", "dynamic_size_one", "suggest_repair"]
+__all__ = ["Repair", "StaticDim", "dynamic_size_one", "suggest_repair", "user_dims"]
 
 _SOURCE = re.compile(
     r"(?:L|inputs)\['(?P<name>[^']+)'\](?P<keys>(?:\[[^\]]+\])*)"
@@ -117,6 +117,44 @@ def _walk_leaves(spec: Any, value: Any, path: str) -> Iterator[tuple[str, int, A
         for k, s in spec.items():
             if k in value:
                 yield from _walk_leaves(s, value[k], f"{path}.{k}")
+
+
+def _leaf_specs(spec: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted path, per-tensor spec)`` of each leaf spec in a nested spec."""
+    if spec is None:
+        return
+    if _is_axes_spec(spec):
+        yield path, spec
+    elif isinstance(spec, (list, tuple)):
+        for i, s in enumerate(spec):
+            yield from _leaf_specs(s, f"{path}.{i}")
+    elif isinstance(spec, dict):
+        for k, s in spec.items():
+            yield from _leaf_specs(s, f"{path}.{k}")
+
+
+def _is_axes_spec(spec: Any) -> bool:
+    if isinstance(spec, dict):
+        return bool(spec) and all(isinstance(k, int) and not isinstance(k, bool) for k in spec)
+    return isinstance(spec, (list, tuple)) and not any(
+        isinstance(s, (dict, list, tuple)) for s in spec
+    )
+
+
+def user_dims(names: Mapping[str, Any]) -> dict[tuple[str, int], Any]:
+    """The user's dim of each dynamic axis, by ``(dotted input path, axis)``.
+
+    Example:
+        >>> user_dims({"x": {0: "batch"}, "extras": [None, {1: "n"}]})
+        {('x', 0): 'batch', ('extras.1', 1): 'n'}
+    """
+    dims: dict[tuple[str, int], Any] = {}
+    for name, spec in names.items():
+        for path, axes in _leaf_specs(spec, name):
+            for axis, dim in _axes(axes):
+                if _is_dynamic(dim):
+                    dims[(path, axis)] = dim
+    return dims
 
 
 def dynamic_size_one(names: Mapping[str, Any], inputs: Mapping[str, Any]) -> list[str]:

@@ -26,7 +26,14 @@ from types import FrameType
 
 import torch
 
-__all__ = ["Specialization", "recording_specializations", "SHAPES_LOGGER", "model_file"]
+__all__ = [
+    "Specialization",
+    "RangeGuard",
+    "recording_specializations",
+    "recording_guards",
+    "SHAPES_LOGGER",
+    "model_file",
+]
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _EQ = re.compile(r"^Eq\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
@@ -40,6 +47,10 @@ _SKIPPED = (
 _SKIPPED_NAMES = (f"{os.sep}sympy{os.sep}",)
 #: A guard's location as the shape env writes it: ``code  # file.py:12 in forward``.
 _SLOC = re.compile(r"^(?P<code>.*?)\s+# (?P<path>\S+?):(?P<line>\d+) in ")
+#: Non-strict capture writes only ``(file.py:12 in forward)``.
+_PLOC = re.compile(r"^\((?P<code>)(?P<path>\S+?):(?P<line>\d+) in ")
+#: A guard that bounds one size: ``s77 > 2``, ``2 < s77``, ``s77 <= 8``.
+_BOUND = re.compile(r"^(?:s\d+ [<>]=? -?\d+|-?\d+ [<>]=? s\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +125,26 @@ def _dynamo_frame() -> traceback.FrameSummary | None:
     return next((f for f in reversed(list(stack)) if not _skipped(f.filename)), None)
 
 
+@dataclasses.dataclass(frozen=True)
+class RangeGuard:
+    """A bound the model's code put on a dynamic size while being captured (``s77 > 2``).
+
+    Attributes:
+        symbol: torch's symbol of the size (``"s77"``), as the program's
+            ``range_constraints`` name it.
+        source: torch's name of the dimension, e.g. ``"L['x'].size()[0]"``.
+        guard: The guard's text (``"s77 > 2"``).
+        location: ``"file.py:12"`` of the model's line that set it, or ``""``.
+        code: That line's text, or ``""``.
+    """
+
+    symbol: str
+    source: str
+    guard: str
+    location: str
+    code: str
+
+
 class _Recorder(logging.Handler):
     """Reads the shape environment's records; hands on those its parents would see."""
 
@@ -122,6 +153,7 @@ class _Recorder(logging.Handler):
         self.forward_level, self.handlers, self.up = forward_level, handlers, up
         self.sources: dict[str, str] = {}
         self.found: dict[str, Specialization] = {}
+        self.guards: dict[str, RangeGuard] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # a record in another format: nothing to learn
@@ -146,15 +178,30 @@ class _Recorder(logging.Handler):
                 self._found(str(args[0]), int(str(args[1])))
         elif "[guard added]" in template:
             match = _EQ.match(str(args[1]))
+            if _BOUND.match(str(args[1])):
+                self._bound(str(args[1]), str(args[2]) if len(args) > 2 else "")
             if match:
                 symbol = match.group("s1") or match.group("s2")
                 where = _SLOC.search(str(args[2])) if len(args) > 2 else None
                 self._found(symbol, int(match.group("v1") or match.group("v2")), where)
 
+    def _bound(self, guard: str, where: str) -> None:
+        symbol = re.findall(r"s\d+", guard)[0]
+        source = self.sources.get(symbol)
+        if source is None or symbol in self.guards:
+            return
+        location, code = self._where(_SLOC.search(where) or _PLOC.search(where))
+        self.guards[symbol] = RangeGuard(symbol, source, guard, location, code)
+
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)
         if source is None or source in self.found:
             return
+        location, code = self._where(sloc)
+        self.found[source] = Specialization(source, value, location, code)
+
+    def _where(self, sloc: re.Match[str] | None) -> tuple[str, str]:
+        """The model's line a shape-env record was made at: its own text, dynamo's, the stack."""
         location = code = ""
         traced = _dynamo_frame()
         frame = _user_frame()
@@ -166,12 +213,25 @@ class _Recorder(logging.Handler):
         elif frame is not None:  # non-strict: the model runs, its frame is on the stack
             path, line = frame.f_code.co_filename, frame.f_lineno
             location, code = f"{path}:{line}", linecache.getline(path, line).strip()
-        self.found[source] = Specialization(source, value, location, code.strip())
+        if location and not code:
+            path, _, line = location.rpartition(":")
+            code = linecache.getline(path, int(line)).strip()
+        return location, code.strip()
 
 
 @contextlib.contextmanager
 def recording_specializations() -> Iterator[dict[str, Specialization]]:
     """Collect the specialisations of the block, by torch's source name of the dimension.
+
+    Callers hold the export lock: the logger's level and handlers are process-global.
+    """
+    with recording_guards() as (found, _guards):
+        yield found
+
+
+@contextlib.contextmanager
+def recording_guards() -> Iterator[tuple[dict[str, Specialization], dict[str, RangeGuard]]]:
+    """Specialisations by source name, and the guards that bound a size, by symbol.
 
     Callers hold the export lock: the logger's level and handlers are process-global.
     """
@@ -182,7 +242,7 @@ def recording_specializations() -> Iterator[dict[str, Specialization]]:
     logger.setLevel(min(logging.INFO, logger.getEffectiveLevel()))
     logger.propagate = False
     try:
-        yield recorder.found
+        yield recorder.found, recorder.guards
     finally:
         logger.handlers = handlers
         logger.setLevel(level)

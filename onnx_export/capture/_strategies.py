@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
-from onnx_export.capture._specialized import Specialization, recording_specializations
+from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
@@ -50,6 +50,8 @@ class CaptureAttempt:
             torch's fix would have made static, which were refused.
         specializations: Where the model's code fixed dimensions during this attempt, by
             torch's name of the dimension.
+        range_guards: The guards of the model's code that bounded a dynamic size during
+            this attempt (``if x.shape[0] > 2:``), one per torch symbol.
 
     Example:
         >>> import onnx_export
@@ -65,6 +67,7 @@ class CaptureAttempt:
     shape_fixes: tuple[str, ...] = ()
     made_static: tuple[StaticDim, ...] = ()
     specializations: tuple[Specialization, ...] = ()
+    range_guards: tuple[RangeGuard, ...] = ()
 
     def summary(self) -> str:
         """The strategy, the outcome, and torch's explanation of a failure."""
@@ -218,7 +221,7 @@ def capture(
     def attempt(strategy: str, shapes: Any, oblivious: bool, fixes: Repair | None) -> Any:
         start = time.perf_counter()
         notes, static = (fixes.notes, fixes.made_static) if fixes else ((), ())
-        with EXPORT_LOCK, _size_oblivious(oblivious), recording_specializations() as found:
+        with EXPORT_LOCK, _size_oblivious(oblivious), recording_guards() as (found, guards):
             try:
                 program = _export(model, args, kwargs, shapes, strategy == "strict")
             except Exception as e:
@@ -227,7 +230,8 @@ def capture(
                 attempts.append(CaptureAttempt(strategy, False, seconds, e, notes, (), seen))
                 return e
         seconds = time.perf_counter() - start
-        attempts.append(CaptureAttempt(strategy, True, seconds, None, notes, static))
+        bounds = tuple(guards.values())
+        attempts.append(CaptureAttempt(strategy, True, seconds, None, notes, static, (), bounds))
         return program
 
     # Every strategy as the user asked first: a specialisation one strategy reports (a

@@ -2,8 +2,8 @@
 
 One module per command in this package, each with a ``register(commands)`` that adds its
 subcommand; ``_COMMANDS`` below lists them in the order ``--help`` shows them. Commands:
-``export``, ``verify``, ``run``, ``info``, ``diagnostics``, ``doctor`` (alias ``env``) and
-``demo``; ``onnx-export COMMAND --help`` describes each.
+``export``, ``verify``, ``run``, ``info``, ``diagnostics``, ``doctor`` (alias ``env``),
+``triton``, ``serve`` and ``demo``; ``onnx-export COMMAND --help`` describes each.
 
 Exit codes: 0 success; 1 the work failed (export error, mismatch, a run that raises); 2 the
 command line or an input file cannot be used (bad option or number, missing, empty or
@@ -50,6 +50,8 @@ _COMMANDS = (
     "info",
     "diagnostics",
     "doctor",
+    "triton",
+    "serve",
     "demo",
 )
 

@@ -138,20 +138,22 @@ def export_quietly(
         DimensionNameWarning,
         ExportInputError,
         OnnxExportError,
+        ShapeRangeWarning,
         StaticDimensionWarning,
     )
 
+    shown = (StaticDimensionWarning, DimensionNameWarning, ShapeRangeWarning)
     name = type(call.model).__name__
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", StaticDimensionWarning)
-            warnings.simplefilter("always", DimensionNameWarning)
+            for category in shown:
+                warnings.simplefilter("always", category)
             with quiet_stderr(verbose):
                 program = dynamo_export(
                     call.model, *call.args, export_options=options, **call.kwargs
                 )
         for warning in caught:  # one line each (others were silenced with torch's logs)
-            if issubclass(warning.category, (StaticDimensionWarning, DimensionNameWarning)):
+            if issubclass(warning.category, shown):
                 print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
         return program
     except SarifWriteError as e:  # checked writable before the export; the disk changed

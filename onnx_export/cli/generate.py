@@ -48,6 +48,24 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="(cpu)")
     parser.add_argument("--stream", action="store_true", help="print tokens as they come")
+    parser.add_argument(
+        "--json-schema",
+        default=None,
+        metavar="SCHEMA",
+        help="the output is JSON valid under this schema: a .json file or the schema's text "
+        "(needs the structured extra)",
+    )
+    parser.add_argument("--regex", default=None, help="the output matches this regex")
+    parser.add_argument(
+        "--grammar", type=pathlib.Path, default=None, metavar="FILE", help="a Lark grammar file"
+    )
+    parser.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        metavar="K",
+        help="speculative decoding: draft K tokens from the prompt's n-grams (greedy)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,6 +73,14 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if args.stop:
         settings["stop_strings"] = list(args.stop)
+    if args.json_schema is not None:
+        settings["json_schema"] = _text_or_file(args.json_schema, "--json-schema")
+    if args.regex is not None:
+        settings["regex"] = args.regex
+    if args.grammar is not None:
+        settings["grammar"] = _text_or_file(str(args.grammar), "--grammar", file_only=True)
+    if args.prompt_lookup is not None:
+        settings["prompt_lookup_num_tokens"] = args.prompt_lookup
     return settings
 
 
@@ -62,7 +88,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 _CAUSAL_TASKS = ("text-generation",)
 _SEQ2SEQ_TASKS = ("text2text-generation",)
 #: The options only the decoder-only loop has (beam search, processors, streaming).
-_CAUSAL_ONLY = ("num_beams", "repetition_penalty", "stop", "chat", "stream")
+_CAUSAL_ONLY = (
+    *("num_beams", "repetition_penalty", "stop", "chat", "stream"),
+    *("json_schema", "regex", "grammar", "prompt_lookup"),
+)
 
 
 def _task(folder: pathlib.Path) -> str | None:
@@ -114,6 +143,19 @@ def _check_text(model: Any, args: argparse.Namespace) -> None:
         )
 
 
+def _text_or_file(value: str, option: str, *, file_only: bool = False) -> str:
+    """``value`` itself when it is inline JSON, else the text of the file it names."""
+    if not file_only and value.lstrip().startswith("{"):
+        return value
+    try:
+        return pathlib.Path(value).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(
+            f"{option} {value!r} cannot be read ({e.__class__.__name__}: {e}): pass a "
+            "readable file" + ("" if file_only else " or the schema's JSON text") + "."
+        ) from e
+
+
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     from onnx_export.hf import GenerationError
 
@@ -134,8 +176,9 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
             sys.stdout.flush()
 
         kwargs["streamer"] = show
+    settings = _settings(args)
     try:
-        text = model.generate_text(prompt, **kwargs, **_settings(args))
+        text = model.generate_text(prompt, **kwargs, **settings)
     except GenerationError as e:
         raise CommandError(one_line(str(e))) from e
     if args.stream:

@@ -189,6 +189,7 @@ def _adapter_lines(model: Any) -> Iterator[str]:
     nones = _none_paths(spec.input_tree, [p.name for p in spec.parameters])
     if nones:
         yield "  None at export (pass None there, or leave it out): " + ", ".join(nones)
+    yield from _range_lines(spec.inputs)
     yield f"  output structure: {_tree(spec.output_tree)}"
     yield "  outputs: " + ", ".join(_leaf(leaf, "<-") for leaf in spec.outputs)
 
@@ -234,6 +235,22 @@ def _signature(parameters: Sequence[Any]) -> str:
             ]
         )
     )
+
+
+def _range_lines(inputs: Sequence[Any]) -> Iterator[str]:
+    """The sizes each bounded dynamic axis (and the values each dynamic int) may take."""
+    ranges = []
+    for leaf in inputs:
+        tensor = leaf.tensor
+        if tensor is not None and tensor.int_range is not None:
+            low, high = tensor.int_range
+            ranges.append(f"{leaf.path} in [{low}, {'inf' if high is None else high}]")
+        for bounds in tensor.axis_ranges if tensor is not None else ():
+            origin = f" (set by {bounds.origin})" if bounds.origin else ""
+            dim = tensor.shape[bounds.axis]
+            ranges.append(f"{leaf.path}[{bounds.axis}] ({dim}) in {bounds.text()}{origin}")
+    if ranges:
+        yield "  ranges (calls outside are refused): " + "; ".join(ranges)
 
 
 def _leaf(leaf: Any, arrow: str) -> str:

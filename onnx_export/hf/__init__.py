@@ -30,17 +30,19 @@ from onnx_export.hf._errors import CheckpointError, ExportMismatchError, Generat
 from onnx_export.hf._tasks import SUPPORTED_ARCHITECTURES, TASKS
 
 if TYPE_CHECKING:
-    from onnx_export.hf._causal import OrtModelForCausalLM
-    from onnx_export.hf._export import ExportedCheckpoint, export_pretrained
-    from onnx_export.hf._models_audio import (
+    from onnx_export.hf.export._export import ExportedCheckpoint, export_pretrained
+    from onnx_export.hf.runtime._pipeline import Pipeline, pipeline
+    from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
+    from onnx_export.hf.runtime.generation._seq2seq import OrtModelForSeq2SeqLM
+    from onnx_export.hf.runtime.models._audio import (
         OrtModelForAudioClassification,
         OrtModelForCTC,
     )
-    from onnx_export.hf._models_base import (
+    from onnx_export.hf.runtime.models._base import (
         ModelOutput,
         OrtModel,
     )
-    from onnx_export.hf._models_text import (
+    from onnx_export.hf.runtime.models._text import (
         OrtModelForFeatureExtraction,
         OrtModelForMaskedLM,
         OrtModelForMultipleChoice,
@@ -49,40 +51,38 @@ if TYPE_CHECKING:
         OrtModelForSequenceClassification,
         OrtModelForTokenClassification,
     )
-    from onnx_export.hf._models_vision import (
+    from onnx_export.hf.runtime.models._vision import (
         OrtModelForDepthEstimation,
         OrtModelForImageClassification,
         OrtModelForObjectDetection,
         OrtModelForSemanticSegmentation,
         OrtModelForZeroShotImageClassification,
     )
-    from onnx_export.hf._pipeline import Pipeline, pipeline
-    from onnx_export.hf._seq2seq import OrtModelForSeq2SeqLM
 
 # Export needs torch and transformers, the runtime onnxruntime: both load on first use.
 _LAZY = {
-    "export_pretrained": "onnx_export.hf._export",
-    "ExportedCheckpoint": "onnx_export.hf._export",
-    "OrtModelForCausalLM": "onnx_export.hf._causal",
-    "OrtModelForSeq2SeqLM": "onnx_export.hf._seq2seq",
-    "pipeline": "onnx_export.hf._pipeline",
-    "Pipeline": "onnx_export.hf._pipeline",
-    "OrtModel": "onnx_export.hf._models_base",
-    "ModelOutput": "onnx_export.hf._models_base",
-    "OrtModelForFeatureExtraction": "onnx_export.hf._models_text",
-    "OrtModelForSentenceSimilarity": "onnx_export.hf._models_text",
-    "OrtModelForMaskedLM": "onnx_export.hf._models_text",
-    "OrtModelForSequenceClassification": "onnx_export.hf._models_text",
-    "OrtModelForTokenClassification": "onnx_export.hf._models_text",
-    "OrtModelForQuestionAnswering": "onnx_export.hf._models_text",
-    "OrtModelForMultipleChoice": "onnx_export.hf._models_text",
-    "OrtModelForImageClassification": "onnx_export.hf._models_vision",
-    "OrtModelForSemanticSegmentation": "onnx_export.hf._models_vision",
-    "OrtModelForObjectDetection": "onnx_export.hf._models_vision",
-    "OrtModelForDepthEstimation": "onnx_export.hf._models_vision",
-    "OrtModelForZeroShotImageClassification": "onnx_export.hf._models_vision",
-    "OrtModelForAudioClassification": "onnx_export.hf._models_audio",
-    "OrtModelForCTC": "onnx_export.hf._models_audio",
+    "export_pretrained": "onnx_export.hf.export._export",
+    "ExportedCheckpoint": "onnx_export.hf.export._export",
+    "OrtModelForCausalLM": "onnx_export.hf.runtime.generation._causal",
+    "OrtModelForSeq2SeqLM": "onnx_export.hf.runtime.generation._seq2seq",
+    "pipeline": "onnx_export.hf.runtime._pipeline",
+    "Pipeline": "onnx_export.hf.runtime._pipeline",
+    "OrtModel": "onnx_export.hf.runtime.models._base",
+    "ModelOutput": "onnx_export.hf.runtime.models._base",
+    "OrtModelForFeatureExtraction": "onnx_export.hf.runtime.models._text",
+    "OrtModelForSentenceSimilarity": "onnx_export.hf.runtime.models._text",
+    "OrtModelForMaskedLM": "onnx_export.hf.runtime.models._text",
+    "OrtModelForSequenceClassification": "onnx_export.hf.runtime.models._text",
+    "OrtModelForTokenClassification": "onnx_export.hf.runtime.models._text",
+    "OrtModelForQuestionAnswering": "onnx_export.hf.runtime.models._text",
+    "OrtModelForMultipleChoice": "onnx_export.hf.runtime.models._text",
+    "OrtModelForImageClassification": "onnx_export.hf.runtime.models._vision",
+    "OrtModelForSemanticSegmentation": "onnx_export.hf.runtime.models._vision",
+    "OrtModelForObjectDetection": "onnx_export.hf.runtime.models._vision",
+    "OrtModelForDepthEstimation": "onnx_export.hf.runtime.models._vision",
+    "OrtModelForZeroShotImageClassification": "onnx_export.hf.runtime.models._vision",
+    "OrtModelForAudioClassification": "onnx_export.hf.runtime.models._audio",
+    "OrtModelForCTC": "onnx_export.hf.runtime.models._audio",
 }
 
 

@@ -204,6 +204,15 @@ class Opset(Protocol):
         keepdims: int | None = None,
         noop_with_empty_axes: int | None = None,
     ) -> Tensor: ...
+    def ReduceLogSumExp(
+        self,
+        data: Input,
+        axes: Input = None,
+        /,
+        *,
+        keepdims: int | None = None,
+        noop_with_empty_axes: int | None = None,
+    ) -> Tensor: ...
     def ReduceProd(
         self,
         data: Input,

@@ -24,7 +24,11 @@ from onnx_export.ops._registration import onnx_op
 from onnx_export.ops._target_opset import target_runtime
 from onnx_export.ops.opset23 import attention_node
 
-__all__ = ["aten_scaled_dot_product_attention", "aten_cross_entropy_loss"]
+__all__ = [
+    "aten_scaled_dot_product_attention",
+    "aten_scaled_dot_product_flash_attention_for_cpu",
+    "aten_cross_entropy_loss",
+]
 
 
 def _repeat_heads(x: ir.Value, repeat: int, heads: int, r: int) -> ir.Value:
@@ -68,6 +72,45 @@ def aten_scaled_dot_product_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
         )
         return _zero_fully_masked_rows(result, attn_mask)
+    scores, v = _masked_scores(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    weights = op.Softmax(scores, axis=-1)
+    return _zero_fully_masked_rows(op.MatMul(weights, v), attn_mask)
+
+
+@onnx_op("aten::_scaled_dot_product_flash_attention_for_cpu")
+def aten_scaled_dot_product_flash_attention_for_cpu(
+    query: ir.Value,
+    key: ir.Value,
+    value: ir.Value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    attn_mask: Any = None,
+    scale: float | None = None,
+) -> tuple[ir.Value, ir.Value]:
+    """_scaled_dot_product_flash_attention_for_cpu(...) -> (output, logsumexp).
+
+    torchlib's gives a ``logsumexp`` of zeros shaped (batch, length, heads rounded up to
+    32); torch's is the log-sum-exp over the keys of each query's scaled, masked scores,
+    (batch, heads, length) in float32.
+    """
+    output = aten_scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale
+    )
+    scores, _ = _masked_scores(query, key, value, attn_mask, is_causal, scale, False)
+    logsumexp = op.ReduceLogSumExp(scores, ints([-1]), keepdims=0)
+    return output, op.Cast(logsumexp, to=int(ir.DataType.FLOAT))
+
+
+def _masked_scores(
+    query: ir.Value,
+    key: ir.Value,
+    value: ir.Value,
+    attn_mask: Any,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> tuple[ir.Value, ir.Value]:
+    """Scaled query-key scores with the causal and given masks applied, and the values."""
     dims = known_shape(query, "query")
     width = static_size(dims[-1], "head size (last dimension of query)")
     factor = scale if scale is not None else 1.0 / math.sqrt(width)
@@ -93,8 +136,7 @@ def aten_scaled_dot_product_attention(
             scores = op.Where(attn_mask, scores, const(float("-inf"), query))
         else:
             scores = op.Add(scores, op.CastLike(attn_mask, scores))
-    weights = op.Softmax(scores, axis=-1)
-    return _zero_fully_masked_rows(op.MatMul(weights, v), attn_mask)
+    return scores, v
 
 
 def _own_4d(query: ir.Value, attn_mask: Any, dropout_p: float) -> bool:

@@ -34,6 +34,8 @@ __all__ = [
     "aten_ormqr",
     "aten_linalg_svd",
     "aten_linalg_eigh",
+    "aten_linalg_matrix_sqrth",
+    "aten_linalg_polar",
     "aten_linalg_pinv",
     "aten_linalg_matrix_rank",
 ]
@@ -304,6 +306,32 @@ def aten_linalg_eigh(
     if not compute_v:
         return values, empty(output_dtype(1, A.dtype))
     return values, cast_to(vectors, A.dtype)
+
+
+@onnx_op("aten::linalg_matrix_sqrth")
+def aten_linalg_matrix_sqrth(self: ir.Value) -> ir.Value:
+    """linalg_matrix_sqrth(Tensor self) -> Tensor (torch >= 2.14).
+
+    V diag(sqrt(values)) V^T from the lower triangle's eigen-decomposition: the vectors'
+    signs cancel in the product, so the result is torch's.
+    """
+    values, vectors = _symmetric_eigen(cast_to(_symmetrized(self, "L"), _DOUBLE))
+    roots = op.Sqrt(op.Max(values, const(0.0, values)))
+    scaled = op.Mul(vectors, op.Unsqueeze(roots, ints([-2])))
+    return cast_to(op.MatMul(scaled, _transpose(vectors)), self.dtype)
+
+
+@onnx_op("aten::linalg_polar")
+def aten_linalg_polar(A: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """linalg_polar(Tensor A) -> (U, H) with A = U H (torch >= 2.14).
+
+    From the thin SVD A = W S Vh: U = W Vh and H = Vh^T S Vh; the singular vectors'
+    signs cancel in both products.
+    """
+    w, values, vh = aten_linalg_svd(A, full_matrices=False)
+    unitary = op.MatMul(w, vh)
+    positive = op.MatMul(_transpose(vh), op.Mul(op.Unsqueeze(values, ints([-1])), vh))
+    return unitary, positive
 
 
 def _tolerance(

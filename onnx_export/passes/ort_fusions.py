@@ -6,7 +6,7 @@ into the contrib ops ONNX Runtime runs on its CPU and CUDA providers. The weight
 shielded as in the optimizer (nothing reads, folds or copies them). ``Gemm`` nodes become
 ``MatMul`` + ``Add`` first: a fusion may remove the ``Reshape`` that made a Gemm's input
 2-D (GPT-2's ``Conv1D`` after attention), and MatMul takes any rank. Decoders exported with
-``GroupQueryAttention`` (``hf/_fused_decoder.py``) then lose the reshapes around it and
+``GroupQueryAttention`` (``hf/export/_fused_decoder.py``) then lose the reshapes around it and
 get one packed Q/K/V MatMul (``passes/ort_gqa.py``).
 """
 

@@ -1,6 +1,6 @@
 """``GroupQueryAttention`` made lean: no reshapes around it, one packed Q/K/V MatMul.
 
-After the export, each GQA node (``hf/_gqa.py``) reads its query, key and value through
+After the export, each GQA node (``hf/export/_gqa.py``) reads its query, key and value through
 the reshapes that split and merged the heads (``(batch, seq, heads * size)`` -> ``(batch,
 seq, heads, size)`` -> back), and writes its output through two more. A chain of
 ``Reshape`` nodes whose last shape is its first input's shape (all dimensions known,

@@ -17,11 +17,15 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from onnx_export._dtypes import to_torch_dtype
-from onnx_export.adapters import AdapterSpec, build_adapter_spec
-from onnx_export.capture._shape_fixes import StaticDim
-from onnx_export.translation._translate import INT_RANGE_KEY, PYTHON_INT_KEY
+from onnx_export.adapters import AdapterSpec, AxisRange, build_adapter_spec
+from onnx_export.capture._shape_fixes import StaticDim, user_dims
+from onnx_export.capture._specialized import RangeGuard
+from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
 
-__all__ = ["build_spec", "with_made_static"]
+__all__ = ["build_spec", "with_made_static", "with_axis_ranges", "TORCH_RANGE"]
+
+#: The origin of a range torch.export gave without a guard of the model's or a user's bound.
+TORCH_RANGE = "torch.export's range for the captured program"
 
 _REAL_TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -132,3 +136,87 @@ def _with_int_ranges(
         tensor = dataclasses.replace(tensor, int_range=(low, high))
         leaves.append(dataclasses.replace(leaf, tensor=tensor))
     return dataclasses.replace(spec, inputs=tuple(leaves))
+
+
+def _user_bounds(dim: Any) -> tuple[int | None, int | None]:
+    """A ``Dim``'s own bounds (``None`` where the user gave none)."""
+    low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+    low = low if isinstance(low, int) and low > 0 else None
+    high = high if isinstance(high, int) and not isinstance(high, bool) else None
+    return low, high
+
+
+def _axis_range(
+    axis: int,
+    bounds: tuple[int | None, int | None],
+    user: tuple[int | None, int | None],
+    dim: Any,
+    guard: RangeGuard | None,
+) -> AxisRange | None:
+    """The range the file keeps for one axis: torch's, less its default lower bound of 2.
+
+    torch.export assumes sizes 0 and 1 away (``[2, inf)`` for an example of 2 or more)
+    without anything in the model's code asking for it; that bound is dropped unless a
+    guard or the user's ``Dim`` set it, so a batch of 1 still runs, as it always did.
+    """
+    low, high = bounds
+    if low is not None and low <= 2 and guard is None and user[0] is None:
+        low = None
+    if low is None and high is None:
+        return None
+    if guard is not None:
+        at = f" at {guard.location}" if guard.location else ""
+        code = f" ({guard.code})" if guard.code else ""
+        origin = f"the model's code{at}{code}"
+    elif user != (None, None):
+        origin = f"{dim!r} in dynamic_shapes"
+    else:
+        origin = TORCH_RANGE
+    return AxisRange(axis, low, high, origin)
+
+
+def with_axis_ranges(
+    spec: AdapterSpec,
+    model: ir.Model,
+    names: Any,
+    guards: Sequence[RangeGuard],
+) -> tuple[AdapterSpec, list[tuple[str, str, RangeGuard]]]:
+    """``spec`` with each bounded dynamic axis's range, checked by the adapter on each call.
+
+    Returns the spec, and ``(input and axis, range, guard)`` for each range a guard in the
+    model's code set (to warn about at that line).
+
+    Args:
+        spec: The adapter spec.
+        model: The translated model; its tensor inputs carry their axes' symbols and ranges.
+        names: The user's dynamic shapes keyed by input name (``DynamicShapes.names``), to
+            tell the user's ``Dim`` bounds from guards.
+        guards: The guards of the model's code that bounded a size, by torch symbol.
+    """
+    by_symbol = {g.symbol: g for g in guards}
+    user = user_dims(names) if names is not None else {}
+    found: dict[str, tuple[AxisRange, ...]] = {}
+    guarded: list[tuple[str, str, RangeGuard]] = []
+    for value in model.graph.inputs:
+        ranges = []
+        for axis, symbol, low, high in value.meta.get(AXIS_RANGES_KEY, ()):
+            dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
+            made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
+            if made is not None:
+                ranges.append(made)
+                if guard is not None:
+                    guarded.append((f"{value.name}[{axis}]", made.text(), guard))
+        if ranges:
+            found[str(value.name)] = tuple(ranges)
+    if not found:
+        return spec, guarded
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        if tensor is None or tensor.name not in found:
+            leaves.append(leaf)
+            continue
+        symbolic = [r for r in found[tensor.name] if isinstance(tensor.shape[r.axis], str)]
+        tensor = dataclasses.replace(tensor, axis_ranges=tuple(symbolic))
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves)), guarded

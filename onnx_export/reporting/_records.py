@@ -11,6 +11,7 @@ import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import Any
 
 import onnxscript
 import torch
@@ -18,7 +19,7 @@ from torch.export import ExportedProgram
 
 from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
-from onnx_export.capture._specialized import model_file
+from onnx_export.capture._specialized import RangeGuard, model_file
 from onnx_export.capture._strategies import CaptureAttempt, explanation
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -49,6 +50,10 @@ __all__ = [
     "record_translation_plan",
     "record_conversion_failure",
     "record_dropped_mutations",
+    "record_guarded_ranges",
+    "record_resized_capture",
+    "record_held_sizes",
+    "record_unproved_axes",
     "origin_locations",
     "write_failure_report",
 ]
@@ -410,3 +415,68 @@ def record_merged_dim_names(
                 "reason": f"torch.export found {name.axis} always equal to {name.kept_axis}",
             },
         )
+
+
+def record_guarded_ranges(
+    context: DiagnosticContext, guarded: Sequence[tuple[str, str, RangeGuard]]
+) -> None:
+    """An OXE0020 warning per dynamic axis a guard in the model's code bounded, at its line."""
+    for where, text, guard in guarded:
+        path, _, line = guard.location.rpartition(":")
+        locations = (
+            (Location(path, int(line), snippet=guard.code or None),)
+            if path and line.isdigit()
+            else ()
+        )
+        context.emit(
+            rules.DYNAMIC_SHAPE_FIXED,
+            message_args={
+                "dim": where,
+                "change": f"dynamic -> dynamic in {text}",
+                "reason": f"a guard in the model's code ({guard.guard}) bounds it; the file "
+                "refuses other sizes",
+            },
+            locations=locations,
+        )
+
+
+def record_resized_capture(context: DiagnosticContext, sizes: str, why: str) -> None:
+    """An OXE0020 warning: the model was captured at other example sizes, and why."""
+    context.emit(
+        rules.DYNAMIC_SHAPE_FIXED,
+        message_args={
+            "dim": sizes.split(":", maxsplit=1)[0],
+            "change": f"captured at other example sizes ({sizes})",
+            "reason": why,
+        },
+    )
+
+
+def record_held_sizes(context: DiagnosticContext, held: Sequence[Any], *, proved: bool) -> None:
+    """An OXE0020 warning per node holding an example size of a dynamic axis, not run."""
+    for found in held[:10]:
+        path, _, line = str(found.where).rpartition(":")
+        locations = (Location(path, int(line)),) if path and line.isdigit() else ()
+        context.emit(
+            rules.DYNAMIC_SHAPE_FIXED,
+            message_args={
+                "dim": found.axes,
+                "change": f"node {found.node} ({found.op}) holds {found.value}",
+                "reason": "the example's size of a dynamic axis, maybe baked in"
+                + ("" if proved else "; the model is too large to run at a second size here"),
+            },
+            locations=locations,
+        )
+
+
+def record_unproved_axes(context: DiagnosticContext, problem: str) -> None:
+    """An OXE0020 warning: the graph differs from eager at other sizes, no node to blame."""
+    context.emit(
+        rules.DYNAMIC_SHAPE_FIXED,
+        message_args={
+            "dim": problem.split(":", maxsplit=1)[0].removeprefix("at "),
+            "change": "not proved at other sizes",
+            "reason": f"{problem}, and no node holds the example's sizes: compare the saved "
+            "file with the model at the sizes you need",
+        },
+    )

@@ -66,12 +66,12 @@ class _RecordingHandler(logging.Handler):
     def __init__(self, context: DiagnosticContext) -> None:
         super().__init__(logging.WARNING)
         self._context = context
-        self._last: int | None = None
+        self._last: logging.LogRecord | None = None  # held: a freed record's id is reused
 
     def emit(self, record: logging.LogRecord) -> None:
-        if id(record) == self._last:  # the same record reached a second torch logger
+        if record is self._last:  # the same record reached a second torch logger
             return
-        self._last = id(record)
+        self._last = record
         try:
             message = record.getMessage()
         except Exception:  # bad %-format arguments: keep the raw message
@@ -106,13 +106,15 @@ def _terminal_handler(handler: logging.Handler) -> bool:
     """A handler of torch's, or one on the process's stderr or stdout; not a file's.
 
     torch's structured trace (``TORCH_TRACE``, a ``LazyTraceHandler``) writes files: kept.
+    torch 2.14's own handler (``_StderrHandler``) is a plain ``logging.Handler`` that writes
+    to whatever ``sys.stderr`` is at the time, so torch's handlers are matched first.
     """
-    if not isinstance(handler, logging.StreamHandler) or isinstance(handler, logging.FileHandler):
-        return False
-    if type(handler).__name__ == "LazyTraceHandler":
+    if type(handler).__name__ == "LazyTraceHandler" or isinstance(handler, logging.FileHandler):
         return False
     if handler in _torch_handlers():
         return True
+    if not isinstance(handler, logging.StreamHandler):
+        return False
     return handler.stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
 
 

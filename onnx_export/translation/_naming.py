@@ -25,6 +25,7 @@ __all__ = [
     "warn_merged_dim_names",
     "check_int_bounds",
     "int_range",
+    "axis_ranges",
 ]
 
 
@@ -292,6 +293,21 @@ def int_range(program: ExportedProgram, val: torch.SymInt) -> tuple[int | None, 
     if found is None:
         return None, None
     return _finite(found.lower), _finite(found.upper)
+
+
+def axis_ranges(
+    program: ExportedProgram, val: torch.Tensor
+) -> tuple[tuple[int, str, int | None, int | None], ...]:
+    """``(axis, symbol, low, high)`` of each axis of an input that is a symbol of ``program``."""
+    found: list[tuple[int, str, int | None, int | None]] = []
+    for axis, size in enumerate(val.shape):
+        if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
+            continue
+        bounds = program.range_constraints.get(size.node.expr)
+        if bounds is not None:
+            low, high = _finite(bounds.lower), _finite(bounds.upper)
+            found.append((axis, str(size.node.expr), low, high))
+    return tuple(found)
 
 
 def check_int_bounds(

@@ -22,7 +22,7 @@ from onnx_export.ops._target_opset import targeting
 from onnx_export.translation._builder import TaggingGraphBuilder
 from onnx_export.translation._control_flow import HIGHER_ORDER_OPS, PRODUCER_OPSET
 from onnx_export.translation._dispatch import Dispatch, dispatch
-from onnx_export.translation._naming import MergedDimName, int_range
+from onnx_export.translation._naming import MergedDimName, axis_ranges, int_range
 from onnx_export.translation._operands import complex_scalar_dispatch, operand_values
 from onnx_export.translation._recorder import recording
 from onnx_export.translation._source import NodeOrigin, node_origin
@@ -38,6 +38,7 @@ __all__ = [
     "decision_key",
     "PYTHON_INT_KEY",
     "INT_RANGE_KEY",
+    "AXIS_RANGES_KEY",
 ]
 
 _PRODUCER_OPSET = PRODUCER_OPSET
@@ -47,6 +48,9 @@ PYTHON_INT_KEY = "onnx_export.python_int"
 
 INT_RANGE_KEY = "onnx_export.int_range"
 """``ir.Value.meta`` key of such an input's range, ``(low, high)``, ``None`` where unbounded."""
+
+AXIS_RANGES_KEY = "onnx_export.axis_ranges"
+"""``ir.Value.meta`` key of a tensor input's symbolic axes: ``((axis, symbol, low, high), ...)``."""
 
 # Higher-order ops whose body is simply inlined: (operand index where the body starts).
 _INLINED_HOPS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}
@@ -372,6 +376,7 @@ class _Translator:
             elif spec.kind == InputKind.USER_INPUT and isinstance(val, torch.Tensor):
                 value = ir.Value(name=next(names))
                 _set_type_and_shape(value, val, self.dim_names)
+                value.meta[AXIS_RANGES_KEY] = axis_ranges(program, val)
                 self.graph.inputs.append(value)
                 self._used_names.add(str(value.name))
                 env[node] = value

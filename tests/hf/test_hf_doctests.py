@@ -10,9 +10,9 @@ import pytest
 MODULES = [
     "onnx_export.hf",
     "onnx_export.hf._errors",
-    "onnx_export.hf._export",
-    "onnx_export.hf._causal",
-    "onnx_export.hf._seq2seq",
+    "onnx_export.hf.export._export",
+    "onnx_export.hf.runtime.generation._causal",
+    "onnx_export.hf.runtime.generation._seq2seq",
 ]
 
 

@@ -13,7 +13,7 @@ import pytest
 import transformers as tf
 
 from onnx_export import hf
-from onnx_export.hf import _export
+from onnx_export.hf.export import _export
 from tests.hf.conftest import Exported
 
 

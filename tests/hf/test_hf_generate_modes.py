@@ -102,7 +102,7 @@ def test_sampling_keeps_transformers_distribution(exported: Callable[[str], Expo
     """top_k=1 is greedy; top-k and top-p keep the set transformers' warpers keep."""
     from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-    from onnx_export.hf._logits import TokenChooser
+    from onnx_export.hf.runtime.generation._logits import TokenChooser
 
     case = exported("llama")
     model = hf.OrtModelForCausalLM.from_pretrained(case.folder)

@@ -236,7 +236,7 @@ def _transformers_tokens(model: Any, batch: int, **kwargs: Any) -> np.ndarray:
 def test_fused_decoder_is_marked_to_share_its_cache_buffer(
     fused_llama: tuple[Any, pathlib.Path],
 ) -> None:
-    from onnx_export.hf._session import SHARE_BUFFER_KEY
+    from onnx_export.hf.runtime._session import SHARE_BUFFER_KEY
     from onnx_export.passes.ort_gqa import SHARE_BUFFER_KEY as PASS_KEY
 
     _, folder = fused_llama
@@ -294,7 +294,7 @@ def test_fused_decoder_with_eos_sampling_and_streaming(
 def test_fused_live_sequence_grows_and_rewinds_its_shared_cache(
     fused_llama: tuple[Any, pathlib.Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from onnx_export.hf import _live
+    from onnx_export.hf.runtime.generation import _live
 
     monkeypatch.setattr(_live, "_FIRST_CAPACITY", 8)  # grows twice below
     model, folder = fused_llama

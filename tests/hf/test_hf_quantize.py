@@ -109,7 +109,7 @@ def test_the_int4_quantizer_leaves_the_root_logger_alone() -> None:
     # process (the import is cached in this one) the user's root logger must be untouched.
     code = (
         "import logging\n"
-        "from onnx_export.hf._quantize import _import_quantizer\n"
+        "from onnx_export.hf.export._quantize import _import_quantizer\n"
         "assert _import_quantizer().__name__ == 'MatMulNBitsQuantizer'\n"
         "root = logging.getLogger()\n"
         "print(logging.getLevelName(root.level), len(root.handlers))\n"

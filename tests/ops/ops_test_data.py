@@ -318,7 +318,21 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
 }
 
 #: Every op_db entry, in op_db's order.
+#: Entries of one torch release's ``op_db`` only: added by a newer torch, or removed by it
+#: (torch 2.14 removed ``cholesky`` and ``qr``'s entries). The table lists them all; the
+#: sweep runs those the installed torch has.
+VERSION_SPECIFIC: frozenset[str] = frozenset(
+    {
+        "cholesky",
+        "qr",
+        "linalg.matrix_sqrth",
+        "linalg.polar",
+        "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
+    }
+)
+
 TESTED_OPS_LIST: tuple[OpTest, ...] = (
+    _op("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"),  # torch >= 2.14
     _op("abs"),
     _op("acos"),
     _op("acosh"),
@@ -1023,6 +1037,8 @@ TESTED_OPS_LIST: tuple[OpTest, ...] = (
         reason="torch.export: linalg_lstsq's output shapes depend on the computed rank"
     ),
     _op("linalg.matrix_power"),
+    _op("linalg.matrix_sqrth"),  # torch >= 2.14
+    _op("linalg.polar"),  # torch >= 2.14
     _op("linalg.multi_dot"),
     _op("linalg.norm"),
     _op("linalg.norm.subgradients_at_zero"),

@@ -26,7 +26,9 @@ _DTYPES: dict[str, torch.dtype | None] = {
 
 def _check(key: str, dtype: torch.dtype | None) -> OpResult:
     entry = table.entry_for(key)
-    opinfo = op_db_by_key()[key]
+    opinfo = op_db_by_key().get(key)
+    if opinfo is None:
+        pytest.skip(f"torch {torch.__version__}'s op_db has no {key} (see VERSION_SPECIFIC)")
     primary = table.primary_dtype(entry, opinfo)
     if dtype is not None and dtype == primary:
         pytest.skip(f"{dtype} is {key}'s primary dtype, tested as 'primary'")
@@ -62,7 +64,8 @@ def test_table_lists_every_op_db_entry_once() -> None:
     listed = [entry.key for entry in table.TESTED_OPS_LIST]
     assert len(listed) == len(set(listed)), "an op is listed twice"
     assert sorted(set(keys) - set(listed)) == [], "op_db entries missing from the table"
-    assert sorted(set(listed) - set(keys)) == [], "table entries that op_db does not have"
+    unknown = set(listed) - set(keys) - table.VERSION_SPECIFIC
+    assert sorted(unknown) == [], "table entries that op_db does not have"
 
 
 def test_every_skip_and_xfail_has_a_reason() -> None:

@@ -1,0 +1,306 @@
+"""Structured output and n-gram speculation side by side with onnxruntime-genai.
+
+One random-weight Llama (``llama-5M``'s shape: vocabulary 4000, hidden 256, 4 layers) with
+a byte-level BPE tokenizer trained here (``bench_structured.train_tokenizer``), exported
+by us (default target) and by genai's model builder (fp32), 1 thread each, batch 1;
+rounds alternate between the tools, best of ``--repeat``.
+
+Ours runs twice: the default graph (``ours``) and the fused ``target="onnxruntime"`` one
+(``fused``, GroupQueryAttention as genai's; its logits are the last position's only, so
+it has no speculation row).
+
+- **structured output**: a JSON schema (bounded strings, an enum, a boolean) through
+  ``generate(json_schema=...)`` and through genai's ``set_guidance("json_schema", ...)``
+  (llguidance in both; whitespace off in both, ``x-guidance``), against each tool's own
+  unconstrained decoding of as many tokens: milliseconds per new token (the prompt
+  included), and the mask's cost per token (the difference); every document is checked to
+  parse and validate.
+- **speculation**: a repetitive prompt (a 7-token phrase 8 times, as a summary quoting its
+  source), 64 new tokens, greedy: ``prompt_lookup_num_tokens=4`` (n-grams up to 2) against
+  genai's n-gram decoding (``ngram_size=2, max_draft_tokens=4``); tokens/s, the speed-up
+  over each tool's plain greedy, the acceptance rate, and that the tokens equal plain
+  greedy's. A random model falls into a loop of a few tokens, which prompt lookup then
+  drafts well: the acceptance here is an upper end, not a trained model's.
+- **continuous batching**: 1, 4 and 16 requests (prompts of 8-40 tokens, 16-48 new
+  tokens each) through ``batcher()`` at once against ``generate()`` one after another
+  (ours only: genai's Engine is not run here), and that the tokens are the same.
+
+    python bench/bench_genai_features.py [--repeat 5] [--clock wall|cpu] [--genai-path DIR]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench_genai.py
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+import transformers as tf
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from bench.bench_genai import set_genai_threads
+from bench.bench_structured import train_tokenizer
+from onnx_export import hf
+from onnx_export.hf.runtime.generation._generate import Stopping
+from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._speculative import (
+    ChunkRunner,
+    PromptLookup,
+    speculative_decode,
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "city": {"type": "string", "maxLength": 12},
+        "admin": {"type": "boolean"},
+        "role": {"enum": ["reader", "writer", "owner"]},
+    },
+    "required": ["name", "city", "admin", "role"],
+    "additionalProperties": False,
+}
+PHRASE = [5, 9, 13, 17, 21, 25, 29]
+REPEATING = np.array([[0, *PHRASE * 8]], np.int64)
+PLAIN_PROMPT = np.array([[0, *range(40, 72)]], np.int64)
+NEW = 64
+
+
+def checkpoint(folder: pathlib.Path) -> None:
+    """The random Llama and its byte-level BPE tokenizer, saved into ``folder``."""
+    config = tf.LlamaConfig(
+        vocab_size=4000,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    tf.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    train_tokenizer(4000, folder)
+    config_file = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>"}
+    config_file["eos_token"] = "</s>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config_file))
+
+
+def build_genai(ckpt: pathlib.Path, out: pathlib.Path, env: dict[str, str]) -> None:
+    command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt)]
+    command += ["-o", str(out), "-p", "fp32", "-e", "cpu", "-c", str(out.parent / "cache")]
+    subprocess.run(command, check=True, env=env, capture_output=True)
+    set_genai_threads(out, 1)
+
+
+#: A tool's run: (prompt, new tokens) -> (new tokens, seconds, acceptance or None).
+Run = Callable[[np.ndarray, int], tuple[np.ndarray, float, float | None]]
+#: Which clock the runs read: "wall" (perf_counter) or "cpu" (this process's CPU seconds,
+#: less moved by other processes on a shared machine; one thread each).
+CLOCK = {"name": "wall"}
+
+
+def _now() -> float:
+    return time.process_time() if CLOCK["name"] == "cpu" else time.perf_counter()
+
+
+def _since(start: float) -> float:
+    return _now() - start
+
+
+def ours(folder: pathlib.Path) -> dict[str, Run]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
+
+    def timed(**kwargs: Any) -> Run:
+        def run(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
+            start = _now()
+            out = model.generate(ids, max_new_tokens=new, **kwargs)
+            return out[0, ids.shape[1] :], _since(start), None
+
+        return run
+
+    def lookup(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
+        start = _now()
+        runner = ChunkRunner(model.session, uses_positions=True)
+        stopping = Stopping.resolve(new, [], None)
+        out, stats = speculative_decode(runner, PromptLookup(4, 2), ids, TokenChooser(), stopping)
+        return out[0, ids.shape[1] :], _since(start), stats.acceptance
+
+    return {
+        "plain": timed(eos_token_id=[]),
+        "json": timed(json_schema=SCHEMA),
+        "lookup": lookup,
+    }
+
+
+def genai(folder: pathlib.Path) -> dict[str, Run]:
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    guided = json.dumps({**SCHEMA, "x-guidance": {"whitespace_flexible": False}})
+
+    def timed(guidance: bool = False, ngram: bool = False) -> Run:
+        def run(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
+            start = _now()
+            params = og.GeneratorParams(model)
+            length = ids.shape[1] + new
+            if guidance:
+                params.set_search_options(max_length=length, do_sample=False)
+                params.set_guidance("json_schema", guided)
+            else:
+                params.set_search_options(max_length=length, min_length=length, do_sample=False)
+            if ngram:
+                params.set_speculative_options(ngram_size=2, max_draft_tokens=4)
+            generator = og.Generator(model, params)
+            generator.append_tokens(ids.astype(np.int32))
+            while not generator.is_done():
+                generator.generate_next_token()
+            seconds = _since(start)
+            stats = generator.get_speculative_stats() if ngram else {}
+            out = np.asarray(generator.get_sequence(0))[ids.shape[1] :]
+            return out, seconds, stats.get("acceptance_rate")
+
+        return run
+
+    return {"plain": timed(), "json": timed(guidance=True), "lookup": timed(ngram=True)}
+
+
+def best(
+    tools: dict[str, dict[str, Run]],
+    mode: str,
+    ids: np.ndarray,
+    repeat: int,
+    new: Callable[[str], int] = lambda name: NEW,
+) -> dict[str, tuple[np.ndarray, float, float | None]]:
+    """Each tool's ``mode`` on ``ids``, rounds alternating, the fastest of each."""
+    results: dict[str, tuple[np.ndarray, float, float | None]] = {}
+    for _ in range(repeat):
+        for name, runs in tools.items():
+            if mode not in runs:
+                continue
+            out = runs[mode](ids, new(name))
+            if name not in results or out[1] < results[name][1]:
+                results[name] = out
+    return results
+
+
+def batching(folder: pathlib.Path, repeat: int) -> None:
+    """Requests/s of N requests at once (``batcher()``) against one after another."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
+    rng = np.random.default_rng(0)
+    print(f"{'requests':>8} {'sequential req/s':>16} {'batched req/s':>13} {'ratio':>6} same")
+    for count in (1, 4, 16):
+        prompts = [rng.integers(3, 4000, int(rng.integers(8, 40))).tolist() for _ in range(count)]
+        news = [int(n) for n in rng.integers(16, 48, count)]
+        alone_s = together_s = float("inf")
+        for _ in range(repeat):
+            start = _now()
+            alone = [
+                model.generate([p], max_new_tokens=n, eos_token_id=[])[0, len(p) :].tolist()
+                for p, n in zip(prompts, news, strict=True)
+            ]
+            alone_s = min(alone_s, _since(start))
+            start = _now()
+            batcher = model.batcher()
+            ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
+            done = {r.id: r.tokens for r in batcher.run()}
+            together_s = min(together_s, _since(start))
+        same = [done[i] for i in ids] == alone
+        print(
+            f"{count:>8} {count / alone_s:>16.1f} {count / together_s:>13.1f} "
+            f"{alone_s / together_s:>5.2f}x {same}"
+        )
+
+
+def valid(tokens: np.ndarray, tokenizer: Any) -> bool:
+    import jsonschema
+
+    text = tokenizer.decode([int(t) for t in tokens], skip_special_tokens=True)
+    try:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--genai-path", default=None)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    args = parser.parse_args()
+    CLOCK["name"] = args.clock
+    env = dict(os.environ)
+    if args.genai_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.genai_path, env.get("PYTHONPATH")]))
+        sys.path.insert(0, args.genai_path)
+    from tokenizers import Tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        checkpoint(root / "ckpt")
+        hf.export_pretrained(root / "ckpt", root / "ours")
+        hf.export_pretrained(root / "ckpt", root / "fused", target="onnxruntime")
+        build_genai(root / "ckpt", root / "genai", env)
+        tokenizer = Tokenizer.from_file(str(root / "ckpt" / "tokenizer.json"))
+        fused = ours(root / "fused")
+        del fused["lookup"]  # its logits hold the last position only: no verification
+        tools = {"ours": ours(root / "ours"), "fused": fused, "genai": genai(root / "genai")}
+        print(
+            f"structured output (JSON schema), ms per new token ({args.clock}), "
+            f"best of {args.repeat}"
+        )
+        guided = best(tools, "json", PLAIN_PROMPT, args.repeat)
+        # unconstrained decoding of as many tokens as each tool's document
+        plain = best(tools, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
+        print(f"{'tool':<6} {'plain':>7} {'json':>7} {'mask/token':>10} {'tokens':>6} valid")
+        for name in tools:
+            per_plain = plain[name][1] / len(plain[name][0]) * 1e3
+            tokens = guided[name][0]
+            per_json = guided[name][1] / len(tokens) * 1e3
+            print(
+                f"{name:<6} {per_plain:>7.2f} {per_json:>7.2f} {per_json - per_plain:>10.2f} "
+                f"{len(tokens):>6} {valid(tokens, tokenizer)}"
+            )
+        print("\nn-gram speculation on a repetitive prompt, 64 new tokens, greedy")
+        plain = best(tools, "plain", REPEATING, args.repeat)
+        spec = best(tools, "lookup", REPEATING, args.repeat)
+        print(
+            f"{'tool':<6} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
+            f"{'accepted':>8} same-tokens"
+        )
+        for name in tools:
+            if name not in spec:
+                print(f"{name:<6} {NEW / plain[name][1]:>11.0f} {'-':>11}")
+                continue
+            rate = NEW / plain[name][1], NEW / spec[name][1]
+            same = np.array_equal(plain[name][0], spec[name][0])
+            accepted = spec[name][2] or 0.0
+            print(
+                f"{name:<6} {rate[0]:>11.0f} {rate[1]:>11.0f} {rate[1] / rate[0]:>7.2f}x "
+                f"{accepted:>8.2f} {same}"
+            )
+        print("\ncontinuous batching (ours, default graph): prompts of 8-40, 16-48 new tokens")
+        batching(root / "ours", max(1, args.repeat // 3))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Other example sizes for the dynamic axes: to capture again, and to prove a file at a second size.
+
+torch.export specialises what the example makes special: sizes 0 and 1, and sizes that
+happen to equal another size of the model (a batch of 10 beside a sequence of 10). The
+model's code may hold for any size, and the user's example still lands on a special
+one. :func:`resized_call` makes the example another size along every dynamic axis, the
+values repeated cyclically along the axis (token ids stay ids, masks stay masks), so that
+the capture can be redone, or the exported graph run, at sizes nothing is special about.
+
+Axes the user named alike (``"batch"``) get one new size; unnamed dynamic axes with the
+same example size are taken to be one dimension too. New sizes are small odd primes that
+equal no static size of the inputs, no example size, and each other, inside the user's
+``Dim`` bounds and any range given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from onnx_export.capture._call import Call
+from onnx_export.capture._dynamic import leaf_items, named_inputs
+from onnx_export.capture._shape_fixes import user_dims
+
+__all__ = ["Resized", "resized_call"]
+
+#: Sizes tried first: odd primes, unlikely to equal a size of the model.
+_SIZES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resized:
+    """The call at other example sizes.
+
+    Attributes:
+        call: The same call, its tensors resized along their dynamic axes.
+        sizes: ``(input path, axis, example size, new size)`` for each resized axis.
+    """
+
+    call: Call
+    sizes: tuple[tuple[str, int, int, int], ...]
+
+    def text(self) -> str:
+        """``x[0]: 10 -> 3, x[1]: 1 -> 5`` for messages."""
+        return ", ".join(f"{p}[{a}]: {old} -> {new}" for p, a, old, new in self.sizes)
+
+
+def _group(dim: Any, size: int) -> Any:
+    """Axes of one group share a new size: the user's name, else the example size."""
+    if isinstance(dim, str):
+        return ("name", dim)
+    name = getattr(dim, "__name__", None)
+    if name and type(dim).__name__ != "DimHint":
+        return ("name", name)
+    return ("size", size)
+
+
+def _bounds(dim: Any) -> tuple[int, float]:
+    low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+    low = low if isinstance(low, int) else 0
+    high = high if isinstance(high, int) and not isinstance(high, bool) else float("inf")
+    return low, high
+
+
+def _pick(taken: set[int], low: int, high: float) -> int | None:
+    for size in itertools.chain(_SIZES, range(2, 10_000)):
+        if size not in taken and low <= size <= high:
+            return size
+    return None
+
+
+def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
+    inputs = named_inputs(call.signature, call.args, call.kwargs)
+    for name, value in inputs.items():
+        for path, leaf in leaf_items(name, value):
+            if isinstance(leaf, torch.Tensor):
+                yield path, leaf
+
+
+def _new_sizes(
+    call: Call, avoid: set[int], ranges: Mapping[tuple[str, int], tuple[int, float]]
+) -> dict[tuple[str, int], tuple[int, int]] | None:
+    """``(path, axis) -> (example size, new size)`` for each dynamic axis; None when none."""
+    if call.shapes is None:
+        return None
+    tensors = dict(_tensors(call))
+    dims = {k: d for k, d in user_dims(call.shapes.names).items() if k[0] in tensors}
+    if not dims:
+        return None
+    taken = set(avoid)
+    for path, tensor in tensors.items():
+        taken.update(s for a, s in enumerate(tensor.shape) if (path, a) not in dims)
+    taken.update(int(tensors[p].shape[a]) for p, a in dims)
+    chosen: dict[Any, int] = {}
+    sizes: dict[tuple[str, int], tuple[int, int]] = {}
+    for (path, axis), dim in dims.items():
+        old = int(tensors[path].shape[axis])
+        if old == 0:
+            return None  # nothing to repeat
+        key = _group(dim, old)
+        if key not in chosen:
+            low, high = _bounds(dim)
+            given_low, given_high = ranges.get((path, axis), (0, float("inf")))
+            new = _pick(taken, max(low, given_low), min(high, given_high))
+            if new is None:
+                return None
+            chosen[key] = new
+            taken.add(new)
+        sizes[(path, axis)] = (old, chosen[key])
+    return sizes
+
+
+def _resize(tensor: torch.Tensor, axes: Mapping[int, int]) -> torch.Tensor:
+    with torch.no_grad():
+        out = tensor
+        for axis, size in axes.items():
+            index = torch.arange(size, device=tensor.device) % tensor.shape[axis]
+            out = out.index_select(axis, index)
+    return out.requires_grad_(tensor.requires_grad) if tensor.is_floating_point() else out
+
+
+def resized_call(
+    call: Call,
+    avoid: set[int] | None = None,
+    ranges: Mapping[tuple[str, int], tuple[int, float]] | None = None,
+) -> Resized | None:
+    """``call`` with every dynamic axis of its tensors at another size, or ``None``.
+
+    Args:
+        call: The export's call; its dynamic shapes say which axes to resize.
+        avoid: Sizes not to use (those of an earlier resize).
+        ranges: ``(input path, axis) -> (low, high)`` the new sizes must lie in (the
+            ranges a file declares).
+
+    Returns ``None`` when there is nothing to resize (no dynamic tensor axis, an empty
+    axis, no signature to rebuild the call with, no size left in a range).
+
+    Example:
+        >>> import torch
+        >>> from onnx_export._options import ExportOptions
+        >>> from onnx_export.capture._call import forward_signature, prepare_call
+        >>> model = torch.nn.Linear(4, 2)
+        >>> options = ExportOptions(dynamic_shapes={"input": {0: "batch"}})
+        >>> call = prepare_call(model, forward_signature(model), (torch.ones(1, 4),), {}, options)
+        >>> resized_call(call).text()
+        'input[0]: 1 -> 3'
+    """
+    if call.signature is None:
+        return None
+    sizes = _new_sizes(call, avoid or set(), ranges or {})
+    if not sizes:
+        return None
+    per_path: dict[str, dict[int, int]] = {}
+    for (path, axis), (_, new) in sizes.items():
+        per_path.setdefault(path, {})[axis] = new
+    bound = call.signature.bind(*call.args, **call.kwargs)
+    var_keyword = {p.name for p in call.signature.parameters.values() if p.kind == p.VAR_KEYWORD}
+    replaced: dict[int, torch.Tensor] = {}
+    for name, value in list(bound.arguments.items()):
+        if name in var_keyword:
+            bound.arguments[name] = {
+                k: _resized_value(k, v, per_path, replaced) for k, v in value.items()
+            }
+        else:
+            bound.arguments[name] = _resized_value(name, value, per_path, replaced)
+    canonical = pytree.tree_map(lambda leaf: replaced.get(id(leaf), leaf), call.canonical)
+    call2 = dataclasses.replace(
+        call, args=tuple(bound.args), kwargs=dict(bound.kwargs), canonical=canonical, size_one=()
+    )
+    listed = tuple((p, a, old, new) for (p, a), (old, new) in sizes.items())
+    return Resized(call2, listed)
+
+
+def _resized_value(
+    name: str,
+    value: Any,
+    per_path: Mapping[str, Mapping[int, int]],
+    replaced: dict[int, torch.Tensor],
+) -> Any:
+    """``value`` with its tensor leaves resized, by their dotted path under ``name``.
+
+    Each replaced tensor is recorded in ``replaced`` by the ``id`` of the original.
+    """
+    flat, tree = pytree.tree_flatten(value)
+    paths = [p for p, _ in leaf_items(name, value)]
+    leaves = []
+    for path, leaf in zip(paths, flat, strict=True):
+        if isinstance(leaf, torch.Tensor) and path in per_path:
+            replaced[id(leaf)] = _resize(leaf, per_path[path])
+            leaves.append(replaced[id(leaf)])
+        else:
+            leaves.append(leaf)
+    return pytree.tree_unflatten(leaves, tree)

@@ -1,0 +1,383 @@
+"""``export_pretrained``: a checkpoint folder -> a folder ready for ONNX Runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from typing import Any, Literal
+
+from onnx_export.hf._errors import CheckpointError
+from onnx_export.hf._tasks import TASKS, model_class, read_checkpoint, resolve_task
+
+__all__ = ["ExportedCheckpoint", "export_pretrained", "MANIFEST_NAME"]
+
+#: What the runtime reads first in an exported folder: the task and the files.
+MANIFEST_NAME = "onnx_export.json"
+
+# Tasks whose model type the architecture table does not name load with these.
+_AUTO_CLASSES = {
+    "text-generation": "AutoModelForCausalLM",
+    "text2text-generation": "AutoModelForSeq2SeqLM",
+    "automatic-speech-recognition": "AutoModelForSpeechSeq2Seq",
+    "feature-extraction": "AutoModel",
+    "sentence-similarity": "AutoModel",
+    "fill-mask": "AutoModelForMaskedLM",
+    "text-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "multiple-choice": "AutoModelForMultipleChoice",
+    "image-classification": "AutoModelForImageClassification",
+    "semantic-segmentation": "AutoModelForSemanticSegmentation",
+    "object-detection": "AutoModelForObjectDetection",
+    "depth-estimation": "AutoModelForDepthEstimation",
+    "audio-classification": "AutoModelForAudioClassification",
+    "image-to-text": "AutoModelForImageTextToText",
+    "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
+}
+
+# Files copied beside the model so that the folder is self-contained (no weights).
+_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "normalizer.json",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedCheckpoint:
+    """What :func:`export_pretrained` wrote.
+
+    Attributes:
+        path: The output folder.
+        task: The task exported.
+        model_type: The architecture (``config.json``'s ``model_type``).
+        onnx_files: The ONNX files written, in the order they run
+            (``model.onnx``, or ``encoder_model.onnx`` then ``decoder_model.onnx``).
+        copied_files: Config, generation config and tokenizer files copied beside them.
+        seconds: Wall time of the export.
+
+    Example:
+        >>> from onnx_export.hf import export_pretrained
+        >>> result = export_pretrained("t5-checkpoint", "t5-onnx")  # doctest: +SKIP
+        >>> result.onnx_files  # doctest: +SKIP
+        ('encoder_model.onnx', 'decoder_model.onnx')
+    """
+
+    path: pathlib.Path
+    task: str
+    model_type: str
+    onnx_files: tuple[str, ...]
+    copied_files: tuple[str, ...]
+    seconds: float
+
+
+def _load_model(path: pathlib.Path, task: str, model_type: str) -> Any:
+    import torch
+
+    try:
+        import transformers
+    except ImportError as e:
+        raise CheckpointError(
+            f"Exporting a checkpoint needs transformers ({e}); install it "
+            "with pip install 'onnx-export[hf]'."
+        ) from e
+
+    name = model_class(model_type, task) or _AUTO_CLASSES[task]
+    auto = getattr(transformers, name, None)
+    if auto is None:
+        raise CheckpointError(
+            f"transformers {transformers.__version__} has no {name} (the class for "
+            f"{model_type!r} and {task!r}); install the transformers version that wrote the "
+            "checkpoint."
+        )
+    try:  # float32 whatever the checkpoint's dtype: ONNX Runtime's CPU kernels need it
+        model = auto.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as e:
+        raise CheckpointError(
+            f"transformers could not load {os.fspath(path)!r} as {name} for "
+            f"task {task!r}: {str(e).rstrip('.')}. The folder needs config.json and the weights "
+            "(*.safetensors) that `save_pretrained` writes."
+        ) from e
+    return model
+
+
+def _check_target(target: str) -> None:
+    """``"onnx"``, or a target this version's ``ExportOptions`` knows."""
+    from onnx_export._options import ExportOptions
+
+    if target == "onnx":
+        return
+    if target != "onnxruntime":
+        raise CheckpointError(f"target must be 'onnx' or 'onnxruntime', got {target!r}.")
+    if "target" not in {f.name for f in dataclasses.fields(ExportOptions)}:
+        raise CheckpointError(
+            f"target={target!r} is not available in this version of onnx_export "
+            "(ExportOptions has no 'target'); use target='onnx'."
+        )
+
+
+def _export_options(
+    dynamic_shapes: Any, opset: int | None, target: str, strategies: tuple[str, ...] = ()
+) -> Any:
+    import onnx_export
+
+    kwargs: dict[str, Any] = {"dynamic_shapes": dynamic_shapes}
+    if strategies:
+        kwargs["capture_strategies"] = strategies
+    if opset is not None:
+        kwargs["opset_version"] = opset
+    if target != "onnx":
+        kwargs["target"] = target
+    return onnx_export.ExportOptions(**kwargs)
+
+
+def _export_graph(spec: Any, opset: int | None, target: str) -> Any:
+    """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail.
+
+    The attempt with more dynamic dimensions tries the fast capture strategy only: a model
+    that fixes them fails it quickly, and is then exported as usual with the fallback.
+    """
+    import onnx_export
+    from onnx_export.errors import ExportInputError, OnnxExportError
+    from onnx_export.hf.export._fused_decoder import with_fused_ops  # GQA's registry, if fused
+
+    if spec.fallback is None:
+        options = with_fused_ops(spec, _export_options(spec.dynamic_shapes, opset, target))
+        return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+    try:
+        options = _export_options(spec.dynamic_shapes, opset, target, ("non_strict",))
+        options = with_fused_ops(spec, options)
+        return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+    except ExportInputError:
+        raise
+    except OnnxExportError:
+        pass
+    options = with_fused_ops(spec, _export_options(spec.fallback, opset, target))
+    return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
+
+
+def _write_graphs(
+    model: Any, task: str, folder: pathlib.Path, opset: int | None, target: str
+) -> list[str]:
+    import torch
+
+    from onnx_export.hf.export._fused_decoder import FusedGraphSpec, onnxruntime_graphs
+    from onnx_export.hf.export._parity import check_against_eager
+    from onnx_export.hf.export._task_graphs import graphs_for_task
+    from onnx_export.hf.runtime._session import PADDING_SIDE_KEY
+
+    written = []
+    with torch.no_grad():
+        specs = graphs_for_task(model, task)
+        for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:
+            program = _export_graph(spec, opset, target)
+            if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
+                program.model.metadata_props[PADDING_SIDE_KEY] = "right"
+            checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
+            check_against_eager(spec.file_name, spec.module, program, checked)
+            program.save(folder / spec.file_name)
+            written.append(spec.file_name)
+    return written
+
+
+def _copy_side_files(source: pathlib.Path | None, model: Any, folder: pathlib.Path) -> list[str]:
+    copied = []
+    if source is not None:
+        for name in _SIDE_FILES:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, folder / name)
+                copied.append(name)
+    if "config.json" not in copied:
+        model.config.to_json_file(folder / "config.json")
+        copied.append("config.json")
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", lambda: False)()
+    if "generation_config.json" not in copied and generation is not None and can_generate:
+        generation.to_json_file(folder / "generation_config.json")
+        copied.append("generation_config.json")
+    return copied
+
+
+def _check_output(out: pathlib.Path, source: pathlib.Path | None) -> None:
+    """Refuses, before any work, an ``out_dir`` whose replacement would lose the user's files.
+
+    ``out_dir`` may be new, empty, or a folder this exporter wrote (it holds the manifest):
+    only those are replaced. The checkpoint folder itself, a folder above it, a file, or a
+    folder with other files in it are refused.
+    """
+    where = os.fspath(out)
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"Output {where!r} exists and is not a folder; name a folder.")
+    if source is not None:
+        checkpoint = source.resolve()
+        if out.resolve() == checkpoint or out.resolve() in checkpoint.parents:
+            raise CheckpointError(
+                f"Output {where!r} would replace the checkpoint {os.fspath(source)!r} (the "
+                "output folder is replaced as a whole); write to another folder, e.g. "
+                f"{os.fspath(checkpoint.with_name(checkpoint.name + '-onnx'))!r}."
+            )
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+        raise CheckpointError(
+            f"Output {where!r} already holds files that this exporter did not write (it has "
+            f"no {MANIFEST_NAME}); the output folder is replaced as a whole, so name a new or "
+            "empty folder."
+        )
+
+
+def _replace_folder(staged: pathlib.Path, out: pathlib.Path) -> None:
+    """Move ``staged`` to ``out``; an earlier ``out`` is replaced only once all is written."""
+    if not out.exists():
+        staged.rename(out)
+        return
+    if not out.is_dir():
+        raise CheckpointError(f"Output {os.fspath(out)!r} exists and is not a folder.")
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.rename(old)
+    try:
+        staged.rename(out)
+    except OSError:
+        old.rename(out)  # put the earlier folder back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def export_pretrained(
+    model_or_dir: str | os.PathLike[str] | Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    task: str | None = None,
+    opset: int | None = None,
+    target: Literal["onnx", "onnxruntime"] = "onnx",
+    quantize: Literal["int4", "int8"] | None = None,
+    quantize_block_size: int = 32,
+    quantize_accuracy_level: int | None = 4,
+    quantize_embeddings: bool = False,
+    quantize_head: bool = True,
+) -> ExportedCheckpoint:
+    """Export a ``transformers`` checkpoint to a folder that ONNX Runtime can generate with.
+
+    Decoders (``text-generation``, and the decoder of ``text2text-generation`` and
+    ``automatic-speech-recognition``) are exported once for the prompt and for every
+    later step: batch, sequence and past length are dynamic (past length 0 for the
+    prompt). Their inputs are ``input_ids``, ``attention_mask``, ``position_ids``,
+    ``past_key_values.{i}.key`` / ``.value``; their outputs ``logits`` and
+    ``present.{i}.key`` / ``.value``. Everything is written to a temporary folder beside
+    ``out_dir``, which is then renamed: a failed export leaves ``out_dir`` as it was.
+
+    Args:
+        model_or_dir: A local folder written by ``save_pretrained`` (config.json and
+            safetensors weights; nothing is downloaded; the weights are loaded as
+            float32), or a loaded ``transformers.PreTrainedModel`` (exported in its dtype).
+        out_dir: The folder to write: ``model.onnx`` (or ``encoder_model.onnx`` and
+            ``decoder_model.onnx``), ``onnx_export.json``, and the config, generation
+            config and tokenizer files found beside the weights.
+        task: One of :data:`onnx_export.hf.TASKS`; by default inferred from
+            ``config.json``'s ``architectures``.
+        opset: ONNX opset; the exporter's default when ``None``.
+        target: ``"onnx"``; ``"onnxruntime"`` only when this version's
+            ``ExportOptions`` has a ``target``.
+        quantize: ``"int4"``: weight-only 4-bit ``MatMulNBits`` (ONNX Runtime's
+            MatMulNBitsQuantizer) for every MatMul by a weight, for decoders; ``"int8"``:
+            dynamic int8 quantization (``quantize_dynamic``), for encoders. Float weights
+            when ``None``.
+        quantize_block_size: int4 block size (a power of 2, 16 to 256).
+        quantize_accuracy_level: int4 MatMulNBits ``accuracy_level`` (4: int8
+            activations, the fastest on CPU; ``None``: ORT's default).
+        quantize_embeddings: int4: the embedding table too (``GatherBlockQuantized``).
+        quantize_head: int4: the output head (the MatMul writing ``logits``) too.
+
+    Returns:
+        What was written, where, and how long it took.
+
+    Raises:
+        CheckpointError: No config.json, an architecture that cannot be exported, a task
+            that does not fit it, or weights transformers cannot load.
+        OnnxExportError: The export itself failed (the message says at which stage).
+
+    Example:
+        >>> import tempfile, pathlib, transformers
+        >>> from onnx_export.hf import export_pretrained
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=50, hidden_size=16, num_hidden_layers=1,
+        ...     num_attention_heads=2, intermediate_size=32)
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> transformers.BertModel(config).save_pretrained(folder / "bert")
+        >>> result = export_pretrained(folder / "bert", folder / "onnx")
+        >>> result.task, result.onnx_files
+        ('feature-extraction', ('model.onnx',))
+    """
+    started = time.perf_counter()
+    _check_target(target)
+    quantized = None
+    if quantize is not None:
+        from onnx_export.hf.export._quantize import QuantizeOptions
+
+        quantized = QuantizeOptions(
+            quantize,
+            quantize_block_size,
+            quantize_accuracy_level,
+            quantize_embeddings,
+            quantize_head,
+        )
+    source: pathlib.Path | None = None
+    out = pathlib.Path(out_dir).absolute()
+    if isinstance(model_or_dir, (str, os.PathLike)):
+        checkpoint = read_checkpoint(model_or_dir)
+        source = checkpoint.path
+        _check_output(out, source)
+        model_type, architectures = checkpoint.model_type, checkpoint.architectures
+        task = resolve_task(model_type, architectures, task, checkpoint.config)
+        model = _load_model(source, task, model_type)
+    else:
+        model = model_or_dir
+        config = getattr(model, "config", None)
+        model_type = str(getattr(config, "model_type", type(model).__name__))
+        settings = config.to_dict() if config is not None else None
+        task = resolve_task(model_type, (type(model).__name__,), task, settings)
+    _check_output(out, source)
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename
+    try:
+        onnx_files = _write_graphs(model, task, staged, opset, target)
+        if quantized is not None:
+            from onnx_export.hf.export._quantize import quantize_model_file
+
+            for name in onnx_files:
+                quantize_model_file(staged / name, quantized)
+        copied = _copy_side_files(source, model, staged)
+        if target == "onnxruntime" and onnx_files == ["model.onnx"] and task == "text-generation":
+            from onnx_export.hf.export._genai_config import write_genai_config
+
+            copied.append(write_genai_config(staged, model))  # onnxruntime-genai's og.Model
+        manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}
+        (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_folder(staged, out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return ExportedCheckpoint(
+        out, task, model_type, tuple(onnx_files), tuple(copied), time.perf_counter() - started
+    )
+
+
+assert set(_AUTO_CLASSES) == set(TASKS)

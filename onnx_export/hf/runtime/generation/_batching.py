@@ -1,0 +1,213 @@
+"""Continuous batching: requests join and leave one decoding loop between steps.
+
+A :class:`ContinuousBatcher` holds the rows being decoded in one batch cache. A request
+submitted is prefilled alone (batch 1) and joins at the next step: its cache goes into
+the batch left-padded to the batch's length (or the batch is left-padded to its), its
+attention mask marks the padding, and its positions count its own tokens, so each row
+attends to its own tokens only, as a left-padded batch of ``generate()`` does. A row that
+ends (an end token or its ``max_new_tokens``) leaves before the next step, and columns no
+remaining row reads are cut from the cache. Each request gets the tokens greedy
+``generate()`` gives it alone.
+
+The cache moves through numpy only when rows join or leave; between those steps the
+presents are fed back as ONNX Runtime values. Greedy decoding, the default
+``target="onnx"`` graph (the fused decoder keeps its rows right-aligned in a shared
+buffer, which this loop does not manage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime._session import StepSession, Value
+
+__all__ = ["BatchedRequest", "ContinuousBatcher"]
+
+
+@dataclasses.dataclass
+class BatchedRequest:
+    """One request of a :class:`ContinuousBatcher`.
+
+    Attributes:
+        id: The number :meth:`ContinuousBatcher.submit` returned.
+        prompt: The prompt's tokens.
+        max_new_tokens: How many tokens to add at most.
+        eos: The tokens that end it.
+        tokens: The new tokens so far.
+    """
+
+    id: int
+    prompt: list[int]
+    max_new_tokens: int
+    eos: frozenset[int]
+    tokens: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        """It made ``max_new_tokens`` or an end token."""
+        return len(self.tokens) >= self.max_new_tokens or bool(
+            self.tokens and self.tokens[-1] in self.eos
+        )
+
+
+class ContinuousBatcher:
+    """Greedy decoding of many requests in one loop, admitted and retired between steps.
+
+    Example:
+        >>> batcher = ContinuousBatcher(model.session, uses_positions=True)  # doctest: +SKIP
+        >>> first = batcher.submit([1, 2, 3], max_new_tokens=4)  # doctest: +SKIP
+        >>> for request in batcher.run():  # doctest: +SKIP
+        ...     print(request.id, request.tokens)
+    """
+
+    def __init__(self, session: StepSession, *, uses_positions: bool, vocab: int | None = None):
+        shape = session.output_meta("logits").shape
+        if (len(shape) == 3 and shape[1] == 1) or session.shares_buffer:
+            raise GenerationError(
+                "Continuous batching runs the default target='onnx' decoder; this folder "
+                "holds the fused one: export with the default target."
+            )
+        self._session = session
+        self._uses_positions = uses_positions
+        self._vocab = vocab
+        self._waiting: list[BatchedRequest] = []
+        self._rows: list[BatchedRequest] = []
+        self._past: dict[str, Any] = {}
+        self._mask = np.zeros((0, 0), np.int64)
+        self._next_id = 0
+        #: Decoding steps run (each advances every row by one token).
+        self.steps = 0
+
+    def submit(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> int:
+        """Queue a request; it joins the batch at the next step. Returns its id."""
+        ids = [int(t) for t in prompt]
+        if not ids or (self._vocab is not None and not all(0 <= t < self._vocab for t in ids)):
+            raise GenerationError(
+                f"submit() takes a non-empty list of token ids in [0, {self._vocab}), got "
+                f"{list(prompt)[:8]}."
+            )
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise GenerationError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+        if max_new_tokens < 1:
+            raise GenerationError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+        eos = (
+            ()
+            if eos_token_id is None
+            else ((eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
+        )
+        request = BatchedRequest(self._next_id, ids, max_new_tokens, frozenset(eos))
+        self._next_id += 1
+        self._waiting.append(request)
+        return request.id
+
+    @property
+    def active(self) -> int:
+        """Requests in the batch now."""
+        return len(self._rows)
+
+    def run(self) -> Iterator[BatchedRequest]:
+        """Step until every request submitted (also while running) is done; yields each."""
+        while self._waiting or self._rows:
+            yield from self.step()
+
+    def step(self) -> list[BatchedRequest]:
+        """Admit the waiting requests, run one step, retire the rows that ended."""
+        finished = [r for r in (self._admit(r) for r in self._waiting) if r is not None]
+        self._waiting = []
+        if self._rows:
+            self._decode()
+        ended = [i for i, r in enumerate(self._rows) if r.done]
+        if ended:
+            finished += [self._rows[i] for i in ended]
+            self._retire(ended)
+        return finished
+
+    def _admit(self, request: BatchedRequest) -> BatchedRequest | None:
+        """Prefill ``request`` alone; it joins the batch (or is done after one token)."""
+        length = len(request.prompt)
+        feed: dict[str, Any] = {
+            "input_ids": np.array([request.prompt], np.int64),
+            "attention_mask": np.ones((1, length), np.int64),
+        }
+        if self._uses_positions:
+            feed["position_ids"] = np.arange(length, dtype=np.int64)[None]
+        results = self._session.run({**feed, **self._session.empty_past(1)})
+        request.tokens.append(int(self._session.last_logits(results)[0].argmax()))
+        if request.done:
+            return request
+        past = {n: v.numpy() for n, v in self._session.next_past(results).items()}
+        self._join(request, past, np.ones((1, length), np.int64))
+        return None
+
+    def _join(
+        self, request: BatchedRequest, past: dict[str, npt.NDArray[Any]], mask: npt.NDArray[Any]
+    ) -> None:
+        if not self._rows:
+            self._rows, self._past, self._mask = [request], past, mask
+            return
+        batch = {n: _array(v) for n, v in self._past.items()}
+        width = max(self._mask.shape[1], mask.shape[1])
+        self._past = {
+            n: np.concatenate([_left_pad(batch[n], width), _left_pad(past[n], width)], axis=0)
+            for n in batch
+        }
+        self._mask = np.concatenate([_left_pad(self._mask, width), _left_pad(mask, width)], axis=0)
+        self._rows.append(request)
+
+    def _decode(self) -> None:
+        rows = len(self._rows)
+        self._mask = np.concatenate([self._mask, np.ones((rows, 1), np.int64)], axis=1)
+        feed: dict[str, Any] = {
+            "input_ids": np.array([[r.tokens[-1]] for r in self._rows], np.int64),
+            "attention_mask": self._mask,
+        }
+        if self._uses_positions:
+            feed["position_ids"] = self._mask.sum(axis=1, keepdims=True) - 1
+        results = self._session.run({**feed, **self._past})
+        self._past = self._session.next_past(results)
+        tokens = self._session.last_logits(results).argmax(axis=-1)
+        for request, token in zip(self._rows, tokens.tolist(), strict=True):
+            request.tokens.append(int(token))
+        self.steps += 1
+
+    def _retire(self, ended: list[int]) -> None:
+        gone = set(ended)
+        keep = [i for i in range(len(self._rows)) if i not in gone]
+        self._rows = [self._rows[i] for i in keep]
+        if not keep:
+            self._past, self._mask = {}, np.zeros((0, 0), np.int64)
+            return
+        mask = self._mask[keep]
+        start = int((mask != 0).any(axis=0).argmax())  # columns no row reads go
+        self._mask = mask[:, start:]
+        self._past = {
+            n: np.ascontiguousarray(_array(v)[keep][:, :, start:]) for n, v in self._past.items()
+        }
+
+
+def _left_pad(array: npt.NDArray[Any], width: int) -> npt.NDArray[Any]:
+    """``array`` padded with zeros on the left of its sequence axis (2 for a cache, else 1)."""
+    axis = 2 if array.ndim == 4 else 1
+    missing = width - array.shape[axis]
+    if missing <= 0:
+        return array
+    pad = [(0, 0)] * array.ndim
+    pad[axis] = (missing, 0)
+    return np.pad(array, pad)
+
+
+def _array(value: Value | npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A cache value (an ONNX Runtime value or already numpy) as numpy."""
+    return value if isinstance(value, np.ndarray) else np.asarray(value.numpy())

@@ -1,0 +1,662 @@
+"""``OrtModelForCausalLM``: generation with an exported decoder, numpy + onnxruntime only."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
+from onnx_export.hf.runtime._session import DecodeSession, StepSession
+from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._batching import ContinuousBatcher
+from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
+from onnx_export.hf.runtime.generation._generate import (
+    NextFeed,
+    StopCheck,
+    Stopping,
+    Streamer,
+    as_ids,
+    as_mask,
+    as_rng,
+    check_max_new_tokens,
+    check_vocab,
+    decode,
+    decode_steps,
+)
+from onnx_export.hf.runtime.generation._live import LiveSequence
+from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._settings import (
+    GenerationSettings,
+    make_chooser,
+    resolve_settings,
+)
+from onnx_export.hf.runtime.generation._shared_cache import SharedCache
+from onnx_export.hf.runtime.generation._speculative import (
+    ChunkRunner,
+    Drafter,
+    DraftSource,
+    make_drafter,
+    speculative_decode,
+)
+from onnx_export.hf.runtime.generation._structured import (
+    GrammarMasks,
+    GrammarTokenizer,
+    OutputConstraint,
+    constrain,
+)
+
+__all__ = ["OrtModelForCausalLM"]
+
+_POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def _positions(mask: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Position ids as transformers computes them: padding counts no position."""
+    positions = np.cumsum(mask, axis=-1) - 1
+    return np.where(mask == 0, 0, positions).astype(np.int64)
+
+
+def _right_aligned(
+    ids: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.int64],
+    positions: npt.NDArray[np.int64] | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """A prompt's rows with their tokens first (GQA's convention), the padding after them.
+
+    The tokens keep their order and positions; the mask then counts each row's tokens.
+    The decoding steps after it need nothing else: each row's new token goes after its
+    own count, and a mask grown by ones still counts right.
+    """
+    order = np.argsort(mask == 0, axis=1, kind="stable")  # tokens first
+    real = np.arange(mask.shape[1])[None, :] < (mask != 0).sum(axis=1, keepdims=True)
+    aligned = np.where(real, np.take_along_axis(ids, order, axis=1), 0)
+    moved = (
+        None
+        if positions is None
+        else np.where(real, np.take_along_axis(positions, order, axis=1), 0)
+    )
+    return aligned.astype(np.int64), real.astype(np.int64), moved
+
+
+class OrtModelForCausalLM:
+    """A decoder-only language model exported by :func:`onnx_export.hf.export_pretrained`.
+
+    Runs with numpy and onnxruntime only (torch and transformers are not imported). The
+    key/value cache stays in ONNX Runtime values between steps.
+
+    Attributes:
+        folder: The exported folder's manifest and configs.
+        session: The decoder's session (``model.onnx``).
+
+    Example:
+        >>> from onnx_export.hf import OrtModelForCausalLM
+        >>> model = OrtModelForCausalLM.from_pretrained("out")  # doctest: +SKIP
+        >>> model.generate([[1, 2, 3]], max_new_tokens=5)  # doctest: +SKIP
+        array([[1, 2, 3, 7, 7, 9, 4, 1]])
+    """
+
+    def __init__(self, folder: ExportedFolder, session: StepSession) -> None:
+        self.folder = folder
+        self.session = session
+        self._uses_positions = "position_ids" in session.input_names
+        self._tokenizer: TextTokenizer | None = None
+        self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        providers: Sequence[str] | None = None,
+        session_options: Any = None,
+    ) -> OrtModelForCausalLM:
+        """Load an exported ``text-generation`` folder.
+
+        Args:
+            path: The folder :func:`onnx_export.hf.export_pretrained` wrote.
+            providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names; CPU when
+                ``None``.
+            session_options: An ``onnxruntime.SessionOptions`` (threads, ...).
+
+        Returns:
+            The model, ready to :meth:`generate`.
+
+        Raises:
+            CheckpointError: The folder lacks its manifest, config or model, or holds
+                another task.
+
+        Example:
+            >>> from onnx_export.hf import OrtModelForCausalLM
+            >>> OrtModelForCausalLM.from_pretrained("out", ["cpu"])  # doctest: +SKIP
+        """
+        folder = read_exported_folder(path, ("text-generation",))
+        session = StepSession(folder.path / "model.onnx", providers, session_options)
+        return cls(folder, session)
+
+    def __repr__(self) -> str:
+        config = self.folder.config
+        layers = config.get("num_hidden_layers", config.get("n_layer"))
+        architecture = ",".join(config.get("architectures") or [str(config.get("model_type"))])
+        return (
+            f"OrtModelForCausalLM(folder={os.fspath(self.folder.path)!r}, "
+            f"architecture={architecture!r}, layers={layers}, "
+            f"providers={self.session.session.get_providers()})"
+        )
+
+    def _ids(self, input_ids: Any) -> npt.NDArray[np.int64]:
+        ids = as_ids(input_ids)
+        check_vocab(ids, self.folder.config.get("vocab_size"))
+        return ids
+
+    def _prompt_feed(
+        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
+    ) -> dict[str, Any]:
+        positions = _positions(mask) if self._uses_positions else None
+        if self.session.pads_right and not mask.all():  # GQA's rows: tokens first
+            ids, mask, positions = _right_aligned(ids, mask, positions)
+        feed: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if positions is not None:
+            feed["position_ids"] = positions
+        return feed
+
+    def logits(self, input_ids: Any, attention_mask: Any = None) -> npt.NDArray[np.float32]:
+        """The logits of a prompt (batch, length, vocab), with an empty cache.
+
+        Example:
+            >>> model.logits([[1, 2, 3]]).shape  # doctest: +SKIP
+            (1, 3, 32000)
+        """
+        ids = self._ids(input_ids)
+        feed = {**self._prompt_feed(ids, as_mask(attention_mask, ids))}
+        results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
+        return np.asarray(results["logits"].numpy())
+
+    def generate(
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        seed: int | np.random.Generator | None = None,
+        streamer: Streamer | None = None,
+        json_schema: Mapping[str, Any] | str | None = None,
+        regex: str | None = None,
+        grammar: str | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int = 2,
+        assistant_model: OrtModelForCausalLM | None = None,
+        num_assistant_tokens: int = 5,
+        **settings: Any,
+    ) -> npt.NDArray[np.int64]:
+        """Continue each prompt by up to ``max_new_tokens`` tokens, as transformers would.
+
+        Greedy decoding, beam search and every processor below give the tokens
+        ``transformers``' ``generate()`` gives, left-padded batches included (positions
+        come from the attention mask). A setting left ``None`` is taken from the folder's
+        ``generation_config.json``, else from transformers' defaults.
+
+        Args:
+            input_ids: Prompts, (batch, length) integers; left-pad prompts of different
+                lengths and mark the padding with 0 in ``attention_mask``. A text (or a
+                list of texts, or chat messages) goes to :meth:`generate_text` and the
+                result is text.
+            attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
+            max_new_tokens: How many tokens to add at most.
+            eos_token_id: Token(s) that end a row; generation_config.json's by default.
+            pad_token_id: Written after a row ended; the config's, else the first EOS.
+            seed: Seed of the sampling generator, or a ``numpy.random.Generator``.
+            streamer: Called with each step's new tokens, (batch,) int64, as they come
+                (not with beam search, whose beams change until the end).
+            json_schema: The output must be a JSON document valid under this schema (a
+                dict or its JSON text); compact JSON, each row ends when it is complete.
+                Needs the folder's ``tokenizer.json`` and the ``structured`` extra
+                (llguidance); not with beam search.
+            regex: The output must match this regular expression (as ``json_schema``).
+            grammar: The output must match this grammar, in Lark syntax (llguidance's).
+            prompt_lookup_num_tokens: Speculative decoding: draft this many tokens from the
+                n-grams of the sequence itself, verified in one model step (greedy, one
+                prompt; the same tokens as without it).
+            max_matching_ngram_size: The longest n-gram prompt lookup matches.
+            assistant_model: Speculative decoding with drafts from this smaller exported
+                model (same vocabulary), verified in one model step each.
+            num_assistant_tokens: The assistant's first draft length (then adapted).
+            **settings: transformers' names: ``do_sample``, ``temperature``, ``top_k``,
+                ``top_p``, ``num_beams``, ``num_return_sequences``, ``length_penalty``,
+                ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``,
+                ``min_new_tokens``, ``min_length``, ``bad_words_ids``, ``stop_strings``.
+
+        Returns:
+            int64 array (batch * num_return_sequences, length + new tokens): the prompts
+            and their continuations (beam search: each prompt's best first).
+
+        Raises:
+            GenerationError: Bad shapes, ids or arguments, or a prompt (plus new tokens)
+                longer than the model's maximum positions.
+
+        Example:
+            >>> model.generate([[1, 2, 3]], max_new_tokens=2).shape  # doctest: +SKIP
+            (1, 5)
+            >>> model.generate([[1, 2, 3]], max_new_tokens=2, num_beams=3)  # doctest: +SKIP
+            array([[1, 2, 3, 9, 4]])
+        """
+        extra: dict[str, Any] = {
+            "json_schema": json_schema,
+            "regex": regex,
+            "grammar": grammar,
+            "prompt_lookup_num_tokens": prompt_lookup_num_tokens,
+            "max_matching_ngram_size": max_matching_ngram_size,
+            "assistant_model": assistant_model,
+            "num_assistant_tokens": num_assistant_tokens,
+        }
+        if _is_text(input_ids):
+            return self.generate_text(  # type: ignore[return-value]
+                input_ids,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id,
+                seed=seed,
+                streamer=streamer,
+                **extra,
+                **settings,
+            )
+        plan = self._plan(
+            input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
+        )
+        plan, masks = self._constrained(
+            plan, OutputConstraint.from_arguments(json_schema, regex, grammar)
+        )
+        drafter = self._drafter(
+            plan,
+            prompt_lookup_num_tokens,
+            max_matching_ngram_size,
+            assistant_model,
+            num_assistant_tokens,
+        )
+        rng = as_rng(seed)
+        if drafter is not None:
+            runner = ChunkRunner(self.session, uses_positions=self._uses_positions)
+            sequences, _ = speculative_decode(
+                runner, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
+            )
+            return _complete(sequences, masks, plan)
+        if plan.settings.num_beams > 1:
+            if streamer is not None:
+                raise GenerationError(
+                    "streamer works with greedy or sampled decoding, not with num_beams > 1 "
+                    "(beams change until the end): drop one of them."
+                )
+            beams = BeamSettings(
+                num_beams=plan.settings.num_beams,
+                length_penalty=plan.settings.length_penalty,
+                early_stopping=plan.settings.early_stopping,
+                num_return_sequences=plan.settings.num_return_sequences,
+                do_sample=plan.settings.do_sample,
+            )
+            first, next_feed = self._feeds(plan.ids, plan.mask)
+            return beam_search(
+                self.session,
+                first,
+                next_feed,
+                plan.ids,
+                plan.chooser,
+                plan.stopping,
+                beams,
+                rng,
+                plan.padding,
+            )
+        session, first, next_feed = self._decoder(plan)
+        sequences = decode(
+            session,
+            first,
+            next_feed,
+            plan.ids,
+            plan.chooser,
+            plan.stopping,
+            rng,
+            padding=plan.padding,
+            streamer=streamer,
+        )
+        return _complete(sequences, masks, plan)
+
+    def _constrained(
+        self, plan: _Plan, constraint: OutputConstraint | None
+    ) -> tuple[_Plan, GrammarMasks | None]:
+        """``plan`` with its tokens masked by ``constraint`` (``_structured.py``)."""
+        if constraint is None:
+            return plan, None
+        if plan.settings.num_beams > 1:
+            raise GenerationError(
+                f"{constraint.kind}= works with greedy or sampled decoding, not with "
+                "num_beams > 1: drop one of them."
+            )
+        eos = plan.stopping.eos_token_id
+        if not eos:
+            found = self.tokenizer.token_id("eos_token")
+            eos = () if found is None else (found,)
+        if eos not in self._grammars:
+            vocab = int(
+                self.folder.config.get("vocab_size") or self.tokenizer.tokenizer.get_vocab_size()
+            )
+            self._grammars[eos] = GrammarTokenizer(self.folder.path / "tokenizer.json", vocab, eos)
+        masks = self._grammars[eos].masks(constraint, plan.ids.shape[0])
+        chooser, stopping = constrain(plan.chooser, plan.stopping, masks)
+        return dataclasses.replace(plan, chooser=chooser, stopping=stopping), masks
+
+    def _drafter(
+        self,
+        plan: _Plan,
+        lookup: int | None,
+        ngram: int,
+        assistant: OrtModelForCausalLM | None,
+        assistant_tokens: int,
+    ) -> Drafter | None:
+        """What drafts tokens for speculative decoding (``_speculative.py``), if asked."""
+        if assistant is not None and not isinstance(assistant, OrtModelForCausalLM):
+            raise GenerationError(
+                "assistant_model must be an OrtModelForCausalLM (a smaller exported model), "
+                f"got {type(assistant).__name__}."
+            )
+        return make_drafter(
+            self.session,
+            plan.ids.shape[0],
+            plan.mask,
+            plan.chooser,
+            beams=plan.settings.num_beams,
+            lookup=lookup,
+            ngram=ngram,
+            assistant=None
+            if assistant is None
+            else DraftSource(
+                assistant.session,
+                assistant._uses_positions,
+                (self.folder.config.get("vocab_size"), assistant.folder.config.get("vocab_size")),
+            ),
+            assistant_tokens=assistant_tokens,
+        )
+
+    def stream(
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        seed: int | np.random.Generator | None = None,
+        **settings: Any,
+    ) -> Iterator[npt.NDArray[np.int64]]:
+        """:meth:`generate`'s new tokens, one step at a time: (batch,) int64 each.
+
+        Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`,
+        ``json_schema``, ``regex`` and ``grammar`` included (not speculative decoding).
+
+        Example:
+            >>> for tokens in model.stream([[1, 2, 3]], max_new_tokens=3):  # doctest: +SKIP
+            ...     print(tokens)
+            [7]
+            [7]
+            [9]
+        """
+        constraint = OutputConstraint.from_arguments(
+            settings.pop("json_schema", None),
+            settings.pop("regex", None),
+            settings.pop("grammar", None),
+        )
+        plan = self._plan(
+            input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
+        )
+        if plan.settings.num_beams > 1:
+            raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
+        plan, masks = self._constrained(plan, constraint)
+        session, first, next_feed = self._decoder(plan)
+        steps = decode_steps(
+            session,
+            first,
+            next_feed,
+            plan.ids,
+            plan.chooser,
+            plan.stopping,
+            as_rng(seed),
+            plan.padding,
+        )
+        for sequences in steps:
+            yield sequences[:, -1].copy()
+        if masks is not None:
+            masks.check_complete(plan.stopping.max_new_tokens)
+
+    def _plan(
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        max_new_tokens: int,
+        eos_token_id: Any,
+        pad_token_id: int | None,
+        given: dict[str, Any],
+    ) -> _Plan:
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
+        ids = self._ids(input_ids)
+        mask = as_mask(attention_mask, ids)
+        limit = self.folder.max_positions(*_POSITION_LIMITS)
+        check_length("The prompt length", ids.shape[1], limit, "Shorten the prompt.")
+        check_length(
+            "The prompt length plus max_new_tokens",
+            ids.shape[1] + max_new_tokens,
+            limit,
+            "Lower max_new_tokens or shorten the prompt.",
+        )
+        settings = resolve_settings(self.folder.generation, **given)
+        stopping = Stopping.resolve(
+            max_new_tokens,
+            self.folder.setting("eos_token_id") if eos_token_id is None else eos_token_id,
+            self.folder.setting("pad_token_id") if pad_token_id is None else pad_token_id,
+            self._stop_check(settings),
+        )
+        expand = settings.expand
+        ids, mask = np.repeat(ids, expand, axis=0), np.repeat(mask, expand, axis=0)
+        padding = (mask != 0).argmax(axis=1).astype(np.int64) if (mask == 0).any() else None
+        chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
+        return _Plan(ids, mask, settings, stopping, chooser, padding)
+
+    def _decoder(self, plan: _Plan) -> tuple[DecodeSession, dict[str, Any], NextFeed]:
+        """What runs a greedy or sampled decoding's steps: a shared cache when it can.
+
+        A fused decoder (``session.shares_buffer``) gets one preallocated cache for the
+        prompt plus ``max_new_tokens``, updated in place, and a next-step feed that writes
+        into its bound inputs; other graphs (and beam search, which reorders the cache's
+        rows) run on the session with per-step presents. Returns the step runner, the
+        prompt's feed and the next-step feed.
+        """
+        first, next_feed = self._feeds(plan.ids, plan.mask)
+        if not self.session.shares_buffer:
+            return self.session, first, next_feed
+        capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
+        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
+        moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
+        positions = _positions(plan.mask)[:, -1:] if moves else None
+        return cache, first, cache.stepper(plan.mask, positions)
+
+    def batcher(self) -> ContinuousBatcher:
+        """A loop that decodes many requests at once, admitting and retiring them per step.
+
+        Greedy decoding; each request gets the tokens :meth:`generate` gives it alone
+        (``hf/runtime/generation/_batching.py``). Needs the default ``target="onnx"`` graph.
+
+        Returns:
+            A :class:`ContinuousBatcher`: ``submit(prompt, max_new_tokens=...)`` (also
+            while it runs), then ``run()`` yields each request as it ends.
+
+        Example:
+            >>> batcher = model.batcher()  # doctest: +SKIP
+            >>> a = batcher.submit([1, 2, 3], max_new_tokens=4)  # doctest: +SKIP
+            >>> b = batcher.submit([4, 5], max_new_tokens=2)  # doctest: +SKIP
+            >>> {r.id: r.tokens for r in batcher.run()}  # doctest: +SKIP
+            {1: [9, 9], 0: [7, 7, 9, 4]}
+        """
+        return ContinuousBatcher(
+            self.session,
+            uses_positions=self._uses_positions,
+            vocab=self.folder.config.get("vocab_size"),
+        )
+
+    def live(self, input_ids: Any = None) -> LiveSequence:
+        """A sequence whose cache lives between calls (continuous decoding), batch 1.
+
+        Args:
+            input_ids: The first tokens (1-D), or ``None`` to start empty.
+
+        Returns:
+            A :class:`LiveSequence`: ``append`` tokens, ``generate`` from the cache,
+            ``rewind`` it.
+
+        Example:
+            >>> live = model.live([1, 2, 3])  # doctest: +SKIP
+            >>> live.generate(max_new_tokens=3)  # doctest: +SKIP
+            array([7, 7, 9])
+        """
+
+        def plan_for(
+            start: int, max_new_tokens: int, eos: Any, given: dict[str, Any]
+        ) -> tuple[TokenChooser, Stopping]:
+            settings = resolve_settings(self.folder.generation, **given)
+            stopping = Stopping.resolve(
+                max_new_tokens,
+                self.folder.setting("eos_token_id") if eos is None else eos,
+                None,
+                self._stop_check(settings),
+            )
+            chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, start)
+            return chooser, stopping
+
+        sequence = LiveSequence(
+            self.session,
+            plan_for,
+            uses_positions=self._uses_positions,
+            limit=self.folder.max_positions(*_POSITION_LIMITS),
+            vocab=self.folder.config.get("vocab_size"),
+        )
+        if input_ids is not None:
+            sequence.append(input_ids)
+        return sequence
+
+    def _stop_check(self, settings: GenerationSettings) -> StopCheck | None:
+        if not settings.stop_strings:
+            return None
+        check: StopCheck = self.tokenizer.stop_check(settings.stop_strings)
+        return check
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The folder's ``tokenizer.json`` and chat template (the ``text`` extra), loaded once.
+
+        Example:
+            >>> model.tokenizer.decode([5, 6])  # doctest: +SKIP
+            'hello world'
+        """
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer.from_folder(self.folder.path)
+        return self._tokenizer
+
+    def generate_text(
+        self,
+        prompt: str | Sequence[str] | Sequence[Mapping[str, Any]],
+        *,
+        max_new_tokens: int,
+        skip_special_tokens: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """Text in, text out: tokenize, :meth:`generate`, decode the new tokens.
+
+        Uses the folder's ``tokenizer.json`` (the ``tokenizers`` library) and, for chat
+        messages, its chat template (``jinja2``, as transformers renders it); no torch.
+
+        Args:
+            prompt: A text, a list of texts (left-padded into one batch), or chat messages
+                (``[{"role": "user", "content": "..."}]``) put through the chat template
+                with the generation prompt added.
+            max_new_tokens: How many tokens to add at most.
+            skip_special_tokens: Leave special tokens (EOS, padding) out of the text.
+            tools: With chat messages: the functions the model may call, as JSON schemas
+                (``{"type": "function", "function": {...}}``), given to the chat template
+                as ``tools`` (transformers' ``apply_chat_template(tools=...)``).
+            documents: With chat messages: documents for retrieval-augmented templates.
+            **kwargs: :meth:`generate`'s other arguments (``num_beams``, ``stop_strings``...).
+
+        Returns:
+            The continuation's text for one prompt or messages, a list for a list of texts
+            (``num_return_sequences`` per prompt, in order).
+
+        Raises:
+            GenerationError: No ``tokenizer.json`` (or chat template), the ``text`` extra
+                missing, or what :meth:`generate` raises.
+
+        Example:
+            >>> model.generate_text("Once upon a time", max_new_tokens=8)  # doctest: +SKIP
+            ' there was a little girl'
+        """
+        tokenizer = self.tokenizer
+        rows, single = tokenizer.encode_prompt(prompt, tools=tools, documents=documents)
+        pad = self.folder.setting("pad_token_id")
+        ids, mask = left_pad(rows, tokenizer.token_id("pad_token") if pad is None else int(pad))
+        sequences = self.generate(ids, mask, max_new_tokens=max_new_tokens, **kwargs)
+        texts = [
+            tokenizer.decode(row[ids.shape[1] :], skip_special_tokens=skip_special_tokens)
+            for row in sequences
+        ]
+        return texts[0] if single and len(texts) == 1 else texts
+
+    def _feeds(
+        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
+    ) -> tuple[dict[str, Any], Any]:
+        """The prompt's feed and the function that builds each next step's feed."""
+        state = {"mask": mask, "positions": _positions(mask)[:, -1:]}
+
+        def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
+            state["mask"] = np.concatenate(
+                [state["mask"], np.ones((ids.shape[0], 1), np.int64)], axis=1
+            )
+            state["positions"] = state["positions"] + 1
+            feed: dict[str, Any] = {"input_ids": tokens[:, None], "attention_mask": state["mask"]}
+            if self._uses_positions:
+                feed["position_ids"] = state["positions"]
+            return feed
+
+        return self._prompt_feed(ids, mask), next_feed
+
+
+def _complete(
+    sequences: npt.NDArray[np.int64], masks: GrammarMasks | None, plan: _Plan
+) -> npt.NDArray[np.int64]:
+    """``sequences``, once every row matched its constraint (when there is one)."""
+    if masks is not None:
+        masks.check_complete(plan.stopping.max_new_tokens)
+    return sequences
+
+
+def _is_text(value: Any) -> bool:
+    """A text, a list of texts, or chat messages (rather than token ids)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, list | tuple) and value:
+        return all(isinstance(v, str) for v in value) or all(isinstance(v, Mapping) for v in value)
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """One generate() call, checked: its (expanded) inputs, settings and processors."""
+
+    ids: npt.NDArray[np.int64]
+    mask: npt.NDArray[np.int64]
+    settings: GenerationSettings
+    stopping: Stopping
+    chooser: TokenChooser
+    padding: npt.NDArray[np.int64] | None

@@ -1,0 +1,320 @@
+"""Speculative decoding: draft k tokens cheaply, verify them in one step of the model.
+
+Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts the k tokens that
+followed the last n-gram's earliest earlier occurrence (n from ``max_matching_ngram_size``,
+2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``);
+``assistant_model=`` drafts them greedily with a smaller exported model of the same
+vocabulary (``num_assistant_tokens``, 5 by default, then grown by 2 when a whole draft is
+accepted and shrunk by 1 when not: transformers' "heuristic" schedule).
+
+The model then runs the pending token and the k drafts as one chunk through the same
+graph with its past, which gives the logits after each of them. Walking them in order,
+the logits processors and the greedy choice run as in plain decoding; a draft is kept
+while it equals the token chosen, and the first token that differs is the model's own.
+Each step thus adds between 1 and k + 1 tokens, always the tokens plain greedy decoding
+gives, and the cache is cut back to the tokens kept. Greedy only, one row, a graph whose
+``logits`` cover every position (the default ``target="onnx"``; the fused decoder returns
+the last position's only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime._session import StepSession, Value
+from onnx_export.hf.runtime.generation._generate import Stopping, Streamer
+from onnx_export.hf.runtime.generation._logits import TokenChooser
+
+__all__ = [
+    "ChunkRunner",
+    "Drafter",
+    "PromptLookup",
+    "DraftModel",
+    "SpeculationStats",
+    "check_speculation",
+    "DraftSource",
+    "make_drafter",
+    "speculative_decode",
+]
+
+
+class ChunkRunner:
+    """A session (one row) with its cache: runs chunks of tokens, cuts the cache back.
+
+    Attributes:
+        cached: How many tokens the cache holds.
+
+    Example:
+        >>> runner = ChunkRunner(session, uses_positions=True)  # doctest: +SKIP
+        >>> runner.run([1, 2, 3]).shape  # doctest: +SKIP
+        (3, 96)
+    """
+
+    def __init__(self, session: StepSession, *, uses_positions: bool) -> None:
+        self._session = session
+        self._uses_positions = uses_positions
+        self._past: dict[str, Value] = session.empty_past(1)
+        self.cached = 0
+
+    def run(self, tokens: list[int]) -> npt.NDArray[np.float32]:
+        """The logits after each of ``tokens`` (len, vocab); the cache then holds them."""
+        total = self.cached + len(tokens)
+        feed: dict[str, Any] = {
+            "input_ids": np.array([tokens], np.int64),
+            "attention_mask": np.ones((1, total), np.int64),
+        }
+        if self._uses_positions:
+            feed["position_ids"] = np.arange(self.cached, total, dtype=np.int64)[None]
+        results = self._session.run({**feed, **self._past})
+        self._past = self._session.next_past(results)
+        self.cached = total
+        logits = np.asarray(results["logits"].numpy())[0]
+        return np.ascontiguousarray(logits[-len(tokens) :], dtype=np.float32)
+
+    def cut(self, length: int) -> None:
+        """Keep the cache's first ``length`` tokens."""
+        if length >= self.cached:
+            return
+        self._past = (
+            self._session.slice_past(self._past, length) if length else self._session.empty_past(1)
+        )
+        self.cached = length
+
+
+class Drafter(Protocol):
+    """What drafts tokens: :class:`PromptLookup` or :class:`DraftModel`."""
+
+    def propose(self, sequence: list[int], count: int) -> list[int]:
+        """Up to ``count`` tokens to follow ``sequence``."""
+
+    def accepted(self, proposed: int, kept: int) -> None:
+        """How many of the last proposal were kept (to size the next)."""
+
+
+@dataclasses.dataclass
+class PromptLookup:
+    """Drafts from the sequence itself: what followed the last n-gram earlier on.
+
+    Example:
+        >>> PromptLookup(num_tokens=3).propose([5, 6, 7, 8, 5, 6], 3)
+        [7, 8, 5]
+    """
+
+    num_tokens: int
+    max_ngram: int = 2
+
+    def propose(self, sequence: list[int], count: int) -> list[int]:
+        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins."""
+        ids = np.asarray(sequence, np.int64)
+        count = min(count, self.num_tokens)
+        for size in range(min(self.max_ngram, len(ids) - 1), 0, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(ids, size)
+            starts = np.nonzero((windows == ids[-size:]).all(axis=1))[0] + size
+            for start in starts.tolist():
+                end = min(start + count, len(ids))
+                if start < end:
+                    return [int(t) for t in ids[start:end]]
+        return []
+
+    def accepted(self, proposed: int, kept: int) -> None:
+        """Prompt lookup keeps its size."""
+
+
+class DraftModel:
+    """Drafts greedily with a smaller model's own session and cache.
+
+    Example:
+        >>> drafter = DraftModel(small.session, uses_positions=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, session: StepSession, *, uses_positions: bool, num_tokens: int = 5):
+        self._runner = ChunkRunner(session, uses_positions=uses_positions)
+        self._tokens: list[int] = []  # what the draft's cache holds
+        self.num_tokens = num_tokens
+
+    def propose(self, sequence: list[int], count: int) -> list[int]:
+        """Up to ``count`` (and the current draft size) greedy tokens of the draft model."""
+        count = min(count, self.num_tokens)
+        if count < 1:
+            return []
+        same = 0
+        for a, b in zip(self._tokens, sequence, strict=False):
+            if a != b:
+                break
+            same += 1
+        same = min(same, len(sequence) - 1)  # the last token reruns for its logits
+        self._runner.cut(same)
+        self._tokens = list(sequence)
+        logits = self._runner.run(sequence[same:])
+        drafts: list[int] = []
+        while True:
+            drafts.append(int(logits[-1].argmax()))
+            if len(drafts) == count:
+                return drafts
+            self._tokens.append(drafts[-1])
+            logits = self._runner.run(drafts[-1:])
+
+    def accepted(self, proposed: int, kept: int) -> None:
+        """As transformers' "heuristic" schedule: +2 after a whole draft was kept, else -1."""
+        if proposed:
+            self.num_tokens = (
+                self.num_tokens + 2 if kept == proposed else max(1, self.num_tokens - 1)
+            )
+
+
+@dataclasses.dataclass
+class SpeculationStats:
+    """How a speculative decoding went.
+
+    Attributes:
+        steps: The model's runs (each verifies one chunk).
+        proposed: Draft tokens proposed in all.
+        accepted: Draft tokens kept.
+
+    Example:
+        >>> SpeculationStats(steps=4, proposed=12, accepted=9).acceptance
+        0.75
+    """
+
+    steps: int = 0
+    proposed: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        """The share of proposed tokens kept (0 when none was proposed)."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+
+def check_speculation(
+    session: StepSession, rows: int, mask: npt.NDArray[np.int64], chooser: TokenChooser
+) -> None:
+    """A :class:`GenerationError` when speculation cannot give plain decoding's tokens."""
+    if chooser.do_sample:
+        raise GenerationError(
+            "prompt_lookup_num_tokens= and assistant_model= decode greedily here: drop "
+            "do_sample=True (or the speculation)."
+        )
+    if rows != 1 or not mask.all():
+        raise GenerationError(
+            "Speculative decoding takes one unpadded prompt (as transformers' assisted "
+            f"generation), got {rows} rows: call generate once per prompt."
+        )
+    shape = session.output_meta("logits").shape
+    if len(shape) == 3 and shape[1] == 1:
+        raise GenerationError(
+            "This folder's decoder returns the last position's logits only (the fused "
+            "target='onnxruntime' decoder), and verifying drafts needs every position's: "
+            "export with the default target for speculative decoding."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSource:
+    """A draft model's session, whether it takes positions, and (ours, its) vocabularies.
+
+    Example:
+        >>> DraftSource(small.session, True, (32000, 32000))  # doctest: +SKIP
+    """
+
+    session: StepSession
+    uses_positions: bool
+    vocabularies: tuple[Any, Any]
+
+
+def _whole(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GenerationError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def make_drafter(
+    session: StepSession,
+    rows: int,
+    mask: npt.NDArray[np.int64],
+    chooser: TokenChooser,
+    *,
+    beams: int,
+    lookup: int | None,
+    ngram: int,
+    assistant: DraftSource | None,
+    assistant_tokens: int,
+) -> Drafter | None:
+    """The drafter generate()'s keywords ask for (``None``: no speculation), checked."""
+    if lookup is None and assistant is None:
+        return None
+    if lookup is not None and assistant is not None:
+        raise GenerationError("Pass prompt_lookup_num_tokens= or assistant_model=, not both.")
+    if beams > 1:
+        raise GenerationError("Speculative decoding is greedy: drop num_beams.")
+    check_speculation(session, rows, mask, chooser)
+    if assistant is None:
+        count = _whole("prompt_lookup_num_tokens", lookup)
+        return PromptLookup(count, _whole("max_matching_ngram_size", ngram))
+    ours, theirs = assistant.vocabularies
+    if ours != theirs:
+        raise GenerationError(
+            f"assistant_model has a vocabulary of {theirs} tokens, this model {ours}: "
+            "the draft model must share the tokenizer."
+        )
+    count = _whole("num_assistant_tokens", assistant_tokens)
+    check_speculation(assistant.session, 1, mask, chooser)
+    return DraftModel(assistant.session, uses_positions=assistant.uses_positions, num_tokens=count)
+
+
+def speculative_decode(
+    runner: ChunkRunner,
+    drafter: Drafter,
+    start: npt.NDArray[np.int64],
+    chooser: TokenChooser,
+    stopping: Stopping,
+    *,
+    streamer: Streamer | None = None,
+    on_step: Callable[[SpeculationStats], object] | None = None,
+) -> tuple[npt.NDArray[np.int64], SpeculationStats]:
+    """Greedy decoding of one row with drafts verified in chunks; plain greedy's tokens.
+
+    Returns:
+        ``start`` followed by the new tokens (1, length), and the statistics.
+    """
+    sequence = [int(t) for t in start[0]]
+    prompt, budget = len(sequence), stopping.max_new_tokens
+    max_length = prompt + budget
+    rng = np.random.default_rng(0)  # unused: greedy
+    stats = SpeculationStats()
+    done = False
+    while not done:
+        made = len(sequence) - prompt
+        drafts = drafter.propose(sequence, budget - made - 1) if budget - made > 1 else []
+        logits = runner.run(sequence[runner.cached :] + drafts)[-len(drafts) - 1 :]
+        stats.steps += 1
+        kept = 0
+        for i in range(len(drafts) + 1):
+            scores = chooser.process(
+                logits[i][None].copy(),
+                np.array([sequence], np.int64),
+                step=len(sequence) - prompt,
+                max_length=max_length,
+            )
+            token = int(chooser.choose(scores, rng)[0])
+            sequence.append(token)
+            if streamer is not None:
+                streamer(np.array([token], np.int64))
+            hit = bool(stopping.hits(np.array([sequence], np.int64))[0])
+            done = hit or len(sequence) - prompt >= budget
+            if done or i == len(drafts) or token != drafts[i]:
+                break
+            kept += 1
+        stats.proposed += len(drafts)
+        stats.accepted += kept
+        drafter.accepted(len(drafts), kept)
+        runner.cut(len(sequence) - 1)  # the last token is not in the cache yet
+        if on_step is not None:
+            on_step(stats)
+    return np.array([sequence], np.int64), stats

@@ -1,0 +1,183 @@
+"""The runtime of the single-graph tasks: inputs by name in, outputs by name out.
+
+numpy and onnxruntime only (no torch, no transformers): each ``OrtModelFor<Task>`` loads
+``model.onnx`` from a folder :func:`onnx_export.hf.export_pretrained` wrote, takes the
+inputs transformers' model takes (as numpy arrays or nested lists) and returns a
+:class:`ModelOutput` whose fields are named as transformers names them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
+
+__all__ = ["ModelOutput", "OrtModel"]
+
+_DTYPES = {
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(bool)": np.bool_,
+}
+
+
+class ModelOutput(Mapping[str, Any]):
+    """A model's outputs by name, readable as ``out.logits`` or ``out["logits"]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from onnx_export.hf import ModelOutput
+        >>> out = ModelOutput({"logits": np.zeros((1, 2))})
+        >>> out.logits.shape, list(out)
+        ((1, 2), ['logits'])
+    """
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(
+                f"this output has no {name!r}; it has {', '.join(self._values)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{k}={getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
+            for k, v in self._values.items()
+        )
+        return f"ModelOutput({fields})"
+
+
+def _providers(providers: Sequence[str] | None) -> list[str]:
+    names = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+    return [names.get(p, p) for p in (providers or ("cpu",))]
+
+
+class OrtModel:
+    """One exported ``model.onnx`` run with onnxruntime; subclasses name the task.
+
+    Attributes:
+        folder: The exported folder's manifest and configs.
+        session: The ``onnxruntime.InferenceSession``.
+        input_names: The graph's inputs, in order.
+        output_names: The graph's outputs, in order.
+
+    Example:
+        >>> from onnx_export import hf
+        >>> model = hf.OrtModelForSequenceClassification.from_pretrained("out")  # doctest: +SKIP
+        >>> model  # doctest: +SKIP
+        OrtModelForSequenceClassification(bert, task='text-classification', inputs=(input_ids,
+        attention_mask, token_type_ids), outputs=(logits), folder='out')
+        >>> model(input_ids=[[5, 6, 7]]).logits.shape  # doctest: +SKIP
+        (1, 3)
+    """
+
+    #: The manifest tasks this class runs.
+    tasks: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, folder: ExportedFolder, session: Any) -> None:
+        self.folder = folder
+        self.session = session
+        self.input_names = tuple(i.name for i in session.get_inputs())
+        self.output_names = tuple(o.name for o in session.get_outputs())
+        self._dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        providers: Sequence[str] | None = None,
+        session_options: Any = None,
+    ) -> Any:
+        """Load the folder :func:`onnx_export.hf.export_pretrained` wrote for this task.
+
+        Args:
+            path: The exported folder.
+            providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names; CPU when
+                ``None``.
+            session_options: An ``onnxruntime.SessionOptions`` (threads, ...).
+
+        Returns:
+            The model, ready to call.
+
+        Raises:
+            CheckpointError: The folder lacks its manifest or model, or holds another task.
+        """
+        import onnxruntime as ort
+
+        folder = read_exported_folder(path, cls.tasks)
+        session = ort.InferenceSession(
+            os.fspath(folder.path / "model.onnx"),
+            sess_options=session_options,
+            providers=_providers(providers),
+        )
+        return cls(folder, session)
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The exported folder's ``config.json``."""
+        return self.folder.config
+
+    def _default(self, name: str, given: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """A value for an input left out: all-ones masks, zero token types."""
+        ids = given.get("input_ids")
+        if ids is None:
+            return None
+        if name == "attention_mask":
+            return np.ones(ids.shape, dtype=self._dtypes[name])
+        if name == "token_type_ids":
+            return np.zeros(ids.shape, dtype=self._dtypes[name])
+        return None
+
+    def run(self, **inputs: Any) -> ModelOutput:
+        """Run the graph on ``inputs`` (by name; ``None`` values are left out)."""
+        given = {
+            k: np.asarray(v, dtype=self._dtypes.get(k)) for k, v in inputs.items() if v is not None
+        }
+        unknown = sorted(set(given) - set(self.input_names))
+        if unknown:
+            raise GenerationError(
+                f"{type(self).__name__} takes {', '.join(self.input_names)}; got {unknown}."
+            )
+        feed = {}
+        for name in self.input_names:
+            value = given[name] if name in given else self._default(name, given)
+            if value is None:
+                raise GenerationError(
+                    f"{type(self).__name__} needs {name}=... (it takes "
+                    f"{', '.join(self.input_names)})."
+                )
+            feed[name] = value
+        return ModelOutput(dict(zip(self.output_names, self.session.run(None, feed), strict=True)))
+
+    def __call__(self, **inputs: Any) -> ModelOutput:
+        """Run the model: the inputs transformers' model takes, its outputs by name."""
+        return self.run(**inputs)
+
+    def __repr__(self) -> str:
+        model_type = self.folder.config.get("model_type", "?")
+        return (
+            f"{type(self).__name__}({model_type}, task={self.folder.task!r}, "
+            f"inputs=({', '.join(self.input_names)}), "
+            f"outputs=({', '.join(self.output_names)}), folder={os.fspath(self.folder.path)!r})"
+        )

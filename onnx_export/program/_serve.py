@@ -1,0 +1,115 @@
+"""Serve every dynamic axis a file declares, or refuse it: the export's last capture step.
+
+:mod:`._served_axes` holds the checks (nodes that hold the example's sizes, a run at a
+second size); this module decides what follows from them: keep the program, capture
+again at other example sizes (and prove that capture at a third size), report, or refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from onnx_export.capture._call import Call
+from onnx_export.capture._resize import Resized, resized_call
+from onnx_export.diagnostics import DiagnosticContext
+from onnx_export.program._program import ONNXProgram
+from onnx_export.program._serialize import initializer_bytes
+from onnx_export.program._served_axes import (
+    CHEAP_BYTES,
+    HeldSize,
+    declared_ranges,
+    example_sizes,
+    held_example_sizes,
+    narrowed_range,
+    second_size_problem,
+    unserved_axes_error,
+)
+from onnx_export.reporting import _records as _report
+
+__all__ = ["serve_dynamic_axes"]
+
+Built = TypeVar("Built")
+
+
+def serve_dynamic_axes(
+    built: Built,
+    program_of: Callable[[Built], ONNXProgram],
+    call: Call,
+    recapture: Callable[[Call], Built | None],
+    context: DiagnosticContext,
+) -> Built:
+    """``built`` if it serves every dynamic axis it declares; else a capture that does.
+
+    Args:
+        built: The export's result so far.
+        program_of: Its ``ONNXProgram``.
+        call: The user's call (the example), with its dynamic shapes.
+        recapture: Captures and builds at another call (other example sizes), or ``None``
+            when that capture fails or loses a dynamic dimension.
+        context: The export's diagnostics.
+
+    Where the model is small, the file runs at the example and at
+    other sizes against eager PyTorch; a file right at the example but not at the others
+    (or one torch bounded for no reason of the model's) is captured again at other
+    example sizes and proved at a third. A file that still fails is refused, naming the
+    nodes that hold the example's sizes; a large model is not run, and those nodes are
+    reported.
+
+    Raises:
+        ConversionError: No capture serves the axes, and the file fails at a second size
+            or differs from eager there with nodes that hold the example's sizes.
+    """
+    found = _problem(program_of(built), call, context)
+    if found is None:
+        return built
+    problem, second, held = found
+    ranges = declared_ranges(program_of(built).adapter_spec)
+    rebuilt = _proved_recapture(program_of, call, second, ranges, recapture)
+    if rebuilt is not None:
+        _report.record_resized_capture(context, second.text(), problem)
+        return rebuilt
+    if narrowed_range(program_of(built).adapter_spec) is not None:
+        return built  # the file declares the narrow range: it tells the truth
+    if held or "ONNX Runtime failed" in problem:
+        raise unserved_axes_error(problem, held)
+    # Numbers differ at other sizes, and no node holds the example's sizes: maybe the
+    # model's own numerics at those sizes; reported, not refused.
+    _report.record_unproved_axes(context, problem)
+    return built
+
+
+def _problem(
+    program: ONNXProgram, call: Call, context: DiagnosticContext
+) -> tuple[str, Resized, list[HeldSize]] | None:
+    """What is wrong with ``program``'s dynamic axes, the second size, the held sizes."""
+    spec = program.adapter_spec
+    if spec is None:
+        return None
+    held = held_example_sizes(program.model, example_sizes(spec, call))
+    if initializer_bytes(program.model) > CHEAP_BYTES:
+        _report.record_held_sizes(context, held, proved=False)
+        return None
+    second = resized_call(call, ranges=declared_ranges(spec))
+    if second is None:
+        return None
+    problem = narrowed_range(spec) or second_size_problem(program, call, second)
+    return None if problem is None else (problem, second, held)
+
+
+def _proved_recapture(
+    program_of: Callable[[Built], ONNXProgram],
+    call: Call,
+    second: Resized,
+    ranges: Mapping[tuple[str, int], tuple[int, float]],
+    recapture: Callable[[Call], Built | None],
+) -> Built | None:
+    """A capture at ``second``'s sizes that serves the axes at a third size, or ``None``."""
+    third = resized_call(call, avoid={size for *_, size in second.sizes}, ranges=ranges)
+    rebuilt = recapture(second.call) if third is not None else None
+    if rebuilt is None or third is None:
+        return None
+    again = program_of(rebuilt)
+    if second_size_problem(again, call, third) is not None:
+        return None
+    return rebuilt if narrowed_range(again.adapter_spec) is None else None
