@@ -94,7 +94,9 @@ class OnnxModule:
         upcast: Sequence[str] = (),
     ) -> None:
         ort = importlib.import_module("onnxruntime")
-        resolved = resolve_providers(providers, ort.get_available_providers())
+        resolved = resolve_providers(
+            providers, ort.get_available_providers(), ort.get_all_providers()
+        )
         upcast = [upcast] if isinstance(upcast, str) else list(upcast)
         self._session = open_session(ort, model, session_options, resolved, upcast)
         self._upcast = tuple(upcast)

@@ -43,15 +43,22 @@ PROVIDER_ALIASES = {
 _CPU = "CPUExecutionProvider"
 
 
-def resolve_providers(requested: Sequence[str] | None, available: Sequence[str]) -> list[str]:
+def resolve_providers(
+    requested: Sequence[str] | None, available: Sequence[str], known: Sequence[str] = ()
+) -> list[str]:
     """Turn requested provider names into onnxruntime names that are available.
 
     Args:
         requested: ``["cuda"]``, ``["cpu"]``, onnxruntime names, or ``None`` (CPU).
         available: ``onnxruntime.get_available_providers()``.
+        known: ``onnxruntime.get_all_providers()``: every name onnxruntime knows, built
+            here or not. A requested name outside it and the aliases is a typo.
 
     Returns:
         The providers to use, CPU always last.
+
+    Raises:
+        ValueError: A name that is neither an alias nor one of ``known`` (when given).
 
     Example:
         >>> import warnings
@@ -67,11 +74,17 @@ def resolve_providers(requested: Sequence[str] | None, available: Sequence[str])
     resolved: list[str] = []
     for name in requested or ():
         full = PROVIDER_ALIASES.get(name.lower(), name)
+        if known and full not in known:
+            raise ValueError(
+                f"execution provider {name!r} is not one onnxruntime knows; expected one of "
+                f"{sorted(PROVIDER_ALIASES)} or an onnxruntime name such as {_CPU!r}."
+            )
         if full not in available:
+            cuda = full in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+            advice = " For CUDA, install onnxruntime-gpu built for your CUDA version." * cuda
             warnings.warn(
                 f"execution provider {name!r} ({full}) is not available in this onnxruntime "
-                f"(available: {list(available)}); falling back to {_CPU}. For CUDA, install "
-                "onnxruntime-gpu built for your CUDA version.",
+                f"(available: {list(available)}); falling back to {_CPU}.{advice}",
                 RuntimeWarning,
                 stacklevel=4,
             )

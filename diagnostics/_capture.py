@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import linecache
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 
@@ -32,27 +34,68 @@ def capture_python_warnings(log: LogFunction, library_paths: Sequence[str] = ())
     Warnings whose file lies under one of ``library_paths`` are recorded as notes.
     """
     prefixes = tuple(library_paths)
-    with warnings.catch_warnings(record=True) as caught:
+    caught: list[tuple[warnings.WarningMessage, tuple[str, int] | None]] = []
+
+    def record(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: object = None,
+        line: str | None = None,
+    ) -> None:
+        warning = warnings.WarningMessage(message, category, filename, lineno, None, line)
+        caught.append((warning, _caller_outside(prefixes) if prefixes else None))
+
+    with warnings.catch_warnings():
+        warnings.showwarning = record
         try:
             yield
         finally:
-            for message in caught:
+            for message, caller in caught:
                 from_library = bool(prefixes) and message.filename.startswith(prefixes)
-                log(_diagnostic_from_warning(message, Level.NOTE if from_library else None))
+                level = Level.NOTE if from_library else None
+                log(_diagnostic_from_warning(message, level, caller if from_library else None))
+
+
+def _caller_outside(prefixes: tuple[str, ...]) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost frame outside ``prefixes``, warnings and this package."""
+    frame = sys._getframe(2)  # record's caller: warnings' own frames
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path != warnings.__file__ and not path.startswith(("<", own, *prefixes)):
+            return path, frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return None
 
 
 def _diagnostic_from_warning(
-    warning: warnings.WarningMessage, level: Level | None = None
+    warning: warnings.WarningMessage,
+    level: Level | None = None,
+    caller: tuple[str, int] | None = None,
 ) -> Diagnostic:
+    """A warning as a diagnostic, at its own line, or at the line of the caller that led to it.
+
+    A warning raised in a library (``level`` given) is located at ``caller`` (no location
+    when no such line is on the stack); its own ``file:line`` is the ``raisedAt`` property.
+    """
     category = warning.category.__name__
     text = str(warning.message)
-    snippet = linecache.getline(warning.filename, warning.lineno).strip() or None
+    properties = {"category": f"{warning.category.__module__}.{warning.category.__qualname__}"}
+    locations: tuple[Location, ...] = ()
+    if level is None or caller is not None:
+        path, line = caller or (warning.filename, warning.lineno)
+        snippet = linecache.getline(path, line).strip() or None
+        locations = (Location(path, line=line, snippet=snippet),)
+    if level is not None:
+        properties["raisedAt"] = f"{warning.filename}:{warning.lineno}"
     return Diagnostic(
         rule=rules.PYTHON_WARNING,
         level=level or Level.WARNING,
         message=rules.PYTHON_WARNING.format_message(category=category, message=text),
-        locations=(Location(warning.filename, line=warning.lineno, snippet=snippet),),
-        properties={"category": f"{warning.category.__module__}.{warning.category.__qualname__}"},
+        locations=locations,
+        properties=properties,
     )
 
 

@@ -82,11 +82,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     try:
         log = load_sarif(args.report)
     except SarifFormatError as error:
-        print(f"{parser.prog}: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
         reason = error.strerror or error
-        print(f"{parser.prog}: cannot read '{args.report}': {reason}", file=sys.stderr)
+        print(f"{parser.prog}: error: cannot read '{args.report}': {reason}", file=sys.stderr)
         return 2
     print(summarize(log))
     return 1 if _count_levels(log).get("error", 0) else 0

@@ -29,6 +29,7 @@ from onnx_export.capture._dynamic import (
     named_inputs,
     resolve_dynamic_shapes,
 )
+from onnx_export.capture._habits import binding_hint, names_a_file, tuple_hint
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture._strategies import CaptureAttempt, capture
@@ -176,6 +177,8 @@ def prepare_call(
             name something that is not an input, an axis the input does not have, an
             axis twice, or an empty name.
     """
+    if names_a_file(args):  # refused even where forward would bind the path as an input
+        raise ExportInputError(binding_hint(signature, args, kwargs))
     try:
         canonical = canonicalize_inputs(signature, args, kwargs)
         user = _user_dynamic_shapes(options, signature, args, kwargs)
@@ -183,7 +186,12 @@ def prepare_call(
             module, signature = explicit_keywords(module, signature, kwargs)
         shapes = resolve_dynamic_shapes(user, signature, args, kwargs)
     except (TypeError, ValueError) as e:
-        raise ExportInputError(f"{e}") from e
+        text = str(e).replace(
+            "Call the model the way it was called at export.",
+            "Pass the inputs the way you call the model.",
+        )
+        hint = binding_hint(signature, args, kwargs)
+        raise ExportInputError(f"{hint} {text}" if hint else text) from e
     size_one: list[str] = []
     if shapes is not None:
         size_one = dynamic_size_one(shapes.names, named_inputs(signature, args, kwargs))
@@ -373,7 +381,11 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     branch = data_dependent_line([a.exception for a in attempts])
     first = "torch.export could not capture the model; every strategy failed:"
     steps = _next_steps(last, call)
-    if branch is not None:
+    habit = tuple_hint(call.args) if not call.kwargs else ""
+    if habit:  # torch.onnx.export's `args` tuple: torch's error is about the tuple
+        first = f"{habit}\nWith the tuple as the model's first input, every strategy failed:"
+        steps = "pass the tensors themselves, not a tuple of them."
+    elif branch is not None:
         first, steps = f"{branch.first_line()}\nEvery strategy failed:", branch.next_steps()
     error = CaptureError(
         f"{first}\n{lines}\nNext steps: {steps} The last strategy's error is chained below."

@@ -185,6 +185,26 @@ def _check_folder_can_hold(result: pathlib.Path, option: str, path: str | os.Pat
         raise UsageError(
             f"{option} {os.fspath(path)!r}: the folder {os.fspath(folder)!r} is not writable."
         )
+    _probe(folder, option, path)
+
+
+def _probe(folder: pathlib.Path, option: str, path: str | os.PathLike[str]) -> None:
+    """Create and remove a file in ``folder``: permission bits do not tell everything.
+
+    Root passes every ``os.access`` check, and a read-only mount, ``/proc`` or a full disk
+    refuse files all the same; the writer would fail only after the work.
+    """
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".onnx-export-probe-", dir=folder)
+    except OSError as e:
+        raise UsageError(
+            f"{option} {os.fspath(path)!r}: no file can be created in {os.fspath(folder)!r} "
+            f"({e.strerror or e}); choose another path."
+        ) from e
+    os.close(handle)
+    os.unlink(name)
 
 
 def require_extra(command: str, extra: str = "export") -> None:
@@ -229,7 +249,17 @@ def one_line(text: str, limit: int = 600) -> str:
             joined += " " + part
         else:
             joined += "; " + part
-    return joined if len(joined) <= limit else joined[: limit - 3].rstrip() + "..."
+    return joined if len(joined) <= limit else _cut(joined, limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` shortened to ``limit`` chars at a sentence end, else between words."""
+    head = text[: limit - 4]
+    sentence = max(head.rfind(". "), head.rfind("; "), head.rfind(": "))
+    if sentence >= limit // 2:
+        return head[: sentence + 1] + " ..."
+    space = head.rfind(" ")
+    return (head[:space] if space >= limit // 2 else head).rstrip() + " ..."
 
 
 def from_onnxruntime(error: BaseException) -> bool:

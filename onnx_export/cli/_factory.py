@@ -24,7 +24,7 @@ from typing import Any
 
 from onnx_export.cli._common import UsageError
 
-__all__ = ["ModelCall", "call_factory", "parse_dynamic"]
+__all__ = ["ModelCall", "call_factory", "load_registry", "parse_dynamic"]
 
 _EXAMPLE = "e.g. my_models:make_model or path/to/models.py:make_model"
 _DYNAMIC = re.compile(r"^([A-Za-z_][\w.]*):(-?\d+)=([A-Za-z_]\w*)$")  # NAME may be a dotted path
@@ -49,6 +49,29 @@ def call_factory(reference: str) -> ModelCall:
     return _check_result(reference, result)
 
 
+def load_registry(reference: str) -> Any:
+    """The ``OnnxRegistry`` that ``MODULE:NAME`` is, or that calling it returns (``--registry``).
+
+    ``NAME`` is an ``OnnxRegistry`` object or a function of no arguments that returns one
+    (after calling ``register_op`` for each custom op).
+    """
+    from onnx_export._registry import OnnxRegistry
+
+    example = "e.g. my_ops.py:make_registry, a function that returns an OnnxRegistry"
+    value = _attribute(reference, example, "an OnnxRegistry or a function that returns one")
+    if not isinstance(value, OnnxRegistry) and callable(value):
+        try:
+            value = value()
+        except Exception as e:
+            raise UsageError(f"--registry {reference}: {reference}() raised {_describe(e)}") from e
+    if not isinstance(value, OnnxRegistry):
+        raise UsageError(
+            f"--registry {reference}: expected an onnx_export.OnnxRegistry (or a function that "
+            f"returns one, after register_op for each custom op), got {_kind(value)}."
+        )
+    return value
+
+
 def parse_dynamic(values: Sequence[str]) -> dict[str, dict[int, str]]:
     """``["x:0=batch", "x:1=seq"]`` -> ``{"x": {0: "batch", 1: "seq"}}``."""
     shapes: dict[str, dict[int, str]] = {}
@@ -68,21 +91,26 @@ def parse_dynamic(values: Sequence[str]) -> dict[str, dict[int, str]]:
 
 
 def _resolve(reference: str) -> Callable[[], Any]:
+    value = _attribute(
+        reference, _EXAMPLE, "a function in it that returns (model, args) or (model, args, kwargs)"
+    )
+    if not callable(value):
+        raise UsageError(f"{reference} is a {type(value).__name__}, not a callable factory.")
+    return value  # type: ignore[no-any-return]  # checked callable just above
+
+
+def _attribute(reference: str, example: str, wanted: str) -> Any:
+    """The object ``MODULE:NAME`` names (``NAME`` dotted for attributes)."""
     module_part, sep, attribute = reference.rpartition(":")
     if not sep or not module_part or not attribute:
-        raise UsageError(f"expected MODULE:FACTORY ({_EXAMPLE}), got {reference!r}.")
+        raise UsageError(f"expected MODULE:FACTORY ({example}), got {reference!r}.")
     module = _import(module_part)
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise UsageError(
-                f"{module_part!r} has no attribute {attribute!r}; name a function in it "
-                f"that returns (model, args) or (model, args, kwargs)."
-            )
+            raise UsageError(f"{module_part!r} has no attribute {attribute!r}; name {wanted}.")
         value = getattr(value, part)
-    if not callable(value):
-        raise UsageError(f"{reference} is a {type(value).__name__}, not a callable factory.")
-    return value  # type: ignore[no-any-return]  # checked callable just above
+    return value
 
 
 def _import(module_part: str) -> types.ModuleType:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 import warnings
@@ -22,7 +23,7 @@ from onnx_export.cli._common import (
     require_export_extra,
     writable_output,
 )
-from onnx_export.cli._factory import ModelCall, call_factory, parse_dynamic
+from onnx_export.cli._factory import ModelCall, call_factory, load_registry, parse_dynamic
 
 if TYPE_CHECKING:
     from onnx_export._options import ExportOptions
@@ -84,15 +85,33 @@ def register(commands: Subcommands) -> None:
         help="when the model's code fixes the size of a --dynamic dimension, export it static "
         "with a warning (one stderr line per dimension) instead of failing",
     )
+    parser.add_argument(
+        "--registry",
+        metavar="MODULE:NAME",
+        help="your ONNX functions for custom ops: an onnx_export.OnnxRegistry in MODULE (a "
+        "module name or a .py path), or a function of no arguments that returns one after "
+        "OnnxRegistry.register_op for each op; what ExportOptions(onnx_registry=...) takes",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("onnx", "onnxruntime"),
+        default="onnx",
+        help="onnx (default): standard ONNX ops, for any runtime; onnxruntime: also ONNX "
+        "Runtime's fused com.microsoft ops, as ExportOptions(target=...)",
+    )
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    require_export_extra("export")
-    output = writable_output(args.output, "-o/--output")
+    output = writable_output(args.output, "-o/--output")  # before torch's import (seconds)
     if args.report is not None:
         writable_output(args.report, "--report")
+    require_export_extra("export")
     options = _export_options(args)
     status = Status()
+    if args.registry is not None:
+        with status(f"Importing {args.registry}"):
+            registry = load_registry(args.registry)
+        options = dataclasses.replace(options, onnx_registry=registry)
     with status(f"Importing {args.factory}"):
         call = call_factory(args.factory)
     name = type(call.model).__name__
@@ -121,6 +140,7 @@ def export_quietly(
         CommandError: The export failed (exit code 1); the message names the SARIF report.
     """
     from onnx_export._export import dynamo_export
+    from onnx_export.diagnostics import SarifWriteError
     from onnx_export.errors import (
         DimensionNameWarning,
         ExportInputError,
@@ -151,6 +171,8 @@ def export_quietly(
             if issubclass(warning.category, ours):
                 print(f"warning: {one_line(str(warning.message), 1000)}", file=sys.stderr)
         return program
+    except SarifWriteError as e:  # checked writable before the export; the disk changed
+        raise CommandError(f"exporting {name} worked, but {one_line(str(e))}") from e
     except OnnxExportError as e:
         error = UsageError if isinstance(e, ExportInputError) else CommandError
         report = None
@@ -160,9 +182,27 @@ def export_quietly(
         raise error(describe_export_error(name, e, verbose, report or e.report_path)) from e
 
 
+#: What the exporter's messages say of the chained torch error; one line has no "below".
+_CHAINED = ("torch's error is chained below.", "The last strategy's error is chained below.")
+
+
 def describe_export_error(name: str, error: Any, verbose: bool, report: Any = None) -> str:
     """``exporting NAME failed: ...`` on one line (all of it with ``verbose``), then the report."""
     message = str(error.args[0]) if error.args else str(error)
+    if "OnnxRegistry.register_op" in message:
+        message = message.replace(
+            "ExportOptions(onnx_registry=...)",
+            "ExportOptions(onnx_registry=...) (on the command line: --registry MODULE:NAME)",
+        )
+        if "--registry" not in message:
+            message += " On the command line, pass the registry with --registry MODULE:NAME."
+    for chained in _CHAINED:
+        cause = getattr(error, "__cause__", None)
+        said = f"torch's error: {type(cause).__name__}: {cause}" if cause is not None else ""
+        if verbose and said:
+            message = message.replace(chained, f"\n{said.strip()}")
+        else:  # one line has no "below": say where torch's error is
+            message = message.replace(chained, "--verbose prints torch's error.")
     text = message.strip() if verbose else _summary(message)
     where = ""
     if report is not None:
@@ -216,4 +256,5 @@ def _export_options(args: argparse.Namespace) -> ExportOptions:
         diagnostic_options=diagnostic_options,
         allow_static_fallback=getattr(args, "allow_static", False),
         verify=False if getattr(args, "no_verify", False) else None,
+        target=getattr(args, "target", "onnx"),
     )

@@ -7,6 +7,7 @@ with ``jinja2`` for ``--chat``): the ``text`` extra, ``pip install 'onnx-export[
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 from collections.abc import Callable
@@ -24,7 +25,8 @@ def register(commands: Subcommands) -> None:
         "generate",
         help="continue a prompt with a folder `onnx-export hf` wrote (text in, text out)",
         description="Tokenize PROMPT with the folder's tokenizer.json, generate with "
-        "OrtModelForCausalLM (greedy unless --do-sample or --num-beams) and print the new "
+        "OrtModelForCausalLM (greedy unless --do-sample or --num-beams), or for a T5/BART "
+        "folder with OrtModelForSeq2SeqLM (greedy unless --do-sample), and print the new "
         "text. --chat puts PROMPT through the chat template as a user message. Needs no "
         "torch; needs the text extra (pip install 'onnx-export[text]'). Exits 1 when "
         "generation fails, 2 when the folder or an option cannot be used.",
@@ -82,6 +84,65 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+#: The exported folders' tasks that take text; the others take features or images.
+_CAUSAL_TASKS = ("text-generation",)
+_SEQ2SEQ_TASKS = ("text2text-generation",)
+#: The options only the decoder-only loop has (beam search, processors, streaming).
+_CAUSAL_ONLY = (
+    *("num_beams", "repetition_penalty", "stop", "chat", "stream"),
+    *("json_schema", "regex", "grammar", "prompt_lookup"),
+)
+
+
+def _task(folder: pathlib.Path) -> str | None:
+    """The task the folder's manifest names, or ``None`` (from_pretrained then says why)."""
+    try:
+        manifest = json.loads((folder / "onnx_export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(manifest.get("task")) if isinstance(manifest, dict) else None
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The folder's model class for its task, loaded; a UsageError for a task without text."""
+    from onnx_export.hf import CheckpointError, OrtModelForCausalLM, OrtModelForSeq2SeqLM
+
+    task = _task(args.folder)
+    if task is not None and task not in (*_CAUSAL_TASKS, *_SEQ2SEQ_TASKS):
+        raise UsageError(
+            f"{args.folder} holds a {task!r} model, which takes no text: `generate` runs "
+            "text-generation (decoders) and text2text-generation (T5, BART) folders."
+        )
+    seq2seq = task in _SEQ2SEQ_TASKS
+    if seq2seq:
+        used = [f"--{n.replace('_', '-')}" for n in _CAUSAL_ONLY if getattr(args, n)]
+        if used:
+            raise UsageError(
+                f"{', '.join(used)}: not for an encoder-decoder ({task}); it takes greedy "
+                "decoding or --do-sample with --temperature, --top-k, --top-p, --seed."
+            )
+    model_class = OrtModelForSeq2SeqLM if seq2seq else OrtModelForCausalLM
+    try:
+        return model_class.from_pretrained(args.folder, providers=[args.provider])
+    except CheckpointError as e:
+        raise UsageError(one_line(str(e))) from e
+
+
+def _check_text(model: Any, args: argparse.Namespace) -> None:
+    """The folder's tokenizer (and chat template for --chat) exist: else exit 2 at once."""
+    from onnx_export.hf import GenerationError
+
+    try:
+        tokenizer = model.tokenizer
+    except GenerationError as e:
+        raise UsageError(one_line(str(e))) from e
+    if args.chat and getattr(tokenizer, "chat_template", None) is None:
+        raise UsageError(
+            f"--chat: {args.folder} has no chat template (tokenizer_config.json's "
+            "chat_template, or chat_template.jinja); give the prompt as plain text instead."
+        )
+
+
 def _text_or_file(value: str, option: str, *, file_only: bool = False) -> str:
     """``value`` itself when it is inline JSON, else the text of the file it names."""
     if not file_only and value.lstrip().startswith("{"):
@@ -96,14 +157,12 @@ def _text_or_file(value: str, option: str, *, file_only: bool = False) -> str:
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
-    from onnx_export.hf import CheckpointError, GenerationError, OrtModelForCausalLM
+    from onnx_export.hf import GenerationError
 
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
-    try:
-        model = OrtModelForCausalLM.from_pretrained(args.folder, providers=[args.provider])
-    except CheckpointError as e:
-        raise UsageError(one_line(str(e))) from e
+    model = _load(args)
+    _check_text(model, args)
     prompt: Any = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "seed": args.seed}
     if args.stream:

@@ -97,9 +97,9 @@ def _refuse_early(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    writable_folder(args.output, "-o/--output")  # before any work (imports take seconds)
     _refuse_early(args)
     require_extra("hf", "hf")  # the hf extra installs torch & co. too: name it alone
-    writable_folder(args.output, "-o/--output")  # before the export, not after it
     from onnx_export._options import SUPPORTED_OPSETS
     from onnx_export.errors import ExportInputError, OnnxExportError
     from onnx_export.hf import export_pretrained

@@ -186,9 +186,34 @@ def _adapter_lines(model: Any) -> Iterator[str]:
     yield "adapter (onnx_export.load calls the model as forward is called):"
     yield f"  forward{_signature(spec.parameters)}"
     yield "  inputs: " + ", ".join(_leaf(leaf, "->") for leaf in spec.inputs)
+    nones = _none_paths(spec.input_tree, [p.name for p in spec.parameters])
+    if nones:
+        yield "  None at export (pass None there, or leave it out): " + ", ".join(nones)
     yield from _range_lines(spec.inputs)
     yield f"  output structure: {_tree(spec.output_tree)}"
     yield "  outputs: " + ", ".join(_leaf(leaf, "<-") for leaf in spec.outputs)
+
+
+def _none_paths(tree: Any, names: Sequence[str]) -> list[str]:
+    """The paths of the inputs that were ``None`` at export (the adapter drops them)."""
+    found: list[str] = []
+    if tree.kind != "tuple" or len(tree.children) != 2:
+        return found
+    args, kwargs = tree.children
+    for i, child in enumerate(args.children):
+        _collect_nones(child, names[i] if i < len(names) else f"args[{i}]", found)
+    for key, child in zip(kwargs.keys, kwargs.children, strict=False):
+        _collect_nones(child, str(key), found)
+    return found
+
+
+def _collect_nones(tree: Any, path: str, found: list[str]) -> None:
+    if tree.kind == "none":
+        found.append(path)
+        return
+    keys = list(tree.keys) if tree.kind == "dict" else list(range(len(tree.children)))
+    for key, child in zip(keys, tree.children, strict=False):
+        _collect_nones(child, f"{path}[{key!r}]", found)
 
 
 def _signature(parameters: Sequence[Any]) -> str:

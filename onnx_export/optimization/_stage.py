@@ -32,6 +32,7 @@ from onnx_export.passes import (
     remove_identity_reshapes,
 )
 from onnx_export.passes.downgrade import OpsetDowngradeError, downgrade_opset
+from onnx_export.passes.mark_folded_weights import mark_folded_weights, marked_weights
 
 __all__ = ["downgrade", "optimize"]
 
@@ -70,6 +71,7 @@ def optimize(
 
 
 def _optimizer(model: Any, context: DiagnosticContext) -> None:
+    weights = marked_weights(model.graph)
     try:
         before, after = optimize_model(model)
     except Exception as e:
@@ -88,6 +90,7 @@ def _optimizer(model: Any, context: DiagnosticContext) -> None:
             "nodes_after": after,
         },
     )
+    mark_folded_weights(model.graph, weights)  # so that `info` counts them as parameters
     removed = remove_identity_reshapes(model)
     if removed:
         context.emit(

@@ -547,7 +547,7 @@ def _output_classes(program: ExportedProgram | None) -> tuple[type, ...]:
         cls = spec.type
         if isinstance(cls, type) and cls not in (tuple, list, dict) and cls not in found:
             found.append(cls)
-        stack.extend(spec.children_specs)
+        stack.extend(spec.children())
     return tuple(found)
 
 

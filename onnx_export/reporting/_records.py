@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 
 from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
-from onnx_export.capture._specialized import RangeGuard
+from onnx_export.capture._specialized import RangeGuard, model_file
 from onnx_export.capture._strategies import CaptureAttempt, explanation
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -75,12 +75,18 @@ _LIBRARY_DIRS = (
     _EXPORTER_DIR,
 )
 
-#: Where third-party code lives: warnings raised there are notes, not the user's warnings.
-LIBRARY_PATHS = (
+_PLAIN_LIBRARY_PATHS = (
     *_LIBRARY_DIRS,
     sysconfig.get_paths()["stdlib"] + os.sep,
     sysconfig.get_paths()["purelib"] + os.sep,
     sysconfig.get_paths()["platlib"] + os.sep,
+)
+#: Where third-party code lives (as given and with links resolved): warnings raised there
+#: are notes, not the user's warnings, and are located at the user's line that led to them.
+LIBRARY_PATHS = tuple(
+    dict.fromkeys(
+        (*_PLAIN_LIBRARY_PATHS, *(os.path.realpath(p) + os.sep for p in _PLAIN_LIBRARY_PATHS))
+    )
 )
 
 
@@ -121,6 +127,18 @@ def _exception_locations(error: BaseException) -> tuple[Location, ...]:
     if not frames:  # dynamo puts the user's frames in the message ("from user code: ...")
         frames = diagnostics.locations_from_stack_trace(str(error), frame_filter=user_frame)
     return frames[-1:] if frames else call_site()
+
+
+def _specialization_locations(attempt: CaptureAttempt) -> tuple[Location, ...]:
+    """The model's lines that fixed a dimension asked to be dynamic (the error names them)."""
+    locations = []
+    for found in attempt.specializations:
+        path, _, line = found.location.rpartition(":")
+        full = model_file(path) if path and line.isdigit() else None
+        if full is not None:
+            message = f"fixes {found.source} to {found.value}"
+            locations.append(Location(full, int(line), snippet=found.code or None, message=message))
+    return tuple(locations)
 
 
 def call_site() -> tuple[Location, ...]:
@@ -209,17 +227,20 @@ def record_capture(
                 "exception_type": type(error).__name__,
                 "exception_message": explanation(error),
             },
-            locations=_exception_locations(error),
+            locations=_specialization_locations(attempt) or _exception_locations(error),
             exception=failure_info(error),
             properties={"seconds": round(attempt.seconds, 3)},
         )
 
 
 def record_decomposition(context: DiagnosticContext, report: DecompositionReport) -> None:
-    """A note on whether decomposition ran, why, and what it decomposed."""
+    """A note on what decomposition decomposed and why it ran; none when it did not run."""
+    if not report.ran and not report.decomposed:
+        return  # every op has an ONNX function: nothing to say
+    ops = ", ".join(report.decomposed) or f"none (it ran because {report.why})"
     context.emit(
         rules.DECOMPOSITION,
-        message_args={"count": len(report.decomposed), "ops": ", ".join(report.decomposed) or "-"},
+        message_args={"count": len(report.decomposed), "ops": ops},
         properties={"ran": report.ran, "why": report.why},
     )
 
@@ -273,9 +294,11 @@ def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | Non
     chosen = path is not None
     try:
         if path is None:
-            handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif")
+            folder = reports_folder()
+            handle, name = tempfile.mkstemp(prefix="onnx-export-", suffix=".sarif", dir=folder)
             os.close(handle)
             path = name
+            _prune(folder, keep=name)
         written = context.write_sarif(path)
         if not chosen:  # a report in the shared temp folder stays readable by its owner only
             written.chmod(0o600)
@@ -283,6 +306,45 @@ def write_failure_report(context: DiagnosticContext) -> tuple[pathlib.Path | Non
     except OSError as e:
         where = f" to {path}" if path is not None else ""
         return None, f"The SARIF report could not be written{where}: {e.strerror or e}."
+
+
+#: How many reports of failed exports the reports folder keeps (the newest).
+KEPT_REPORTS = 20
+
+
+def reports_folder() -> pathlib.Path:
+    """Where the reports of failed exports go when no path was chosen.
+
+    ``onnx-export-reports`` in the temp folder, private to its owner; the temp folder
+    itself when that cannot be made ours (another user's folder of that name). Only the
+    newest :data:`KEPT_REPORTS` are kept there, so failed exports do not pile up.
+    """
+    base = pathlib.Path(tempfile.gettempdir())
+    folder = base / "onnx-export-reports"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        owner = folder.stat().st_uid
+    except OSError:
+        return base
+    if hasattr(os, "getuid") and owner != os.getuid():
+        return base
+    return folder
+
+
+def _prune(folder: pathlib.Path, keep: str) -> None:
+    """Remove all but the newest :data:`KEPT_REPORTS` reports in ``folder`` (ours only)."""
+    if folder == pathlib.Path(tempfile.gettempdir()):
+        return  # the shared temp folder: other programs' files are not ours to remove
+    reports = []
+    for report in folder.glob("onnx-export-*.sarif"):
+        try:
+            reports.append((report.stat().st_mtime, report))
+        except OSError:  # removed meanwhile by a parallel export
+            continue
+    reports.sort(reverse=True)
+    for _, report in reports[KEPT_REPORTS:]:
+        if str(report) != keep:
+            report.unlink(missing_ok=True)
 
 
 def write_success_report(context: DiagnosticContext) -> pathlib.Path | None:

@@ -116,13 +116,16 @@ def bind_arguments(
     return tuple(positional), named
 
 
+#: What each attribute type takes, as the FX argument comes: the translator passes a
+#: ``torch.dtype`` as its ONNX data type number, a device, layout or memory format as text.
+_AS_STRING = (str, torch.device, torch.layout, torch.memory_format)
 _ATTR_ACCEPTS: dict[ir.AttributeType, tuple[type, ...]] = {
-    ir.AttributeType.INT: (int, bool),
+    ir.AttributeType.INT: (int, bool, torch.dtype),
     ir.AttributeType.FLOAT: (float, int),
-    ir.AttributeType.STRING: (str,),
-    ir.AttributeType.INTS: (int, bool),
+    ir.AttributeType.STRING: _AS_STRING,
+    ir.AttributeType.INTS: (int, bool, torch.dtype),
     ir.AttributeType.FLOATS: (float, int),
-    ir.AttributeType.STRINGS: (str,),
+    ir.AttributeType.STRINGS: _AS_STRING,
 }
 
 

@@ -313,3 +313,18 @@ def test_fused_live_sequence_grows_and_rewinds_its_shared_cache(
     with torch.no_grad():
         theirs = model.generate(history, max_new_tokens=6, do_sample=False, pad_token_id=0)
     np.testing.assert_array_equal(got, theirs[0, history.shape[1] :].numpy())
+
+
+def test_fused_decoder_refuses_ids_outside_the_vocabulary_before_onnx_runtime(
+    fused_llama: tuple[Any, pathlib.Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    model, folder = fused_llama
+    ort_model = hf.OrtModelForCausalLM.from_pretrained(folder)
+    vocab = int(model.config.vocab_size)
+    capfd.readouterr()
+    with pytest.raises(hf.GenerationError, match=rf"\[{vocab}\] outside the model's vocabulary"):
+        ort_model.generate([[3, vocab]], max_new_tokens=2)
+    assert "INVALID_ARGUMENT" not in capfd.readouterr().err  # no raw ONNX Runtime log line
+    ids, _ = _prompts()
+    expected = _transformers_tokens(model, 1, max_new_tokens=2)
+    np.testing.assert_array_equal(ort_model.generate(ids[:1].numpy(), max_new_tokens=2), expected)

@@ -122,7 +122,9 @@ class StepSession:
     ) -> None:
         if not pathlib.Path(path).is_file():
             raise CheckpointError(f"{os.fspath(path)!r} is missing from the exported folder.")
-        resolved = resolve_providers(providers, ort.get_available_providers())
+        resolved = resolve_providers(
+            providers, ort.get_available_providers(), ort.get_all_providers()
+        )
         self.session = ort.InferenceSession(
             os.fspath(path), sess_options=session_options, providers=resolved
         )

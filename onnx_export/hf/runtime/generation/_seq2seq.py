@@ -15,6 +15,7 @@ import numpy.typing as npt
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf.runtime._session import StepSession, host_float32
+from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
 from onnx_export.hf.runtime.generation._generate import (
     Stopping,
     as_ids,
@@ -55,6 +56,7 @@ class OrtModelForSeq2SeqLM:
         self.decoder = decoder
         self.speech = "input_features" in encoder.input_names
         self.vision = "pixel_values" in encoder.input_names
+        self._tokenizer: TextTokenizer | None = None
 
     def __repr__(self) -> str:
         config = self.folder.config
@@ -187,7 +189,8 @@ class OrtModelForSeq2SeqLM:
         gives; the decoder starts from the config's ``decoder_start_token_id``.
 
         Args:
-            input_ids: Encoder token ids (batch, length) for T5 and BART.
+            input_ids: Encoder token ids (batch, length) for T5 and BART. A text (or a
+                list of texts) goes to :meth:`generate_text` and the result is text.
             attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
             input_features: Log-mel features (batch, mel bins, frames) for Whisper.
             pixel_values: Images (batch, channels, height, width) for image-to-text.
@@ -216,6 +219,18 @@ class OrtModelForSeq2SeqLM:
             >>> model.generate(input_features=features, max_new_tokens=3)  # doctest: +SKIP
             array([[50258, 50259, 50359, 50363]])
         """
+        if isinstance(input_ids, str) or (
+            isinstance(input_ids, list | tuple) and input_ids and isinstance(input_ids[0], str)
+        ):  # text in: text out, as OrtModelForCausalLM.generate does
+            return self.generate_text(  # type: ignore[return-value]  # text for text
+                input_ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+            )
         max_new_tokens = check_max_new_tokens(max_new_tokens)
         encoded = self._encode(input_ids, attention_mask, input_features, pixel_values)
         batch = int(encoded.pop("batch"))
@@ -238,6 +253,71 @@ class OrtModelForSeq2SeqLM:
         first = {"input_ids": start, **encoded}
         sequences = decode(self.decoder, first, next_feed, start, chooser, stopping, seed)
         return sequences[:, start.shape[1] :] if self.speech else sequences
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The folder's tokenizer (``tokenizer.json``), loaded on first use.
+
+        Raises:
+            GenerationError: No ``tokenizer.json``, or the ``text`` extra missing.
+
+        Example:
+            >>> model.tokenizer.decode([5, 6])  # doctest: +SKIP
+            'hello world'
+        """
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer.from_folder(self.folder.path)
+        return self._tokenizer
+
+    def generate_text(
+        self,
+        prompt: str | Sequence[str],
+        *,
+        max_new_tokens: int,
+        skip_special_tokens: bool = True,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """Text in, text out for T5 and BART: tokenize, :meth:`generate`, decode.
+
+        Args:
+            prompt: The encoder's text, or a list of texts (one batch).
+            max_new_tokens: How many tokens to add at most.
+            skip_special_tokens: Leave special tokens (start, EOS, padding) out of the text.
+            **kwargs: :meth:`generate`'s other keyword arguments (``do_sample``, ``seed``...).
+
+        Returns:
+            The decoder's text for one prompt, a list for a list of texts.
+
+        Raises:
+            GenerationError: A speech or image-to-text model (it takes features, not
+                text), no ``tokenizer.json``, or what :meth:`generate` raises.
+
+        Example:
+            >>> model.generate_text("translate: hello", max_new_tokens=8)  # doctest: +SKIP
+            'hallo'
+        """
+        if self.speech or self.vision:
+            takes = "input_features" if self.speech else "pixel_values"
+            raise GenerationError(
+                f"This model's encoder takes {takes}, not text: call "
+                f"generate({takes}=..., max_new_tokens=...)."
+            )
+        if not isinstance(prompt, str) and not (
+            isinstance(prompt, list | tuple) and prompt and all(isinstance(p, str) for p in prompt)
+        ):
+            raise GenerationError(
+                "prompt must be a text or a list of texts for an encoder-decoder (it has no "
+                f"chat template), got {type(prompt).__name__}."
+            )
+        tokenizer = self.tokenizer
+        rows, single = tokenizer.encode_prompt(prompt)
+        pad = self.folder.setting("pad_token_id")
+        ids, mask = left_pad(rows, tokenizer.token_id("pad_token") if pad is None else int(pad))
+        sequences = self.generate(ids, mask, max_new_tokens=max_new_tokens, **kwargs)
+        texts = [
+            tokenizer.decode(row, skip_special_tokens=skip_special_tokens) for row in sequences
+        ]
+        return texts[0] if single and len(texts) == 1 else texts
 
     def _start(self, decoder_input_ids: Any, batch: int) -> npt.NDArray[np.int64]:
         if decoder_input_ids is not None:

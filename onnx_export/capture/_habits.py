@@ -1,0 +1,118 @@
+"""Calls written the way ``torch.onnx.export`` takes them, recognised and explained.
+
+``torch.onnx.export(model, (x,), "m.onnx", opset_version=17)`` takes the inputs as one
+tuple, the output file and its options as arguments; ``dynamo_export`` takes the inputs
+the way the model is called, returns a program to save, and takes its options in
+``ExportOptions``. Each function here returns one sentence that names the habit and the
+spelling that works, or ``""`` when the call shows no such habit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["binding_hint", "names_a_file", "tuple_hint", "tuple_of_inputs"]
+
+#: torch.onnx.export's options that ExportOptions takes under the same name.
+_SAME_NAME = ("opset_version", "input_names", "output_names", "dynamic_axes", "dynamic_shapes")
+#: The rest of torch.onnx.export's parameters, and what to do instead.
+_OTHER = {
+    "f": "save the returned program with program.save(path)",
+    "export_params": "weights are always exported",
+    "do_constant_folding": "the optimizer folds constants (ExportOptions(optimize=...))",
+    "optimize": "use ExportOptions(optimize=...)",
+    "verify": "use ExportOptions(verify=...) or program.verify()",
+    "report": "the SARIF report is ExportOptions(diagnostic_options=DiagnosticOptions(...))",
+    "verbose": "the SARIF report has the details (DiagnosticOptions(verbosity=...))",
+    "training": "call model.train() or model.eval() before exporting",
+    "dynamo": "dynamo_export always captures with torch.export",
+    "external_data": "program.save writes external data when the model is large",
+    "keep_initializers_as_inputs": "weights are always initializers",
+    "custom_opsets": "register functions for custom ops with OnnxRegistry.register_op",
+    "operator_export_type": "register functions for ops with OnnxRegistry.register_op",
+}
+
+
+def _accepts(signature: inspect.Signature | None, name: str) -> bool:
+    if signature is None:
+        return True
+    parameters = signature.parameters.values()
+    return name in signature.parameters or any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _option_hint(signature: inspect.Signature | None, kwargs: Mapping[str, Any]) -> str:
+    same = [k for k in kwargs if k in _SAME_NAME and not _accepts(signature, k)]
+    other = [k for k in kwargs if k in _OTHER and not _accepts(signature, k)]
+    if same:
+        spelled = ", ".join(f"{k}=..." for k in same)
+        what = "is an option" if len(same) == 1 else "are options"
+        inputs = "an input" if len(same) == 1 else "inputs"
+        return (
+            f"{', '.join(map(repr, same))} {what} of torch.onnx.export, not {inputs} of "
+            f"forward: pass export_options=onnx_export.ExportOptions({spelled})."
+        )
+    if other:
+        name = other[0]
+        return (
+            f"{name!r} is an argument of torch.onnx.export, not an input of forward, and "
+            f"dynamo_export has no such argument: {_OTHER[name]}."
+        )
+    return ""
+
+
+def _path_hint(args: Sequence[Any]) -> str:
+    paths = [a for a in args if isinstance(a, (str, os.PathLike))]
+    if any(os.fspath(p).endswith(".onnx") for p in paths):
+        return (
+            "An argument names an .onnx file, as torch.onnx.export's `f` does: dynamo_export "
+            "takes only the model's inputs and returns a program; save it with "
+            "program.save(path)."
+        )
+    return ""
+
+
+def names_a_file(args: Sequence[Any]) -> bool:
+    """Whether a positional argument is an ``.onnx`` path (torch.onnx.export's ``f``)."""
+    return bool(_path_hint(args))
+
+
+def tuple_of_inputs(args: Sequence[Any]) -> bool:
+    """Whether ``args`` is one tuple (or list) of tensors, as torch.onnx.export's ``args``."""
+    if len(args) != 1 or not isinstance(args[0], (tuple, list)) or not args[0]:
+        return False
+    return all(isinstance(a, torch.Tensor) for a in args[0])
+
+
+def tuple_hint(args: Sequence[Any]) -> str:
+    """The sentence for inputs passed as one tuple, or ``""``.
+
+    Example:
+        >>> tuple_hint([(torch.zeros(1),)])[:40]
+        'The inputs came as one tuple of 1 tenso'
+    """
+    if not tuple_of_inputs(args):
+        return ""
+    count = len(args[0])
+    spelled = "x" if count == 1 else ", ".join(f"x{i}" for i in range(count))
+    as_tuple = f"({spelled},)" if count == 1 else f"({spelled})"
+    return (
+        f"The inputs came as one tuple of {count} tensor(s), the way torch.onnx.export takes "
+        f"`args`; dynamo_export takes them the way you call the model: "
+        f"dynamo_export(model, {spelled}) (or dynamo_export(model, *args)), not "
+        f"dynamo_export(model, {as_tuple})."
+    )
+
+
+def binding_hint(
+    signature: inspect.Signature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> str:
+    """The torch.onnx habit that explains why the call does not fit ``forward``, or ``""``."""
+    path = _path_hint(args)
+    inputs = [a for a in args if not isinstance(a, (str, os.PathLike))] if path else args
+    hints = (_option_hint(signature, kwargs), path, tuple_hint(inputs))
+    return " ".join(h for h in hints if h)
