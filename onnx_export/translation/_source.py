@@ -15,6 +15,7 @@ _FRAME = re.compile(
     r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)'
 )
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_NN_MODULES = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,16 @@ class NodeOrigin:
         return f"{self.file}:{self.line}" if self.file else "<unknown location>"
 
 
+def _module_frame(frames: list[re.Match[str]]) -> re.Match[str] | None:
+    """The innermost ``forward`` of a torch module, where no frame is the user's.
+
+    The model is then an ``nn.Sequential`` (or ``ModuleList`` loop) of torch's own
+    modules; the tracer's frames (``torch/fx/proxy.py``) say nothing to the user.
+    """
+    modules = [f for f in frames if f["file"].startswith(_NN_MODULES) and f["func"] == "forward"]
+    return modules[-1] if modules else (frames[-1] if frames else None)
+
+
 def node_origin(node: torch.fx.Node) -> NodeOrigin:
     """Read the module path and user source line of ``node`` from its metadata."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -53,7 +64,7 @@ def node_origin(node: torch.fx.Node) -> NodeOrigin:
     trace = node.meta.get("stack_trace") or ""
     frames = list(_FRAME.finditer(trace))
     user = [f for f in frames if not f["file"].startswith(_TORCH_DIR)]
-    chosen = user[-1] if user else (frames[-1] if frames else None)
+    chosen = user[-1] if user else _module_frame(frames)
     if chosen is None:
         return NodeOrigin(module_path, module_class, stack_trace=trace)
     return NodeOrigin(
