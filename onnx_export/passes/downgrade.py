@@ -66,8 +66,10 @@ class OpsetDowngradeError(ValueError):
             for r in list(seen.values())[:10]
         ]
         more = f"\n  ... and {len(seen) - 10} more" if len(seen) > 10 else ""
+        ops = ", ".join(dict.fromkeys(r.op_type for r in refusals))
         super().__init__(
-            f"Opset {target} has no form of {len(refusals)} node(s) of the model:\n"
+            f"Opset {target} has no form of {ops} ({len(refusals)} node(s)); the lowest "
+            f"opset that has them is {self.lowest}:\n"
             + "\n".join(lines)
             + more
             + f"\nNext step: export at opset {self.lowest} or higher "
