@@ -36,7 +36,7 @@ _REDUCE = (
 #: optional/sequence types the exporter does not produce for tensors.
 _TYPES_ONLY = (
     "Add", "Sub", "Mul", "Div", "CumSum", "Identity", "GreaterOrEqual", "LessOrEqual",
-    "LeakyRelu", "PRelu", "Pow", "Where", "If", "Loop", "Scan",
+    "LeakyRelu", "PRelu", "Pow", "Where", "If", "Loop",
 )  # fmt: skip
 
 
@@ -127,6 +127,25 @@ def _numpy_dtype(value: ir.Value, lowest: int) -> np.dtype[np.generic]:
 @lowering(*_TYPES_ONLY)
 def _types_only(node: ir.Node, target: int) -> None:
     """Nothing to rewrite: the type check that follows refuses types the target lacks."""
+
+
+@lowering("Scan")
+def _scan(node: ir.Node, target: int) -> None:
+    """ONNX Runtime runs an opset-11 ``Scan`` only when its body's outputs have shapes.
+
+    A state output has its state input's shape (the body's first inputs).
+    """
+    body = _attr(node, "body", None)
+    if not isinstance(body, ir.Graph):
+        return
+    states = len(node.inputs) - int(_attr(node, "num_scan_inputs", 0))  # type: ignore[call-overload]  # an int attribute
+    for state_in, state_out in zip(body.inputs[:states], body.outputs[:states], strict=True):
+        if state_out.shape is None and state_in.shape is not None:
+            state_out.shape = state_in.shape
+        if state_out.type is None:
+            state_out.type = state_in.type
+    if any(value.shape is None for value in body.outputs):
+        raise NoOlderForm("a body output of unknown shape", 16)
 
 
 @lowering("Relu")
