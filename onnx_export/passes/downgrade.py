@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from onnx_export.passes._older_forms import LOWERINGS, NoOlderForm
 
-__all__ = ["LOWEST_OPSET", "OpsetDowngradeError", "downgrade_opset"]
+__all__ = ["LOWEST_OPSET", "OpsetDowngradeError", "Refusal", "downgrade_opset"]
 
 #: The oldest opset a model can be brought to (torchlib's ops need 13's forms).
 LOWEST_OPSET = 13
