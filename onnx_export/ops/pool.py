@@ -18,10 +18,10 @@ from onnx_export.ops._common import (
     const,
     ints,
     known_rank,
+    known_shape,
     op,
     rank,
     static_dims,
-    static_shape,
     unsupported,
 )
 from onnx_export.ops._registration import onnx_op
@@ -363,13 +363,22 @@ def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
     return function
 
 
-def _fractional_starts(samples: ir.Value, axis: int, size: int, kernel: int, out: int) -> ir.Value:
-    """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``."""
+def _fractional_starts(
+    samples: ir.Value, axis: int, size: int | ir.Value, kernel: int, out: int
+) -> ir.Value:
+    """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``.
+
+    ``size`` is the axis' size, or (dynamic) its 1-D INT64 value at run time.
+    """
     u = op.Gather(samples, op.Constant(value_int=axis), axis=-1)  # [N, C]
-    last = op.CastLike(const(float(size - kernel), samples), samples)
+    if isinstance(size, int):
+        last = op.CastLike(const(float(size - kernel), samples), samples)
+        alpha = const((size - kernel) / (out - 1), samples) if out > 1 else last
+    else:  # ATen's alpha, (size - kernel) / (out - 1), in the samples' dtype
+        last = op.CastLike(op.Sub(size, ints([kernel])), samples)
+        alpha = op.Div(last, op.CastLike(const(float(max(out - 1, 1)), samples), samples))
     if out == 1:
         return op.Cast(op.Unsqueeze(op.Expand(last, op.Shape(u)), ints([-1])), to=7)
-    alpha = const((size - kernel) / (out - 1), samples)
     steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(out, dtype=np.float32))), samples)
     u3 = op.Unsqueeze(u, ints([-1]))
     starts = op.Sub(op.Floor(op.Mul(op.Add(steps, u3), alpha)), op.Floor(op.Mul(u3, alpha)))
@@ -400,13 +409,12 @@ def _fractional_max_pool(
     output_size: Sequence[int],
     random_samples: ir.Value,
 ) -> tuple[ir.Value, ir.Value]:
-    dims = static_shape(self)
     spatial = len(kernel_size)
-    unbatched = len(dims) == spatial + 1
+    unbatched = known_rank(self) == spatial + 1
     x = op.Unsqueeze(self, ints([0])) if unbatched else self
-    sizes = dims[-spatial:]
+    sizes = _spatial_sizes(self, spatial)
     samples = op.CastLike(random_samples, x)
-    strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
+    strides = _strides(sizes)
     index: ir.Value | None = None
     for d in range(spatial):
         # ATen's 2-d op draws (W, H) from the samples, the 3-d op (T, H, W).
@@ -416,7 +424,10 @@ def _fractional_max_pool(
         )
         offsets = op.Constant(value=ir.tensor(np.arange(int(kernel_size[d]), dtype=np.int64)))
         positions = op.Add(op.Unsqueeze(starts, ints([-1])), offsets)  # [N, C, out_d, k_d]
-        positions = op.Mul(positions, op.Constant(value_int=strides[d]))
+        stride = strides[d]
+        positions = op.Mul(
+            positions, op.Constant(value_int=stride) if isinstance(stride, int) else stride
+        )
         positions = _spread(positions, d, spatial)
         index = positions if index is None else op.Add(index, positions)
     if index is None:
@@ -435,6 +446,31 @@ def _fractional_max_pool(
     if unbatched:
         return op.Squeeze(values, ints([0])), op.Squeeze(indices, ints([0]))
     return values, indices
+
+
+def _spatial_sizes(x: ir.Value, spatial: int) -> list[int | ir.Value]:
+    """The last ``spatial`` sizes of ``x``: ints where static, 1-D INT64 values where not."""
+    shape = known_shape(x)
+    r = len(shape)
+    return [
+        d if isinstance(d, int) else op.Shape(x, start=axis, end=axis + 1)
+        for axis, d in zip(range(r - spatial, r), shape[r - spatial :], strict=True)
+    ]
+
+
+def _strides(sizes: list[int | ir.Value]) -> list[int | ir.Value]:
+    """Row-major strides of a plane of ``sizes`` (ints while every size after is static)."""
+    strides: list[int | ir.Value] = []
+    for i in range(len(sizes)):
+        after = sizes[i + 1 :]
+        if all(isinstance(d, int) for d in after):
+            strides.append(int(math.prod(d for d in after if isinstance(d, int))))
+            continue
+        stride: ir.Value = ints([1])
+        for d in after:
+            stride = op.Mul(stride, ints([d]) if isinstance(d, int) else d)
+        strides.append(stride)
+    return strides
 
 
 @onnx_op("aten::fractional_max_pool2d", "aten::fractional_max_pool3d")

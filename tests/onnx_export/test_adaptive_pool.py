@@ -1,4 +1,4 @@
-"""Adaptive pooling: a dynamic batch (Swin, ResNet heads), and dynamic spatial sizes.
+"""Adaptive and fractional pooling: a dynamic batch (Swin, ResNet heads), dynamic sizes.
 
 With dynamic spatial sizes each window, ``[floor(i*n/out), ceil((i+1)*n/out))``, is
 computed from the size at run time; every case runs at three sizes the example did not
@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import onnx_export
+from onnx_export.errors import UnsupportedOpInputError
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -84,16 +86,57 @@ def test_adaptive_pool_over_dynamic_spatial_sizes(
 
 
 def test_an_error_inside_a_sequential_points_at_the_module_with_one_next_step() -> None:
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((2, 2)), nn.Flatten())
-    x = torch.randn(2, 3, 9, 10)
-    options = onnx_export.ExportOptions(dynamic_shapes={"input": {2: "h", 3: "w"}})
-    program = onnx_export.dynamo_export(model, x, export_options=options)
-    assert_onnx_program_close(program, model, torch.randn(2, 3, 12, 7))
-    # Fractional max pooling is still static-only: its refusal names the module.
-    frac = nn.Sequential(nn.Conv2d(3, 4, 3), nn.FractionalMaxPool2d(2, output_size=(3, 3)))
+    # A function of the library that refuses its inputs (here a user's one, registered for
+    # the ReLU inside a Sequential of torch's own modules, where no frame is the user's).
+    def refuses(x: object) -> object:
+        raise UnsupportedOpInputError("aten::relu", "static sizes", "[2, 4, h, w]")
+
+    registry = onnx_export.OnnxRegistry()
+    registry.register_op(torch.ops.aten.relu.default, refuses)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"input": {2: "h", 3: "w"}}, onnx_registry=registry
+    )
     with pytest.raises(onnx_export.ConversionError) as caught:
-        onnx_export.dynamo_export(frac, x, export_options=options)
+        onnx_export.dynamo_export(model, torch.randn(2, 3, 9, 10), export_options=options)
     message = str(caught.value)
-    assert "torch/fx" not in message and "nn/modules/pooling.py" in message, message
-    assert "in module '1' (torch.nn.modules.pooling.FractionalMaxPool2d)" in message, message
+    assert "torch/fx" not in message and "nn/modules/activation.py" in message, message
+    assert "in module '1' (torch.nn.modules.activation.ReLU)" in message, message
     assert message.count("Next step") == 1, message
+
+
+def test_pools_in_a_sequential_over_dynamic_sizes_are_located_at_their_modules() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((2, 2)), nn.Flatten())
+    options = onnx_export.ExportOptions(dynamic_shapes={"input": {2: "h", 3: "w"}})
+    program = onnx_export.dynamo_export(model, torch.randn(2, 3, 9, 10), export_options=options)
+    assert_onnx_program_close(program, model, torch.randn(2, 3, 12, 7))
+    sources = {
+        node.metadata_props.get("pkg.onnx_export.source", "") for node in program.model.graph
+    }
+    assert not any("torch/fx" in source for source in sources), sources
+    assert any("nn/modules/pooling.py" in source for source in sources), sources
+
+
+class Fractional(nn.Module):
+    def forward(self, x: torch.Tensor, samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.fractional_max_pool2d(
+            x, 2, output_size=(4, 3), return_indices=True, _random_samples=samples
+        )
+
+
+@pytest.mark.parametrize("opset", [20, 13], ids=["opset20", "opset13"])
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
+def test_fractional_max_pool_over_dynamic_sizes(opset: int, batched: bool) -> None:
+    # (torch.export itself makes the sizes of fractional_max_pool3d static.)
+    lead = (2, 3) if batched else (3,)
+    samples = torch.rand(2 if batched else 1, 3, 2)
+    dims = {len(lead): "h", len(lead) + 1: "w"}
+    options = onnx_export.ExportOptions(
+        dynamic_shapes={"x": dims, "samples": None}, opset_version=opset
+    )
+    model = Fractional()
+    program = onnx_export.dynamo_export(
+        model, torch.randn(*lead, 9, 10), samples, export_options=options
+    )
+    for by in (1, 3, 6):
+        assert_onnx_program_close(program, model, torch.randn(*lead, 9 + by, 10 + 2 * by), samples)
