@@ -141,6 +141,8 @@ def _lowest_for_types(node: ir.Node, target: int, source: int) -> int:
 
 def _lower(node: ir.Node, target: int, source: int) -> Refusal | None:
     """Rewrite ``node`` for ``target`` (through its table entry) and check its types."""
+    if node.domain not in _DEFAULT_DOMAINS:
+        return None  # com.microsoft and the user's domains keep their own versions
     version = node.version or source
     since = _since(node.op_type, version)
     if since is None or since <= target:
@@ -167,6 +169,11 @@ def _check(model: ir.Model) -> None:
 
     if any(isinstance(v.const_value, WeightPlaceholder) for v in model.graph.initializers.values()):
         return  # filled at save; the structure was checked node by node above
+    if any(
+        node.domain in _DEFAULT_DOMAINS and not onnx.defs.has(node.op_type)
+        for node in model.graph.all_nodes()
+    ):
+        return  # ONNX Runtime's own ops in the default domain (target="onnxruntime")
     onnx.checker.check_model(ir.serde.serialize_model(model))
 
 

@@ -187,3 +187,15 @@ def test_adapter_and_report_are_the_same_at_every_opset(opset: int, tmp_path: Pa
     got, want = loaded(x), Nested()(x)
     assert set(got) == set(want) and got["parts"][1] is None
     torch.testing.assert_close(torch.as_tensor(got["total"]), want["total"])
+
+
+def test_onnxruntime_target_at_opset_13() -> None:
+    # ONNX Runtime's fused ops (some in the default domain) keep their own versions.
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0).eval()
+    options = onnx_export.ExportOptions(opset_version=13, target="onnxruntime")
+    x = torch.randn(2, 5, 8)
+    program = onnx_export.dynamo_export(layer, x, export_options=options)
+    assert program.model.opset_imports[""] == 13
+    assert any(node.domain == "com.microsoft" for node in program.model.graph)
+    assert_onnx_program_close(program, layer, x)
