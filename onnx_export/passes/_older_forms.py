@@ -168,7 +168,7 @@ def _never_zero(dim: object) -> bool:
     if isinstance(dim, int):
         return dim > 0
     name = getattr(dim, "value", None)
-    return isinstance(name, str) and not re.fullmatch(r"u\d+", name)
+    return isinstance(name, str) and not re.search(r"\bu\d+\b", name)
 
 
 @lowering("Reshape")
