@@ -207,8 +207,10 @@ def _export_ours(
 ) -> Any:
     import onnx_export
 
-    options = onnx_export.ExportOptions() if opset is None else onnx_export.ExportOptions(
-        opset_version=opset
+    options = (
+        onnx_export.ExportOptions()
+        if opset is None
+        else onnx_export.ExportOptions(opset_version=opset)
     )
     return onnx_export.dynamo_export(module, *tensors, export_options=options)
 

@@ -69,4 +69,3 @@ def test_op_at_older_opset(key: str, opset: int) -> None:
 @pytest.mark.parametrize("key", [k for k in table.CI_OPS if k not in SAMPLE])
 def test_op_at_older_opset_full(key: str, opset: int) -> None:
     _check_at(key, opset)
-
