@@ -27,6 +27,8 @@ __all__ = ["LOWEST_OPSET", "OpsetDowngradeError", "Refusal", "downgrade_opset"]
 LOWEST_OPSET = 13
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
+#: Above this many bytes of weights, ``onnx.checker`` (one protobuf) is skipped.
+_CHECKED_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +169,11 @@ def _check(model: ir.Model) -> None:
     """``onnx.checker`` on the result when its weights are at hand (not placeholders)."""
     from onnx_export._fake import WeightPlaceholder
 
-    if any(isinstance(v.const_value, WeightPlaceholder) for v in model.graph.initializers.values()):
+    weights = [v.const_value for v in model.graph.initializers.values()]
+    if any(isinstance(w, WeightPlaceholder) for w in weights):
         return  # filled at save; the structure was checked node by node above
+    if sum(w.nbytes for w in weights if w is not None) > _CHECKED_BYTES:
+        return  # one protobuf holds 2 GB at most; the nodes were checked one by one
     if any(
         node.domain in _DEFAULT_DOMAINS and not onnx.defs.has(node.op_type)
         for node in model.graph.all_nodes()
