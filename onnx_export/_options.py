@@ -37,7 +37,7 @@ class _DefaultOpset(int):
 
 
 DEFAULT_OPSET: int = _DefaultOpset(20)
-SUPPORTED_OPSETS = range(16, 24)
+SUPPORTED_OPSETS = range(13, 24)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +50,13 @@ class ExportOptions:
             or the simple form ``{"input_name": {axis: "dim_name"}}``. Every string in
             the structure names a dimension; equal strings are the same dimension.
             Named dimensions keep their names in the ONNX graph.
-        opset_version: ONNX opset of the model, 16 to 23. Left at its default, it is
+        opset_version: ONNX opset of the model, 13 to 23. Left at its default, it is
             raised where the model needs a newer one (``float4_e2m1fn_x2`` tensors: 23);
             one you choose is kept, or the export refused with the reason. At 18
             torchlib's functions need no conversion; higher opsets are reached with
-            onnxscript's version converter, 16 and 17 with ``onnx.version_converter``
-            (which refuses, with the ops named, when an op has no older form).
+            onnxscript's version converter, 13 to 17 by rewriting each op that changed
+            into its older form (an op without one is refused with the user's line and
+            the lowest opset that has it).
         optimize: Run onnxscript's optimizer (constant folding, dead code removal,
             function inlining) on the translated model.
         onnx_registry: A registry with the user's own ONNX functions for custom ops
@@ -143,8 +144,8 @@ class ExportOptions:
             raise ValueError(
                 f"opset_version must be between {SUPPORTED_OPSETS.start} and "
                 f"{SUPPORTED_OPSETS.stop - 1}, got {self.opset_version}. "
-                "Opsets 16 and 17 are reached by converting down from 18 with "
-                "onnx.version_converter."
+                "Opsets 13 to 17 are reached by rewriting the opset-18 model op by op; "
+                "opset 20 is the default."
             )
         known = {"non_strict", "strict"}
         bad = [s for s in self.capture_strategies if s not in known]

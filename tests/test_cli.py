@@ -65,6 +65,14 @@ def unsupported():
     return Opaque(), (torch.randn(3),)
 
 
+def grid_sample():
+    class Sample(torch.nn.Module):
+        def forward(self, x, grid):
+            return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+    return Sample(), (torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1)
+
+
 def returns_a_model():
     return torch.nn.ReLU()
 
@@ -235,6 +243,22 @@ def test_failing_export_exits_1_and_names_the_report(work: pathlib.Path) -> None
     assert not (work / "bad.onnx").exists()
     summary = cli("diagnostics", report, cwd=work)
     assert summary.returncode == 1 and "OXE0006" in summary.stdout
+
+
+def test_export_at_an_older_opset(work: pathlib.Path) -> None:
+    import onnx
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(work)
+        assert main(["export", "factories.py:linear", "-o", "linear13.onnx", "--opset", "13"]) == 0
+    opsets = [o.version for o in onnx.load(work / "linear13.onnx").opset_import if not o.domain]
+    assert opsets == [13]
+
+
+def test_an_op_newer_than_the_asked_opset_exits_1_naming_it(work: pathlib.Path) -> None:
+    result = cli("export", "factories:grid_sample", "-o", "g.onnx", "--opset", "15", cwd=work)
+    assert_error(result, 1, "GridSample", "factories.py:", "lowest opset that has it is 16")
+    assert result.stderr.count("error:") == 1 and not (work / "g.onnx").exists()
 
 
 # -- info ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ after the user's functions and before torchlib's.
 """
 
 from onnx_export.ops import (
+    adaptive_pool,
     attention,
     bessel,
     complex,
@@ -33,6 +34,7 @@ from onnx_export.ops import (
 )
 
 __all__ = [
+    "adaptive_pool",
     "attention",
     "bessel",
     "complex",

@@ -1,8 +1,9 @@
 """Pooling torchlib gets wrong or lacks.
 
 Average pooling with ``ceil_mode`` or ``divisor_override`` (exact divisors; otherwise one
-``AveragePool`` with its own ``pads`` and ``count_include_pad``), adaptive pooling (exact
-windows), fractional max pooling (windows placed from the given samples, as ATen does).
+``AveragePool`` with its own ``pads`` and ``count_include_pad``), fractional max pooling
+(windows placed from the given samples, as ATen does; dynamic sizes too). Adaptive
+pooling is in :mod:`onnx_export.ops.adaptive_pool`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import onnx_ir as ir
 from onnx_export.ops._common import (
     const,
     ints,
+    known_rank,
+    known_shape,
     op,
     rank,
     static_dims,
-    static_shape,
     unsupported,
 )
 from onnx_export.ops._registration import onnx_op
@@ -30,10 +32,6 @@ __all__ = [
     "aten_fractional_max_pool",
     "aten_avg_pool2d",
     "aten_avg_pool3d",
-    "aten__adaptive_avg_pool2d",
-    "aten__adaptive_avg_pool3d",
-    "aten_adaptive_max_pool2d",
-    "aten_adaptive_max_pool3d",
 ]
 
 
@@ -204,92 +202,22 @@ def _avg_pool_function(spatial: int) -> Callable[..., Any]:
     return function
 
 
-def _windows(size: int, out: int) -> list[tuple[int, int]]:
-    return [((i * size) // out, -(-((i + 1) * size) // out)) for i in range(out)]
+def _fractional_starts(
+    samples: ir.Value, axis: int, size: int | ir.Value, kernel: int, out: int
+) -> ir.Value:
+    """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``.
 
-
-def _adaptive_avg(self: ir.Value, output_size: Sequence[int], spatial: int) -> ir.Value:
-    """Averages each window with one MatMul per spatial axis; leading dims may be dynamic."""
-    if self.shape is None:
-        raise unsupported("a known rank", "an input of unknown rank")
-    r = len(self.shape)
-    sizes = [d for d in self.shape[r - spatial :] if isinstance(d, int)]
-    if len(sizes) != spatial:
-        raise unsupported("static spatial sizes", f"shape {self.shape}")
-    if r == spatial + 2 and all(int(o) == 1 for o in output_size):
-        return op.GlobalAveragePool(self)
-    result: ir.Value = self
-    for offset in range(spatial):
-        axis = r - spatial + offset
-        size, out = sizes[offset], int(output_size[offset])
-        matrix = np.zeros([size, out], dtype=np.float32)
-        for i, (start, end) in enumerate(_windows(size, out)):
-            matrix[start:end, i] = 1.0 / (end - start)
-        weights = op.CastLike(op.Constant(value=ir.tensor(matrix)), self)
-        perm = [*range(axis), *range(axis + 1, r), axis]
-        moved = op.Transpose(result, perm=perm) if axis != r - 1 else result
-        pooled = op.MatMul(moved, weights)
-        inverse = [perm.index(i) for i in range(r)]
-        result = op.Transpose(pooled, perm=inverse) if axis != r - 1 else pooled
-    return result
-
-
-def _adaptive_avg_function(spatial: int) -> Callable[..., Any]:
-    def function(self: ir.Value, output_size: Sequence[int]) -> ir.Value:
-        return _adaptive_avg(self, output_size, spatial)
-
-    function.__name__ = f"aten_adaptive_avg_pool{spatial}d"
-    function.__doc__ = f"_adaptive_avg_pool{spatial}d(Tensor self, SymInt[{spatial}] output_size)."
-    return function
-
-
-def _adaptive_max(
-    self: ir.Value, output_size: Sequence[int], spatial: int
-) -> tuple[ir.Value, ir.Value]:
-    """Gathers each window's elements (padded by repeating its first) and reduces them."""
-    dims = static_dims(self)
-    if dims is None:
-        raise unsupported("static spatial sizes", f"shape {self.shape}")
-    r = len(dims)
-    sizes = dims[r - spatial :]
-    outs = [int(o) for o in output_size]
-    per_dim = [_windows(s, o) for s, o in zip(sizes, outs, strict=True)]
-    widest = [max(e - s for s, e in w) for w in per_dim]
-    strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
-    table = np.zeros([*outs, int(math.prod(widest))], dtype=np.int64)
-    for cell in np.ndindex(*outs):
-        ranges = [range(*per_dim[d][cell[d]]) for d in range(spatial)]
-        positions = [
-            sum(ranges[d][pos[d]] * strides[d] for d in range(spatial))
-            for pos in np.ndindex(*[len(x) for x in ranges])
-        ]
-        table[cell] = positions + [positions[0]] * (table.shape[-1] - len(positions))
-    lead = dims[: r - spatial]
-    planes = op.Reshape(self, ints([*lead, -1]))
-    gathered = op.Gather(planes, op.Constant(value=ir.tensor(table)), axis=len(lead))
-    values = op.ReduceMax(gathered, ints([-1]), keepdims=0)
-    which = op.ArgMax(gathered, axis=-1, keepdims=1)
-    spread = op.Expand(op.Constant(value=ir.tensor(table)), op.Shape(gathered))
-    indices = op.Squeeze(op.GatherElements(spread, which, axis=-1), ints([-1]))
-    return values, indices
-
-
-def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
-    def function(self: ir.Value, output_size: Sequence[int]) -> tuple[ir.Value, ir.Value]:
-        return _adaptive_max(self, output_size, spatial)
-
-    function.__name__ = f"aten_adaptive_max_pool{spatial}d"
-    function.__doc__ = f"adaptive_max_pool{spatial}d(Tensor self, int[{spatial}] output_size)."
-    return function
-
-
-def _fractional_starts(samples: ir.Value, axis: int, size: int, kernel: int, out: int) -> ir.Value:
-    """Window starts [N, C, out] along one spatial axis, as ATen draws them from ``samples``."""
+    ``size`` is the axis' size, or (dynamic) its 1-D INT64 value at run time.
+    """
     u = op.Gather(samples, op.Constant(value_int=axis), axis=-1)  # [N, C]
-    last = op.CastLike(const(float(size - kernel), samples), samples)
+    if isinstance(size, int):
+        last = op.CastLike(const(float(size - kernel), samples), samples)
+        alpha = const((size - kernel) / (out - 1), samples) if out > 1 else last
+    else:  # ATen's alpha, (size - kernel) / (out - 1), in the samples' dtype
+        last = op.CastLike(op.Sub(size, ints([kernel])), samples)
+        alpha = op.Div(last, op.CastLike(const(float(max(out - 1, 1)), samples), samples))
     if out == 1:
         return op.Cast(op.Unsqueeze(op.Expand(last, op.Shape(u)), ints([-1])), to=7)
-    alpha = const((size - kernel) / (out - 1), samples)
     steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(out, dtype=np.float32))), samples)
     u3 = op.Unsqueeze(u, ints([-1]))
     starts = op.Sub(op.Floor(op.Mul(op.Add(steps, u3), alpha)), op.Floor(op.Mul(u3, alpha)))
@@ -320,13 +248,12 @@ def _fractional_max_pool(
     output_size: Sequence[int],
     random_samples: ir.Value,
 ) -> tuple[ir.Value, ir.Value]:
-    dims = static_shape(self)
     spatial = len(kernel_size)
-    unbatched = len(dims) == spatial + 1
+    unbatched = known_rank(self) == spatial + 1
     x = op.Unsqueeze(self, ints([0])) if unbatched else self
-    sizes = dims[-spatial:]
+    sizes = _spatial_sizes(self, spatial)
     samples = op.CastLike(random_samples, x)
-    strides = [int(math.prod(sizes[i + 1 :])) for i in range(spatial)]
+    strides = _strides(sizes)
     index: ir.Value | None = None
     for d in range(spatial):
         # ATen's 2-d op draws (W, H) from the samples, the 3-d op (T, H, W).
@@ -336,7 +263,10 @@ def _fractional_max_pool(
         )
         offsets = op.Constant(value=ir.tensor(np.arange(int(kernel_size[d]), dtype=np.int64)))
         positions = op.Add(op.Unsqueeze(starts, ints([-1])), offsets)  # [N, C, out_d, k_d]
-        positions = op.Mul(positions, op.Constant(value_int=strides[d]))
+        stride = strides[d]
+        positions = op.Mul(
+            positions, op.Constant(value_int=stride) if isinstance(stride, int) else stride
+        )
         positions = _spread(positions, d, spatial)
         index = positions if index is None else op.Add(index, positions)
     if index is None:
@@ -357,6 +287,31 @@ def _fractional_max_pool(
     return values, indices
 
 
+def _spatial_sizes(x: ir.Value, spatial: int) -> list[int | ir.Value]:
+    """The last ``spatial`` sizes of ``x``: ints where static, 1-D INT64 values where not."""
+    shape = known_shape(x)
+    r = len(shape)
+    return [
+        d if isinstance(d, int) else op.Shape(x, start=axis, end=axis + 1)
+        for axis, d in zip(range(r - spatial, r), shape[r - spatial :], strict=True)
+    ]
+
+
+def _strides(sizes: list[int | ir.Value]) -> list[int | ir.Value]:
+    """Row-major strides of a plane of ``sizes`` (ints while every size after is static)."""
+    strides: list[int | ir.Value] = []
+    for i in range(len(sizes)):
+        after = sizes[i + 1 :]
+        if all(isinstance(d, int) for d in after):
+            strides.append(int(math.prod(d for d in after if isinstance(d, int))))
+            continue
+        stride: ir.Value = ints([1])
+        for d in after:
+            stride = op.Mul(stride, ints([d]) if isinstance(d, int) else d)
+        strides.append(stride)
+    return strides
+
+
 @onnx_op("aten::fractional_max_pool2d", "aten::fractional_max_pool3d")
 def aten_fractional_max_pool(
     self: ir.Value,
@@ -373,12 +328,3 @@ def aten_fractional_max_pool(
 
 aten_avg_pool2d = onnx_op("aten::avg_pool2d")(_avg_pool_function(2))
 aten_avg_pool3d = onnx_op("aten::avg_pool3d")(_avg_pool_function(3))
-# The public ops too: a graph that holds them then needs no decomposition (every ResNet).
-aten__adaptive_avg_pool2d = onnx_op("aten::_adaptive_avg_pool2d", "aten::adaptive_avg_pool2d")(
-    _adaptive_avg_function(2)
-)
-aten__adaptive_avg_pool3d = onnx_op("aten::_adaptive_avg_pool3d", "aten::adaptive_avg_pool3d")(
-    _adaptive_avg_function(3)
-)
-aten_adaptive_max_pool2d = onnx_op("aten::adaptive_max_pool2d")(_adaptive_max_function(2))
-aten_adaptive_max_pool3d = onnx_op("aten::adaptive_max_pool3d")(_adaptive_max_function(3))

@@ -23,7 +23,6 @@ from onnx_export.ops._common import (
     op,
     output_dtype,
     rank,
-    static_shape,
     static_size,
 )
 from onnx_export.ops._registration import onnx_op
@@ -186,24 +185,42 @@ def aten_as_strided_scatter(
     return op.Reshape(scattered, op.Shape(self))
 
 
+def _diagonal_dynamic(
+    self: ir.Value, src: ir.Value, d1: int, d2: int, offset: int
+) -> tuple[ir.Value, ir.Value]:
+    """``diagonal_scatter``'s ``[n1, n2]`` diagonal mask and ``src``'s padding, at run time."""
+    n1 = op.Shape(self, start=d1, end=d1 + 1)
+    n2 = op.Shape(self, start=d2, end=d2 + 1)
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    rows = op.Unsqueeze(op.Range(zero, op.Squeeze(n1, ints([0])), one), ints([1]))
+    cols = op.Range(zero, op.Squeeze(n2, ints([0])), one)
+    mask = op.Equal(op.Sub(cols, rows), op.Constant(value_int=offset))
+    along = n1 if offset >= 0 else n2
+    return mask, op.Sub(along, op.Shape(src, start=-1))
+
+
 @onnx_op("aten::diagonal_scatter")
 def aten_diagonal_scatter(
     self: ir.Value, src: ir.Value, offset: int = 0, dim1: int = 0, dim2: int = 1
 ) -> ir.Value:
     """diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1)."""
-    dims = static_shape(self)
+    dims = known_shape(self)
     r = len(dims)
     d1, d2 = dim1 % r, dim2 % r
     rest = [d for d in range(r) if d not in (d1, d2)]
     perm = [*rest, d1, d2]
     moved = op.Transpose(self, perm=perm)
     n1, n2 = dims[d1], dims[d2]
-    rows = np.arange(n1).reshape(-1, 1)
-    cols = np.arange(n2).reshape(1, -1)
-    mask = op.Constant(value=ir.tensor(cols - rows == offset))
-    length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
-    along = n1 if offset >= 0 else n2
-    padded = op.Pad(src, ints([0] * (len(rest) + 1) + [0] * len(rest) + [along - length]))
+    if isinstance(n1, int) and isinstance(n2, int):
+        rows = np.arange(n1).reshape(-1, 1)
+        cols = np.arange(n2).reshape(1, -1)
+        mask = op.Constant(value=ir.tensor(cols - rows == offset))
+        length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+        along = n1 if offset >= 0 else n2
+        tail = ints([along - length])
+    else:  # the same mask and padding from the sizes at run time
+        mask, tail = _diagonal_dynamic(self, src, d1, d2, offset)
+    padded = op.Pad(src, op.Concat(ints([0] * (len(rest) + 1) + [0] * len(rest)), tail, axis=0))
     # offset >= 0: src[..., i] sits in row i; otherwise src[..., j] sits in column j.
     spread = op.Unsqueeze(padded, ints([-1 if offset >= 0 else -2]))
     updated = op.Where(mask, spread, moved)

@@ -185,7 +185,7 @@ _FOLDS: tuple[tuple[str, Callable[[Any], int]], ...] = (
 
 
 def downgrade(model: ir.Model, opset_version: int) -> ir.Model:
-    """``model`` at ``opset_version`` when that is below 18 (torch.onnx's 16 and 17)."""
+    """``model`` at ``opset_version`` when that is below 18 (13 to 17)."""
     if opset_version >= 18:
         return model
     try:

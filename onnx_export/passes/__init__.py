@@ -16,6 +16,8 @@
   export computed in float32 (``ExportOptions(dtype=...)``).
 - :mod:`~onnx_export.passes.ort_fusions`: ONNX Runtime's fused ``com.microsoft`` ops
   (``ExportOptions(target="onnxruntime")``).
+- :mod:`~onnx_export.passes.downgrade`: opsets 13 to 17, each changed op rewritten into its
+  older form (the table is ``_older_forms``), run last by the pipeline.
 
 A new pass is a new module here that exposes one function taking an ``ir.Model`` (and
 returning what it changed), imported below and called from ``onnx_export._export``.

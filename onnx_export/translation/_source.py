@@ -23,6 +23,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: ``nn/modules/transformer.py``, is the model's code; torch's tracing machinery
 #: (``fx/proxy.py``, ``utils/_stats.py``) is not.
 _TORCH_MODULES = os.path.join(_TORCH_DIR, "nn", "")
+_NN_MODULES = os.path.join(_TORCH_DIR, "nn", "modules", "")
 _NOT_USER = tuple(
     dict.fromkeys(
         (
@@ -64,6 +65,19 @@ class NodeOrigin:
         return f"{self.file}:{self.line}" if self.file else "<unknown location>"
 
 
+def _module_frame(frames: list[re.Match[str]]) -> re.Match[str] | None:
+    """Without a user frame: the innermost ``forward`` of a torch module, else torch's ``nn``.
+
+    The model is then an ``nn.Sequential`` (or ``ModuleList`` loop) of torch's own
+    modules; the tracer's frames (``torch/fx/proxy.py``) say nothing to the user.
+    """
+    torch_nn = [f for f in frames if f["file"].startswith(_TORCH_MODULES)]
+    forwards = [f for f in torch_nn if f["file"].startswith(_NN_MODULES) and f["func"] == "forward"]
+    if forwards:
+        return forwards[-1]
+    return torch_nn[-1] if torch_nn else None
+
+
 def node_origin(node: torch.fx.Node) -> NodeOrigin:
     """Read the module path and user source line of ``node`` from its metadata."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -74,8 +88,7 @@ def node_origin(node: torch.fx.Node) -> NodeOrigin:
     trace = node.meta.get("stack_trace") or ""
     frames = list(_FRAME.finditer(trace))
     user = [f for f in frames if not f["file"].startswith(_NOT_USER)]
-    fallback = [f for f in frames if f["file"].startswith(_TORCH_MODULES)]
-    chosen = user[-1] if user else (fallback[-1] if fallback else None)
+    chosen = user[-1] if user else _module_frame(frames)
     if chosen is None:
         return NodeOrigin(module_path, module_class, stack_trace=trace)
     return NodeOrigin(

@@ -16,7 +16,12 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export._dtypes import PACKED_X2
-from onnx_export.errors import ConversionError, ExportInputError, UnsupportedOpsError
+from onnx_export.errors import (
+    ConversionError,
+    ExportInputError,
+    UnsupportedOpInputError,
+    UnsupportedOpsError,
+)
 from onnx_export.translation._naming import (
     check_int_bounds,
     dim_names_from_program,
@@ -55,11 +60,21 @@ def conversion_error(error: NodeTranslationError) -> ConversionError:
     """The user's error for one FX node whose ONNX function failed."""
     decision = error.decision
     function = decision.entry.name if decision and decision.entry else "-"
+    cause = error.__cause__
+    # One "Next step" per message: the op library's own limits carry theirs.
+    next_steps = (
+        ""
+        if isinstance(cause, UnsupportedOpInputError)
+        else " Next steps: register your own ONNX function for this op with "
+        "OnnxRegistry.register_op, or rewrite the line above."
+    )
+    origin = error.origin
+    module = (
+        f" in module {origin.module_path!r} ({origin.module_class})" if origin.module_path else ""
+    )
     return ConversionError(
         f"Translating FX node {error.node.name!r} ({error.node.target}) at "
-        f"{error.origin.where} with {function} failed: {error.__cause__}. Next steps: register "
-        "your own ONNX function for this op with OnnxRegistry.register_op, or rewrite the "
-        "line above."
+        f"{origin.where}{module} with {function} failed: {str(cause).rstrip('.')}.{next_steps}"
     )
 
 

@@ -4,6 +4,8 @@ Every model is exported with grad mode on and off (torch.export traces different
 under ``no_grad``), with static shapes and with dynamic dims; dynamic exports are also
 run at other sizes. CI runs the ``small`` tier; the full zoo runs with ``--runslow`` or
 ``ONNX_EXPORT_RUNSLOW=1`` (and side by side with torch.onnx in ``bench/bench_zoo.py``).
+The small tier is also exported at opset 13 (dynamic, no grad); every model at 13, 14 and
+15 is slow (side by side with torch.onnx in ``bench/bench_opsets.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,28 @@ def test_zoo_full(name: str, dynamic: bool, grad: bool, request: pytest.FixtureR
     if not run_slow and os.environ.get("ONNX_EXPORT_RUNSLOW") != "1":
         pytest.skip("slow: run with --runslow (or ONNX_EXPORT_RUNSLOW=1)")
     _run(name, dynamic, grad)
+
+
+def _run_at(name: str, opset: int) -> None:
+    result = check("ours", ZOO[name], dynamic=True, grad=False, opset=opset)
+    assert result.status == "pass", result.reason
+    assert result.opset == opset, f"asked for opset {opset}, the file declares {result.opset}"
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_zoo_small_at_opset_13(name: str) -> None:
+    """Opset 13 (the oldest): dynamic dims, run at every size, the file declares 13."""
+    _run_at(name, 13)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opset", [13, 14, 15], ids=lambda o: f"opset{o}")
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_at_older_opsets(name: str, opset: int, request: pytest.FixtureRequest) -> None:
+    run_slow = request.config.getoption("--runslow", default=False)
+    if not run_slow and os.environ.get("ONNX_EXPORT_RUNSLOW") != "1":
+        pytest.skip("slow: run with --runslow (or ONNX_EXPORT_RUNSLOW=1)")
+    _run_at(name, opset)
 
 
 def test_zoo_covers_the_required_families() -> None:

@@ -582,6 +582,8 @@ class ZooResult:
         file_bytes: Size of the saved model (``0`` unless measured).
         latency_ms: Median ONNX Runtime call time at the example size, adapter included
             (``0`` unless measured).
+        opset: The default-domain opset the exported file declares (``0`` when the export
+            failed).
     """
 
     status: str
@@ -591,6 +593,7 @@ class ZooResult:
     nodes: int = 0
     file_bytes: int = 0
     latency_ms: float = 0.0
+    opset: int = 0
 
 
 def _leaves(outputs: Any) -> list[torch.Tensor]:
@@ -605,19 +608,24 @@ def _leaves(outputs: Any) -> list[torch.Tensor]:
     return found
 
 
-def _export(exporter: str, model: nn.Module, inputs: Inputs, dynamic: Any) -> Callable[..., Any]:
+def _export(
+    exporter: str, model: nn.Module, inputs: Inputs, dynamic: Any, opset: int | None = None
+) -> Callable[..., Any]:
     args, kwargs = inputs
     if exporter == "ours":
         import onnx_export
 
         options = onnx_export.ExportOptions(dynamic_shapes=dynamic)
+        if opset is not None:
+            options = dataclasses.replace(options, opset_version=opset)
         return onnx_export.dynamo_export(model, *args, export_options=options, **kwargs)
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):  # only bench/ compares with torch.onnx
+        extra = {} if opset is None else {"opset_version": opset}
         theirs = torch.onnx.export(
-            model, args, kwargs=kwargs, dynamic_shapes=dynamic, dynamo=True, verbose=False
+            model, args, kwargs=kwargs, dynamic_shapes=dynamic, dynamo=True, verbose=False, **extra
         )
     assert theirs is not None
     return theirs
@@ -659,13 +667,26 @@ def _measure(run: Any, inputs: Inputs) -> tuple[int, int, float]:
     return nodes, size, statistics.median(times[1:]) * 1000
 
 
+def _declared_opset(run: Any) -> int:
+    """The default-domain opset the exported model declares (either exporter's program)."""
+    return int(run.model.opset_imports.get("", 0))
+
+
 def check(
-    exporter: str, entry: ZooModel, *, dynamic: bool, grad: bool, measure: bool = False
+    exporter: str,
+    entry: ZooModel,
+    *,
+    dynamic: bool,
+    grad: bool,
+    measure: bool = False,
+    opset: int | None = None,
 ) -> ZooResult:
     """Export ``entry`` with ``exporter`` (grad mode on or off), compare with eager.
 
     Inputs are copied for each call, as a model may update them in place (a cache).
     ``measure`` also saves the model and times ONNX Runtime calls (for the benchmark).
+    ``opset`` asks the exporter for that opset (``None``: its default); the result records
+    the opset the file declares.
     """
     import copy
     import time
@@ -683,10 +704,12 @@ def check(
                 copy.deepcopy(original),
                 copy.deepcopy(example),
                 entry.dynamic if dynamic else None,
+                opset,
             )
     except Exception as e:
         return ZooResult("fail", f"[export] {_first_line(e)}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
+    declared = _declared_opset(run)
     sizes = [entry.size, *(entry.other_sizes if dynamic else ())]
     worst = 0.0
     for size in sizes:
@@ -698,10 +721,13 @@ def check(
         try:
             actual = _leaves(run(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
         except Exception as e:
-            return ZooResult("fail", f"[run {size}] {_first_line(e)}", seconds)
+            return ZooResult("fail", f"[run {size}] {_first_line(e)}", seconds, opset=declared)
         if len(actual) != len(expected):
             return ZooResult(
-                "fail", f"[compare {size}] {len(actual)} outputs, eager {len(expected)}", seconds
+                "fail",
+                f"[compare {size}] {len(actual)} outputs, eager {len(expected)}",
+                seconds,
+                opset=declared,
             )
         for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
             if got.shape != want.shape or got.dtype != want.dtype:
@@ -709,14 +735,17 @@ def check(
                     f"output {i}: {tuple(got.shape)} {got.dtype}, "
                     f"eager {tuple(want.shape)} {want.dtype}"
                 )
-                return ZooResult("fail", f"[compare {size}] {why}", seconds)
+                return ZooResult("fail", f"[compare {size}] {why}", seconds, opset=declared)
             error = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
             worst = max(worst, error)
             if not torch.allclose(got, want, rtol=1e-3, atol=entry.atol, equal_nan=True):
                 return ZooResult(
-                    "fail", f"[compare {size}] output {i}: max abs error {error:.3g}", seconds
+                    "fail",
+                    f"[compare {size}] output {i}: max abs error {error:.3g}",
+                    seconds,
+                    opset=declared,
                 )
     if not measure:
-        return ZooResult("pass", "", seconds, worst)
+        return ZooResult("pass", "", seconds, worst, opset=declared)
     nodes, file_bytes, latency = _measure(run, example)
-    return ZooResult("pass", "", seconds, worst, nodes, file_bytes, latency)
+    return ZooResult("pass", "", seconds, worst, nodes, file_bytes, latency, declared)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
 import pytest
 import torch
@@ -38,18 +40,31 @@ class _BranchMean(torch.nn.Module):
         )
 
 
-def test_reductions_in_control_flow_bodies_are_refused_by_name() -> None:
-    options = onnx_export.ExportOptions(opset_version=17)
-    with pytest.raises(onnx_export.ConversionError, match="inside a control-flow body"):
-        onnx_export.dynamo_export(_BranchMean(), torch.randn(2, 4), export_options=options)
+@pytest.mark.parametrize("opset", [13, 17])
+def test_reductions_in_control_flow_bodies_are_converted(opset: int) -> None:
+    options = onnx_export.ExportOptions(opset_version=opset)
+    program = onnx_export.dynamo_export(_BranchMean(), torch.randn(2, 4), export_options=options)
+    assert program.model.opset_imports[""] == opset
+    for x in (torch.rand(2, 4), -torch.rand(2, 4)):  # both branches
+        assert_onnx_program_close(program, _BranchMean(), x)
 
 
-def test_a_fake_export_at_opset_17_is_refused_before_reading_weights() -> None:
+def test_a_fake_export_at_opset_15_is_converted_without_reading_weights(tmp_path: Path) -> None:
     with onnx_export.enable_fake_mode():
-        model, x = _Norm(), torch.randn(2, 8)
-    options = onnx_export.ExportOptions(opset_version=17)
-    with pytest.raises(onnx_export.ConversionError, match="placeholders"):
-        onnx_export.dynamo_export(model, x, export_options=options)
+        model = _Norm()
+    x = torch.randn(2, 8)
+    options = onnx_export.ExportOptions(opset_version=15)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert program.model.opset_imports[""] == 15
+    torch.manual_seed(0)
+    real = _Norm().eval()
+    program.save(tmp_path / "m.onnx", model_state=real.state_dict())
+    loaded = onnx.load(tmp_path / "m.onnx")
+    onnx.checker.check_model(loaded, full_check=True)
+    assert [o.version for o in loaded.opset_import if o.domain in ("", "ai.onnx")] == [15]
+    assert "LayerNormalization" not in {n.op_type for n in loaded.graph.node}
+    got = onnx_export.load(tmp_path / "m.onnx")(x)
+    torch.testing.assert_close(torch.as_tensor(got), real(x).detach(), rtol=1e-4, atol=1e-5)
 
 
 class _TwoInTwoOut(torch.nn.Module):

@@ -202,25 +202,41 @@ def own_op_keys(program: Any) -> frozenset[str]:
     )
 
 
-def _export_ours(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
+def _export_ours(
+    module: torch.nn.Module, tensors: tuple[torch.Tensor, ...], opset: int | None = None
+) -> Any:
     import onnx_export
 
-    return onnx_export.dynamo_export(module, *tensors)
+    options = (
+        onnx_export.ExportOptions()
+        if opset is None
+        else onnx_export.ExportOptions(opset_version=opset)
+    )
+    return onnx_export.dynamo_export(module, *tensors, export_options=options)
 
 
-def _export_torch_onnx(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
+def _export_torch_onnx(
+    module: torch.nn.Module, tensors: tuple[torch.Tensor, ...], opset: int | None = None
+) -> Any:
     # Only the benchmark compares with torch.onnx; the product never calls it.
+    extra = {} if opset is None else {"opset_version": opset}
     with contextlib.redirect_stdout(io.StringIO()):
-        program = torch.onnx.export(module, tensors, dynamo=True, verbose=False)
+        program = torch.onnx.export(module, tensors, dynamo=True, verbose=False, **extra)
     assert program is not None
     return program
 
 
-#: Exporter name -> function(module, tensors) -> callable running ONNX Runtime.
-EXPORTERS: dict[str, Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], Any]] = {
+#: Exporter name -> function(module, tensors, opset) -> callable running ONNX Runtime.
+#: ``"ours@13"`` asks that exporter for opset 13.
+EXPORTERS: dict[str, Callable[[torch.nn.Module, tuple[torch.Tensor, ...], int | None], Any]] = {
     "ours": _export_ours,
     "torch.onnx": _export_torch_onnx,
 }
+
+
+def _run_export(exporter: str, module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
+    name, _, opset = exporter.partition("@")
+    return EXPORTERS[name](module, tensors, int(opset) if opset else None)
 
 
 # -- one sample ------------------------------------------------------------------------
@@ -334,7 +350,7 @@ def check_sample(
     try:
         with _time_limit(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run = EXPORTERS[exporter](module, _clone(tensors))
+            run = _run_export(exporter, module, _clone(tensors))
             own = own_op_keys(run)
             stage = "run"
             actual = _leaves(run(*_clone(tensors)))
