@@ -24,8 +24,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import onnxscript.version_converter
 from onnxscript import rewriter
-from onnxscript.rewriter import _pattern_ir
 from onnxscript.optimizer import _constant_folding  # the pass onnxscript's optimize runs
+from onnxscript.rewriter import _pattern_ir
 
 from onnx_export._fake import is_weight
 
