@@ -8,6 +8,8 @@ in ONNX Runtime against eager.
 
 from __future__ import annotations
 
+import pathlib
+
 import onnx
 import pytest
 import torch
@@ -80,3 +82,47 @@ def test_a_split_into_a_sequence_is_typed_as_a_sequence() -> None:
         got = program(x, torch.tensor(other))
         torch.testing.assert_close(got, SplitBySizes()(x, torch.tensor(other)))
     assert program.verify(x, torch.tensor([2, 2, 2])).ok
+
+
+class MaskOfIntAndBool(torch.nn.Module):
+    """CPM-Ant's attention mask: an int ``context`` or'ed with bool masks."""
+
+    def forward(self, context: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        causal = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool).tril()
+        return context[:, None, :] | (mask & causal) ^ context[:, :, None]
+
+
+def test_bitwise_ops_promote_a_bool_operand_as_torch_does() -> None:
+    """``int32 | bool`` is int32 in torch; the bool operand went to ``BitwiseOr`` as it
+    was, and ONNX Runtime refused the file ("Type 'tensor(bool)' of input parameter ...
+    of operator (BitwiseOr) ... is invalid")."""
+    context = torch.randint(0, 3, (2, 5), dtype=torch.int32)
+    mask = torch.rand(2, 5, 5) > 0.5
+    program = export_and_check(MaskOfIntAndBool(), context, mask)
+    other = torch.randint(0, 3, (2, 5), dtype=torch.int32), torch.rand(2, 5, 5) > 0.3
+    torch.testing.assert_close(program(*other), MaskOfIntAndBool()(*other))
+
+
+class InterpolatedPositions(torch.nn.Module):
+    """SAM's (GOT-OCR2's vision tower's) relative positions, resized from the weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rel_pos = torch.nn.Parameter(torch.randn(27, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = self.rel_pos.reshape(1, 27, -1).permute(0, 2, 1)
+        resized = torch.nn.functional.interpolate(table, size=14, mode="linear")
+        return x @ resized.reshape(-1, 14)
+
+
+def test_a_resized_weight_is_folded_and_saved(tmp_path: pathlib.Path) -> None:
+    """The weight-only chain (Reshape, Transpose, Resize) is folded into an initializer
+    computed at save time by a small ONNX model; its constants were fed as inputs, so
+    ONNX Runtime could not infer the Resize's sizes and the save failed (``SerdeError``:
+    "Number of elements of input 'sizes' (0) must be same as rank of input 'X'")."""
+    model, x = InterpolatedPositions(), torch.randn(3, 8)
+    program = export_and_check(model, x)
+    program.save(tmp_path / "m.onnx")
+    loaded = onnx_export.load(tmp_path / "m.onnx")
+    torch.testing.assert_close(torch.as_tensor(loaded(x)), model(x).detach(), rtol=1e-4, atol=1e-5)
