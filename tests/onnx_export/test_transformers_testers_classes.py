@@ -126,3 +126,26 @@ def test_a_resized_weight_is_folded_and_saved(tmp_path: pathlib.Path) -> None:
     program.save(tmp_path / "m.onnx")
     loaded = onnx_export.load(tmp_path / "m.onnx")
     torch.testing.assert_close(torch.as_tensor(loaded(x)), model(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+class Power(torch.nn.Module):
+    def forward(self, base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+        return base**exponent
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_integer_powers_are_exact_and_wrap_as_torch_does(dtype: torch.dtype) -> None:
+    """BLT's rolling hash, ``1000000007 ** arange(n)``: ONNX Runtime's integer ``Pow``
+    went through floating point (49 off at the square, no wrap-around beyond)."""
+    base = torch.tensor([1000000007, 3, 2, 7, -5], dtype=dtype)
+    exponent = torch.tensor([3, 4, 30, 0, 3], dtype=dtype)
+    program = export_and_check(Power(), base, exponent)
+    other = torch.tensor([31, 1000003, 9, 1, 0], dtype=dtype), torch.tensor([5, 2, 7, 62, 0])
+    other = other[0], other[1].to(dtype)
+    torch.testing.assert_close(program(*other), Power()(*other), rtol=0, atol=0)
+
+
+def test_float_powers_keep_pow() -> None:
+    base, exponent = torch.rand(4) + 0.5, torch.randn(4)
+    program = export_and_check(Power(), base, exponent)
+    assert [n.op_type for n in program.model_proto.graph.node] == ["Pow"]
