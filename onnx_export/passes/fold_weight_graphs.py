@@ -126,7 +126,18 @@ def _program(
         proto.input[:] = [name(v) for v in node.inputs]
         proto.output[:] = [name(v) for v in node.outputs]
         protos.append(proto)
-    graph = onnx.helper.make_graph(protos, "folded", [info(v) for v in leaves], [info(output)])
+    # Constants that are not weights stay constants: fed as inputs, their values are
+    # unknown to ONNX Runtime's shape inference, which then refused a Resize whose sizes
+    # are computed from them (GOT-OCR2's relative positions, at save: "Number of
+    # elements of input 'sizes' (0) must be same as rank of input 'X'").
+    kept = [v for v in leaves if v.const_value is not None and not weight_sources(v)]
+    fed = [v for v in leaves if all(v is not k for k in kept)]
+    constants = [ir.serde.serialize_tensor(v.const_value) for v in kept if v.const_value]
+    for proto, value in zip(constants, kept, strict=True):
+        proto.name = name(value)
+    graph = onnx.helper.make_graph(
+        protos, "folded", [info(v) for v in fed], [info(output)], initializer=constants
+    )
     imports = [onnx.helper.make_opsetid(d, v) for d, v in opsets.items() if d in ("", "ai.onnx")]
     model = onnx.helper.make_model(graph, opset_imports=imports, ir_version=10)
     data: bytes = model.SerializeToString()
@@ -141,7 +152,8 @@ def _runner(program: bytes, names: list[str]) -> Callable[[list[np.ndarray | Non
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(program, options, providers=["CPUExecutionProvider"])
-        feed = {n: a for n, a in zip(names, arrays, strict=True) if a is not None}
+        inputs = {i.name for i in session.get_inputs()}  # constants are not fed
+        feed = {n: a for n, a in zip(names, arrays, strict=True) if a is not None and n in inputs}
         return np.asarray(session.run(None, feed)[0])
 
     return compute

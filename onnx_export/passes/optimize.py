@@ -25,6 +25,7 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.version_converter
 from onnxscript import rewriter
 from onnxscript.optimizer import _constant_folding  # the pass onnxscript's optimize runs
+from onnxscript.rewriter import _pattern_ir
 
 from onnx_export._fake import is_weight
 
@@ -65,10 +66,38 @@ def weights_shielded(graph: ir.Graph) -> Iterator[list[ir.Value]]:
 def _linear_rules() -> list[Any]:
     """The default rewrite rules of onnxscript whose pattern has a single output node."""
     return [
-        rule
+        _exact_identities(rule)
         for rule in rewriter._DEFAULT_REWRITE_RULES
         if getattr(getattr(rule, "_target_pattern", None), "has_single_output_node", True)
     ]
+
+
+def _exact_identities(rule: Any) -> Any:
+    """``rule``, its constant patterns 0 and 1 matching only exactly 0 and 1.
+
+    onnxscript's pattern constants match within ``abs_tol=1e-8`` and ``rel_tol=1e-5``,
+    so its no-op rules took ``x + 1e-8`` for ``x + 0`` and removed it: an RMSNorm with
+    ``eps=1e-8`` (Helium's testers) lost its epsilon and gave NaN on a zero row (a
+    padding token's embedding), and ``x * 1.000001`` would lose its factor. Adding or
+    multiplying by a number near the identity is a different op; only the identity
+    itself is a no-op. The rule is copied, so onnxscript's own rules (which another
+    exporter in the process may use) keep their tolerance.
+    """
+    pattern = getattr(rule, "_target_pattern", None)
+    constants = [
+        value
+        for node in getattr(pattern, "_nodes", ())
+        for value in getattr(node, "inputs", ())
+        if isinstance(value, _pattern_ir.Constant) and value.value in (0, 1)
+    ]
+    if not constants:
+        return rule
+    exact = copy.deepcopy(rule)
+    for node in exact._target_pattern._nodes:
+        for value in node.inputs:
+            if isinstance(value, _pattern_ir.Constant) and value.value in (0, 1):
+                value._rel_tol = value._abs_tol = 0.0
+    return exact
 
 
 def _root_op(rule: Any) -> tuple[str, str] | None:

@@ -109,7 +109,36 @@ def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence
         result = [_complex_constant(v, real) if isinstance(v, complex) else v for v in result]
     if any(isinstance(_val(a), _SYMBOLIC) for a in fx_args):
         result = _cast_symbolic(node, fx_args, result)
+    if _packet(node) in _BITWISE:
+        result = _cast_to_result_dtype(node, result)
     return result
+
+
+#: Ops whose torchlib function takes operands of one dtype, picked by the first: torch
+#: promotes ``int32 | bool`` to int32, ONNX's ``BitwiseOr`` refuses a bool operand.
+_BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "__and__", "__or__", "__xor__"}
+
+
+def _packet(node: torch.fx.Node) -> str:
+    return str(getattr(getattr(node.target, "overloadpacket", None), "__name__", ""))
+
+
+def _cast_to_result_dtype(node: torch.fx.Node, values: list[Any]) -> list[Any]:
+    """Tensor operands of another dtype than ``node``'s result, cast to it (torch's promotion).
+
+    CPM-Ant's attention mask, ``context[:, None, :] | (mask & causal)`` with an int
+    ``context``: the bool operand went to ``BitwiseOr`` as it was, a file ONNX Runtime
+    refused ("Type 'tensor(bool)' of input parameter ... of operator (BitwiseOr) is
+    invalid").
+    """
+    result_val = node.meta.get("val")
+    if not isinstance(result_val, torch.Tensor):
+        return values
+    dtype = to_ir_dtype(result_val.dtype)
+    return [
+        op.Cast(v, to=int(dtype)) if isinstance(v, ir.Value) and v.dtype not in (None, dtype) else v
+        for v in values
+    ]
 
 
 # -- a complex scalar that makes a real node complex -----------------------------------

@@ -173,7 +173,16 @@ def _symbolic_dim(dim: object, dim_names: Mapping[str, str]) -> int | str:
     return _SYMBOL.sub(lambda m: dim_names.get(m.group(0), m.group(0)), expr)
 
 
+class _Sequence(tuple):  # type: ignore[type-arg]  # of FX meta values, any kind
+    """The FX meta of a list output that ONNX returns as one sequence value."""
+
+
 def _set_type_and_shape(value: ir.Value, val: object, dim_names: Mapping[str, str]) -> None:
+    if isinstance(val, _Sequence):  # a sequence of tensors: typed, no shape
+        dtypes = {value_dtype(v) for v in val}
+        if len(dtypes) == 1 and None not in dtypes:
+            value.type = ir.SequenceType(ir.TensorType(dtypes.pop()))  # type: ignore[arg-type]  # checked above
+        return
     dtype = value_dtype(val)
     if dtype is None:
         return
@@ -226,6 +235,8 @@ class _Translator:
         values = result if isinstance(result, (list, tuple)) else [result]
         vals = node.meta.get("val")
         metas = vals if isinstance(vals, (list, tuple)) else [vals]
+        if isinstance(result, ir.Value) and isinstance(vals, (list, tuple)):
+            metas = [_Sequence(vals)]  # one ONNX sequence (SplitToSequence) for a list
         for i, value in enumerate(values):
             if not isinstance(value, ir.Value) or value.producer() is None:
                 continue

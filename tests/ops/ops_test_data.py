@@ -1213,6 +1213,7 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "special.chebyshev_polynomial_t": ("aten::special_chebyshev_polynomial_t",),
     "special.hermite_polynomial_h": ("aten::special_hermite_polynomial_h",),
     "gcd": ("aten::gcd",),
+    "pow": ("aten::pow.Tensor_Tensor",),
     "nan_to_num": ("aten::isnan",),
     "amax": ("aten::amax",),
     "amin": ("aten::amin",),
