@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ import onnxscript.version_converter
 from onnxscript import rewriter
 from onnxscript.optimizer import _constant_folding  # the pass onnxscript's optimize runs
 from onnxscript.rewriter import _pattern_ir
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from onnx_export._fake import is_weight
 
@@ -63,13 +65,19 @@ def weights_shielded(graph: ir.Graph) -> Iterator[list[ir.Value]]:
             graph.register_initializer(value)
 
 
+@functools.cache
 def _linear_rules() -> list[Any]:
-    """The default rewrite rules of onnxscript whose pattern has a single output node."""
-    return [
-        _exact_identities(rule)
-        for rule in rewriter._DEFAULT_REWRITE_RULES
-        if getattr(getattr(rule, "_target_pattern", None), "has_single_output_node", True)
-    ]
+    """The default rewrite rules of onnxscript whose pattern has a single output node.
+
+    Made once a process, outside any fake mode: an export inside ``enable_fake_mode`` would
+    otherwise copy the rules under torch's FakeTensorMode, which torch 2.14 refuses.
+    """
+    with unset_fake_temporarily():
+        return [
+            _exact_identities(rule)
+            for rule in rewriter._DEFAULT_REWRITE_RULES
+            if getattr(getattr(rule, "_target_pattern", None), "has_single_output_node", True)
+        ]
 
 
 def _exact_identities(rule: Any) -> Any:
@@ -264,7 +272,7 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
             output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
             should_fold=lambda node: None,
         )
-        self._rewrite = _PrunedRewritePass(_linear_rules())
+        self._rewrite = _PrunedRewritePass(list(_linear_rules()))
         self._cleanup = ir.passes.Sequential(
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),  # type: ignore[no-untyped-call]  # unannotated __init__

@@ -11,26 +11,26 @@ from onnx_export.errors import UnsupportedOpInputError
 pytestmark = pytest.mark.usefixtures("private_temp_folder")  # failed exports' reports
 
 
-class _DiagonalScatter(torch.nn.Module):
-    """``diagonal_scatter`` needs its input's shape (im2col takes dynamic ones now)."""
+class _Attention3d(torch.nn.Module):
+    """Attention over 3-D inputs (our own path) needs a static head size to scale by."""
 
-    def forward(self, x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        return torch.diagonal_scatter(x, src, 0, 1, 2)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
 def test_dynamic_shape_where_static_is_needed_names_op_need_and_next_step() -> None:
-    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}, "src": {0: "batch"}})
+    head = {2: "head"}
+    options = onnx_export.ExportOptions(dynamic_shapes={"q": head, "k": head, "v": head})
+    q, k, v = torch.rand(2, 4, 8), torch.rand(2, 6, 8), torch.rand(2, 6, 8)
     with pytest.raises(onnx_export.ConversionError) as caught:
-        onnx_export.dynamo_export(
-            _DiagonalScatter(), torch.rand(2, 5, 5), torch.rand(2, 5), export_options=options
-        )
+        onnx_export.dynamo_export(_Attention3d(), q, k, v, export_options=options)
     cause = caught.value.__cause__
     assert isinstance(cause, UnsupportedOpInputError)
-    assert cause.op == "aten::diagonal_scatter"
-    assert cause.expected == "a static shape of its input"
-    assert "batch" in cause.got
+    assert cause.op == "aten::scaled_dot_product_attention"
+    assert cause.expected == "a static head size (last dimension of query)"
+    assert "head" in cause.got
     message = str(caught.value)
-    assert "aten::diagonal_scatter needs a static shape of its input" in message
+    assert "aten::scaled_dot_product_attention needs a static head size" in message
     assert "dynamic_shapes" in message  # the next step
 
 

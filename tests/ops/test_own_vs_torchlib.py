@@ -325,6 +325,19 @@ _PAD = [
          lambda x: F.pad(x, (2, 1), "reflect"), lambda: (_r(3, 5),)),
 ]  # fmt: skip
 
+_POWER = [
+    Case("aten::pow.Tensor_Tensor", "pow_int_dynamic",
+         torch.pow,
+         lambda: (_i(3, 4, high=9), _i(3, 4, high=4, seed=1)),
+         lambda: (_i(5, 6, high=9, seed=2), _i(5, 6, high=4, seed=3)),
+         (_d(0, 1), _d(0, 1))),
+    Case("aten::pow.Tensor_Tensor", "pow_float_dynamic",
+         torch.pow,
+         lambda: (_r(3, 4) + 1.5, _r(3, 4, seed=1)),
+         lambda: (_r(5, 6, seed=2) + 1.5, _r(5, 6, seed=3)),
+         (_d(0, 1), _d(0, 1)), atol=1e-4),
+]  # fmt: skip
+
 _ATTENTION = [
     Case("aten::scaled_dot_product_attention", "sdpa_dynamic_seq",
          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
@@ -336,6 +349,12 @@ _ATTENTION = [
          lambda: (_r(2, 3, 4), _r(2, 6, 4, seed=1), _r(2, 6, 4, seed=2), _r(3, 6, seed=3)),
          lambda: (_r(1, 5, 4), _r(1, 2, 4, seed=1), _r(1, 2, 4, seed=2), _r(5, 2, seed=3)),
          (_d(0, 1), _d(0, 1), _d(0, 1), _d(0, 1)), atol=1e-4),
+    Case("aten::_scaled_dot_product_flash_attention_for_cpu", "sdpa_flash_for_cpu_dynamic",
+         lambda q, k, v: aten._scaled_dot_product_flash_attention_for_cpu(
+             q, k, v, is_causal=True),
+         lambda: (_r(2, 2, 5, 8), _r(2, 2, 5, 8, seed=1), _r(2, 2, 5, 8, seed=2)),
+         lambda: (_r(3, 2, 7, 8), _r(3, 2, 7, 8, seed=1), _r(3, 2, 7, 8, seed=2)),
+         (_d(0, 2), _d(0, 2), _d(0, 2)), atol=1e-4),
     Case("aten::cross_entropy_loss", "cross_entropy_dynamic",
          F.cross_entropy,
          lambda: (_r(4, 5), _i(4, high=5)), lambda: (_r(7, 5), _i(7, high=5, seed=1)),
@@ -402,7 +421,9 @@ _FFT = [
          lambda: (_r(7, 2),), lambda: (_r(4, 2),), (_d(0),), atol=1e-4),
 ]  # fmt: skip
 
-CASES = [*_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_ATTENTION, *_ROLL, *_FFT]
+CASES = [
+    *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_ATTENTION, *_ROLL, *_FFT
+]  # fmt: skip
 
 
 def test_every_overlap_has_cases() -> None:
