@@ -128,6 +128,22 @@ def _mamba() -> torch.nn.Module:
     return transformers.MambaForCausalLM(config).eval()
 
 
+def _linear_cache_names(program: onnx_export.ONNXProgram) -> list[str]:
+    """The two Mamba layers' state tensors, in the flattened order: conv and recurrent
+    states, and from transformers 5.25 on, the layer's token counter
+    (``cumulative_length_linear``), a tensor the layer carries from step to step."""
+    graph_names = {v.name for v in [*program.model.graph.inputs, *program.model.graph.outputs]}
+    counter = "cumulative_length_linear"
+    names = []
+    for i in range(2):
+        names.append(f"cache.layers.{i}.conv_states.0")
+        if f"cache.layers.{i}.{counter}" in graph_names:
+            assert hasattr(transformers.cache_utils.LinearAttentionLayer(), counter)
+            names.append(f"cache.layers.{i}.{counter}")
+        names.append(f"cache.layers.{i}.recurrent_states.0")
+    return names
+
+
 def test_dynamic_cache_of_linear_attention_layers_is_an_output() -> None:
     """Mamba returns a ``DynamicCache`` of ``LinearAttentionLayer`` (conv and recurrent
     states), which transformers' own ``DynamicCache`` flattening refuses; it flattens
@@ -136,9 +152,7 @@ def test_dynamic_cache_of_linear_attention_layers_is_an_output() -> None:
     model = _mamba()
     program = export_and_check(model, input_ids=torch.randint(0, 99, (2, 7)))
     names = [v.name for v in program.model.graph.outputs]
-    assert names[1:] == [
-        f"cache.layers.{i}.{kind}_states.0" for i in range(2) for kind in ("conv", "recurrent")
-    ]
+    assert names[1:] == _linear_cache_names(program)
 
 
 def _gemma3_text() -> torch.nn.Module:
@@ -249,9 +263,7 @@ def test_dynamic_cache_of_linear_attention_layers_is_an_input() -> None:
     program = export_and_check(model, **inputs)
     assert program.verify(**inputs).ok
     names = [v.name for v in program.model.graph.inputs]
-    assert names == ["input_ids"] + [
-        f"cache.layers.{i}.{kind}_states.0" for i in range(2) for kind in ("conv", "recurrent")
-    ]
+    assert names == ["input_ids", *_linear_cache_names(program)]
 
 
 @pytest.mark.slow  # ~20 s: a second process imports torch and transformers
