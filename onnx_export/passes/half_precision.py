@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_export.passes._casts import cast_input, cast_output_back, every_node
+
 __all__ = ["FLOAT32_OPS", "compute_in_float32"]
 
 #: The standard ops whose half-precision data input (input 0) is computed in float32.
@@ -35,49 +37,13 @@ FLOAT32_OPS = frozenset(
 _HALF = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
-def _name(node: ir.Node, suffix: str) -> str | None:
-    return f"{node.name}_{suffix}" if node.name else None  # unique as the node's name is
-
-
-def _widen(graph: ir.Graph, node: ir.Node) -> bool:
+def _widen(node: ir.Node) -> bool:
     value, output = node.inputs[0], node.outputs[0]
     if value is None or value.dtype not in _HALF or output.dtype != value.dtype:
         return False
-    half = value.dtype
-    to_float = {"to": int(ir.DataType.FLOAT)}
-    up = ir.node("Cast", [value], attributes=to_float, name=_name(node, "f32"))
-    up.outputs[0].dtype, up.outputs[0].shape = ir.DataType.FLOAT, value.shape
-    graph.insert_before(node, up)
-    node.replace_input_with(0, up.outputs[0])
-    uses = list(output.uses())
-    down = ir.node("Cast", [output], attributes={"to": int(half)}, name=_name(node, "half"))
-    narrow = down.outputs[0]
-    for use in uses:
-        use.node.replace_input_with(use.idx, narrow)
-    for index, graph_output in enumerate(graph.outputs):
-        if graph_output is output:
-            graph.outputs[index] = narrow
-    name = output.name
-    output.name = f"{name}_f32" if name else None
-    narrow.name = name
-    narrow.dtype, narrow.shape = half, output.shape
-    output.dtype = ir.DataType.FLOAT
-    graph.insert_after(node, down)
+    cast_input(node, 0, ir.DataType.FLOAT, "f32")
+    cast_output_back(node, ir.DataType.FLOAT, "half", "f32")
     return True
-
-
-def _in_graph(graph: ir.Graph) -> int:
-    changed = 0
-    for node in list(graph):
-        for attribute in node.attributes.values():
-            if attribute.type == ir.AttributeType.GRAPH:
-                changed += _in_graph(attribute.as_graph())
-            elif attribute.type == ir.AttributeType.GRAPHS:
-                for subgraph in attribute.as_graphs():
-                    changed += _in_graph(subgraph)
-        if node.domain == "" and node.op_type in FLOAT32_OPS and _widen(graph, node):
-            changed += 1
-    return changed
 
 
 def compute_in_float32(model: ir.Model) -> int:
@@ -97,7 +63,7 @@ def compute_in_float32(model: ir.Model) -> int:
         >>> [n.op_type for n in graph]
         ['Cast', 'Softmax', 'Cast']
     """
-    changed = _in_graph(model.graph)
-    for function in model.functions.values():
-        changed += _in_graph(function.graph)
-    return changed
+    return sum(
+        node.op_type in FLOAT32_OPS and node.domain == "" and _widen(node)
+        for node in every_node(model)
+    )
