@@ -342,3 +342,38 @@ def test_safetensors_reader_reads_what_safetensors_writes(
     (tmp_path / "d.safetensors").write_bytes(damaged)
     with pytest.raises(hf.AdapterError, match="byte range"):
         read_safetensors(tmp_path / "d.safetensors")
+
+
+def test_half_precision_and_int4_exports_take_adapters(
+    llama: Setup, tmp_path: pathlib.Path
+) -> None:
+    """float16: the factors go in as float16, the tokens are the merged model's.
+
+    int4: the base weights become MatMulNBits, the factors (graph inputs) stay float.
+    """
+    checkpoint = llama.root / "checkpoint"
+    hf.export_pretrained(checkpoint, tmp_path / "fp16", dtype="float16", lora=["q_proj"])
+    model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "fp16")
+    model.load_adapter(llama.adapters["c"], name="c")
+    for name in ["c", None]:
+        got = model.generate(IDS[1:].numpy(), max_new_tokens=8, adapter=name)
+        with torch.no_grad():
+            want = llama.merged[name].generate(IDS[1:], max_new_tokens=8, do_sample=False)
+        np.testing.assert_array_equal(got, want.numpy(), err_msg=str(name))
+    hf.export_pretrained(checkpoint, tmp_path / "int4", quantize="int4", lora=["q_proj"])
+    graph = onnx.load(tmp_path / "int4" / "model.onnx", load_external_data=False).graph
+    factors = {i.name for i in graph.input if i.name.startswith("lora.")}
+    assert len(factors) == 4 and any(n.op_type == "MatMulNBits" for n in graph.node)
+    model = hf.OrtModelForCausalLM.from_pretrained(tmp_path / "int4")
+    model.load_adapter(llama.adapters["c"], name="c")
+    base = model.logits(IDS[1:].numpy())
+    model.set_adapter("c")
+    assert not np.allclose(model.logits(IDS[1:].numpy()), base, atol=1e-3)  # it is applied
+
+
+def test_bfloat16_factors_round_as_torch_rounds() -> None:
+    from onnx_export.hf.runtime.generation._adapters import _bfloat16_bits
+
+    values = torch.randn(64) * torch.logspace(-3, 3, 64)
+    expected = values.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(_bfloat16_bits(values.numpy()), expected)

@@ -22,12 +22,21 @@ import onnxruntime as ort
 
 from onnx_export.hf._errors import AdapterError
 from onnx_export.hf._peft import LoraAdapter, read_lora_adapter
-from onnx_export.hf.runtime._session import StepSession, Value
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value
 
 __all__ = ["AdapterSet", "LORA_PREFIX"]
 
 #: The graph's LoRA inputs: ``lora.<module path>.A`` and ``.B`` (``hf/export/_lora.py``).
 LORA_PREFIX = "lora."
+
+
+_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+
+
+def _bfloat16_bits(array: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
+    """float32 values as bfloat16 bits, rounded to the nearest even (as torch rounds)."""
+    bits = array.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def _module_shapes(session: StepSession) -> dict[str, tuple[int, int]]:
@@ -76,15 +85,25 @@ class AdapterSet:
                 given_a, given_b = weights[path]
                 a[: given_a.shape[0]] = given_a
                 b[:, : given_b.shape[1]] = given_b
-            feed[f"{LORA_PREFIX}{path}.A"] = self._owned(a)
-            feed[f"{LORA_PREFIX}{path}.B"] = self._owned(b)
+            for side, array in (("A", a), ("B", b)):
+                name = f"{LORA_PREFIX}{path}.{side}"
+                feed[name] = self._owned(array, self._session.input_meta(name).type)
         return feed
 
-    def _owned(self, array: npt.NDArray[np.float32]) -> Value:
-        """``array`` copied into memory onnxruntime owns (alive as long as the value)."""
-        device = self._session.device
-        value = ort.OrtValue.ortvalue_from_shape_and_type(array.shape, np.float32, device, 0)
-        value.update_inplace(np.ascontiguousarray(array))
+    def _owned(self, array: npt.NDArray[np.float32], kind: str) -> Value:
+        """``array`` in the input's type (``kind``), copied into memory onnxruntime owns.
+
+        A half-precision export takes its factors in its dtype; bfloat16, which numpy
+        lacks, goes in as its bits (rounded to nearest even).
+        """
+        element: Any = ONNX_TO_NUMPY.get(kind, np.float32)
+        data = array.astype(element)
+        if kind == "tensor(bfloat16)":
+            element, data = _BFLOAT16, _bfloat16_bits(array)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(
+            array.shape, element, self._session.device, 0
+        )
+        value.update_inplace(np.ascontiguousarray(data))
         return value._ortvalue
 
     def _check(self, adapter: LoraAdapter) -> None:
