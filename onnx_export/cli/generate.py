@@ -132,8 +132,8 @@ def _load(args: argparse.Namespace) -> Any:
     model_class = OrtModelForSeq2SeqLM if seq2seq else OrtModelForCausalLM
     try:
         model = model_class.from_pretrained(args.folder, providers=[args.provider])
-        if args.adapter is not None:  # AdapterError is a CheckpointError
-            model.set_adapter(model.load_adapter(args.adapter))
+        if isinstance(model, OrtModelForCausalLM) and args.adapter is not None:
+            model.set_adapter(model.load_adapter(args.adapter))  # AdapterError: exit 2
     except CheckpointError as e:
         raise UsageError(one_line(str(e))) from e
     return model
