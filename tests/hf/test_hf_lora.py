@@ -164,6 +164,22 @@ def test_set_adapter_is_every_calls_default_and_adapter_picks_another(llama: Set
     )
 
 
+def test_an_adapter_of_the_backbone_fits_its_causal_lm(
+    llama: Setup, tmp_path: pathlib.Path
+) -> None:
+    """PEFT on ``LlamaModel`` names ``layers.0...``; the export has ``model.layers.0...``."""
+    merged = _make_adapter(llama.base.model, tmp_path / "backbone", 7, target_modules=["v_proj"])
+    head = copy.deepcopy(llama.base)
+    head.model = merged
+    model = _loaded(llama)
+    model.load_adapter(tmp_path / "backbone", name="backbone")
+    got = model.generate(IDS.numpy(), MASK.numpy(), max_new_tokens=6, adapter="backbone")
+    with torch.no_grad():
+        want = head.generate(IDS, attention_mask=MASK, do_sample=False, max_new_tokens=6)
+    np.testing.assert_array_equal(got, want.numpy())
+    assert not np.array_equal(got, llama.tokens(None, max_new_tokens=6))
+
+
 def test_adapters_without_torch(llama: Setup) -> None:
     calls = [
         Call("load", "load_adapter", {}, {"path": str(llama.adapters["b"]), "name": "b"}),

@@ -12,6 +12,7 @@ time; a run feeds them as they are (:meth:`StepSession.with_inputs`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -106,6 +107,19 @@ class AdapterSet:
         value.update_inplace(np.ascontiguousarray(data))
         return value._ortvalue
 
+    def _placed(self, adapter: LoraAdapter) -> LoraAdapter:
+        """``adapter`` with module paths of the exported model.
+
+        An adapter trained on the bare backbone (``AutoModel``: ``layers.0...``) names its
+        modules without the head class's prefix (``model.layers.0...``): a path that ends
+        exactly one exported path at a dot is that path.
+        """
+        moved = {}
+        for path, pair in adapter.weights.items():
+            ends = [m for m in self.modules if m.endswith("." + path)]
+            moved[ends[0] if path not in self.modules and len(ends) == 1 else path] = pair
+        return dataclasses.replace(adapter, weights=moved)
+
     def _check(self, adapter: LoraAdapter) -> None:
         where = f"Adapter {os.fspath(adapter.path)!r}"
         if not self.modules:
@@ -138,7 +152,7 @@ class AdapterSet:
         """Read, check and place on the device the adapter in the PEFT folder ``path``."""
         if not isinstance(name, str) or not name:
             raise AdapterError(f"An adapter's name must be a non-empty string, got {name!r}.")
-        adapter = read_lora_adapter(path)
+        adapter = self._placed(read_lora_adapter(path))
         self._check(adapter)
         self._feeds[name] = self._feed(adapter.weights, adapter.rank)
 
