@@ -204,6 +204,7 @@ def test_the_fused_decoder_takes_adapters(llama: Setup) -> None:
     )
     graph = onnx.load(llama.root / "fused" / "model.onnx", load_external_data=False).graph
     assert any(n.op_type == "GroupQueryAttention" for n in graph.node)
+    assert not (llama.root / "fused" / "genai_config.json").exists()  # genai lacks the inputs
     model = _loaded(llama, "fused")
     assert model.session.shares_buffer
     for name in ["b", None, "a"]:

@@ -412,9 +412,11 @@ def export_pretrained(
             names (``["q_proj", "v_proj"]``, ``["all-linear"]``: every Linear but the
             head), or a PEFT adapter folder whose modules name them. Each target Linear
             of every layer gets two more graph inputs, ``lora.<module path>.A`` (rank,
-            in) and ``.B`` (out, rank), float32, the rank dynamic; the runtime's
-            ``load_adapter`` feeds an adapter's factors, or none for the base model. The
-            manifest lists the targets. See docs/huggingface.md, "LoRA adapters".
+            in) and ``.B`` (out, rank), in the graph's precision, the rank dynamic; the
+            runtime's ``load_adapter`` feeds an adapter's factors, or none for the base
+            model. The manifest lists the targets; no ``genai_config.json`` is written
+            (onnxruntime-genai would not feed the inputs). See docs/huggingface.md,
+            "LoRA adapters".
 
     Returns:
         What was written, where, and how long it took.
@@ -483,7 +485,9 @@ def export_pretrained(
             for name in onnx_files:
                 quantize_model_file(staged / name, quantized)
         copied = _copy_side_files(source, model, staged)
-        if target == "onnxruntime" and onnx_files == ["model.onnx"] and task == "text-generation":
+        genai = target == "onnxruntime" and onnx_files == ["model.onnx"]
+        # genai's loop does not feed LoRA inputs: with them its og.Model could not run
+        if genai and task == "text-generation" and not targets:
             from onnx_export.hf.export._genai_config import write_genai_config
 
             copied.append(write_genai_config(staged, model))  # onnxruntime-genai's og.Model
