@@ -19,7 +19,7 @@ __all__ = ["register"]
 
 
 def register(commands: Subcommands) -> None:
-    """Add ``generate FOLDER PROMPT [--max-new-tokens N] [--chat] [--num-beams N] ...``."""
+    """Add ``generate FOLDER PROMPT [--max-new-tokens N] [--chat] [--adapter DIR] ...``."""
     parser = add_command(
         commands,
         "generate",
@@ -60,6 +60,14 @@ def register(commands: Subcommands) -> None:
         "--grammar", type=pathlib.Path, default=None, metavar="FILE", help="a Lark grammar file"
     )
     parser.add_argument(
+        "--adapter",
+        type=pathlib.Path,
+        default=None,
+        metavar="ADAPTER_DIR",
+        help="generate with this PEFT LoRA adapter folder (the folder exported with --lora or "
+        "--lora-targets naming its modules)",
+    )
+    parser.add_argument(
         "--prompt-lookup",
         type=int,
         default=None,
@@ -90,7 +98,7 @@ _SEQ2SEQ_TASKS = ("text2text-generation",)
 #: The options only the decoder-only loop has (beam search, processors, streaming).
 _CAUSAL_ONLY = (
     *("num_beams", "repetition_penalty", "stop", "chat", "stream"),
-    *("json_schema", "regex", "grammar", "prompt_lookup"),
+    *("json_schema", "regex", "grammar", "prompt_lookup", "adapter"),
 )
 
 
@@ -123,9 +131,12 @@ def _load(args: argparse.Namespace) -> Any:
             )
     model_class = OrtModelForSeq2SeqLM if seq2seq else OrtModelForCausalLM
     try:
-        return model_class.from_pretrained(args.folder, providers=[args.provider])
+        model = model_class.from_pretrained(args.folder, providers=[args.provider])
+        if isinstance(model, OrtModelForCausalLM) and args.adapter is not None:
+            model.set_adapter(model.load_adapter(args.adapter))  # AdapterError: exit 2
     except CheckpointError as e:
         raise UsageError(one_line(str(e))) from e
+    return model
 
 
 def _check_text(model: Any, args: argparse.Namespace) -> None:

@@ -25,7 +25,7 @@ __all__ = ["register"]
 
 
 def register(commands: Subcommands) -> None:
-    """Add ``hf CHECKPOINT_DIR -o OUT_DIR [--task TASK] [--opset N] [--target T] [--dtype D]``."""
+    """Add ``hf CHECKPOINT_DIR -o OUT_DIR [--task TASK] [--target T] [--lora-targets N] ...``."""
     parser = add_command(
         commands,
         "hf",
@@ -85,15 +85,41 @@ def register(commands: Subcommands) -> None:
         "--no-quantize-head", dest="quantize_head", action="store_false",
         help="int4: keep the output head (lm_head) in float",
     )  # fmt: skip
+    lora = parser.add_mutually_exclusive_group()
+    lora.add_argument(
+        "--lora-targets", default=None, metavar="NAMES",
+        help="text generation: make LoRA adapters of these Linear modules swappable at run "
+        "time, comma-separated (q_proj,v_proj; all-linear: every Linear but the head); "
+        "each gets low-rank A/B graph inputs of any rank",
+    )  # fmt: skip
+    lora.add_argument(
+        "--lora", default=None, type=pathlib.Path, metavar="ADAPTER_DIR",
+        help="as --lora-targets, with the modules a PEFT adapter folder adapts "
+        "(adapter_config.json, adapter_model.safetensors)",
+    )  # fmt: skip
 
 
 def _refuse_early(args: argparse.Namespace) -> None:
-    """The checkpoint's architecture and task checked from config.json alone (no torch)."""
+    """The checkpoint's architecture and task (and --lora's adapter) checked without torch."""
     try:
         checkpoint = read_checkpoint(args.checkpoint)
         resolve_task(checkpoint.model_type, checkpoint.architectures, args.task, checkpoint.config)
+        if args.lora is not None:
+            from onnx_export.hf._peft import read_lora_adapter  # numpy: only when asked
+
+            read_lora_adapter(args.lora)
     except CheckpointError as e:
         raise UsageError(one_line(str(e))) from e
+
+
+def _lora(args: argparse.Namespace) -> list[str] | pathlib.Path | None:
+    """``export_pretrained``'s ``lora``: the adapter folder, the target names, or ``None``."""
+    if args.lora_targets is None:
+        return args.lora  # type: ignore[no-any-return]  # argparse's Namespace is untyped
+    names = [n.strip() for n in args.lora_targets.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--lora-targets: give module names, e.g. --lora-targets q_proj,v_proj.")
+    return names
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
@@ -123,6 +149,7 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
                 quantize_embeddings=args.quantize_embeddings,
                 quantize_head=args.quantize_head,
                 dtype=args.dtype,
+                lora=_lora(args),
             )
         except ExportInputError as e:
             raise UsageError(one_line(str(e))) from e

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnx_export.errors import ExportInputError, OnnxExportError
 
-__all__ = ["CheckpointError", "GenerationError", "ExportMismatchError"]
+__all__ = ["CheckpointError", "AdapterError", "GenerationError", "ExportMismatchError"]
 
 
 class CheckpointError(ExportInputError):
@@ -17,6 +17,22 @@ class CheckpointError(ExportInputError):
     Example:
         >>> from onnx_export.hf import CheckpointError
         >>> issubclass(CheckpointError, ValueError) or issubclass(CheckpointError, RuntimeError)
+        True
+    """
+
+
+class AdapterError(CheckpointError):
+    """A PEFT adapter folder that the exported model cannot take, or a LoRA request it lacks.
+
+    Raised when an adapter is not LoRA (IA3, prompt tuning, ...), uses a LoRA variant that
+    is more than a low-rank update ``B @ A`` (DoRA, trained biases, ``modules_to_save``),
+    targets modules the model was not exported with, or has shapes that do not fit them;
+    and when a model exported without LoRA inputs is given an adapter. The message names
+    the file, the module or the setting, and what to do.
+
+    Example:
+        >>> from onnx_export.hf import AdapterError, CheckpointError
+        >>> issubclass(AdapterError, CheckpointError)
         True
     """
 

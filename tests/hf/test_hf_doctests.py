@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "onnx_export.hf",
     "onnx_export.hf._errors",
+    "onnx_export.hf._safetensors",
     "onnx_export.hf.export._export",
     "onnx_export.hf.runtime.generation._causal",
     "onnx_export.hf.runtime.generation._seq2seq",

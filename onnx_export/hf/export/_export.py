@@ -10,7 +10,7 @@ import pathlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from onnx_export.hf._errors import CheckpointError
@@ -247,10 +247,12 @@ def _write_graphs(
     opset: int | None,
     target: str,
     dtype: Precision = "float32",
+    lora: tuple[str, ...] = (),
 ) -> list[str]:
     import torch
 
     from onnx_export.hf.export._fused_decoder import FusedGraphSpec, onnxruntime_graphs
+    from onnx_export.hf.export._lora import with_lora
     from onnx_export.hf.export._parity import check_against_eager
     from onnx_export.hf.export._task_graphs import graphs_for_task
     from onnx_export.hf.runtime._session import PADDING_SIDE_KEY
@@ -261,7 +263,11 @@ def _write_graphs(
             specs = graphs_for_task(model, task)
         if dtype != "float32":
             specs = [dataclasses.replace(s, args=_narrow_args(s.args, dtype)) for s in specs]
-        for spec in onnxruntime_graphs(model, task, specs) if target != "onnx" else specs:
+        if target != "onnx":
+            specs = onnxruntime_graphs(model, task, specs)
+        if lora:
+            specs = [with_lora(model, spec, lora) for spec in specs]
+        for spec in specs:
             program = _export_graph(spec, opset, target, dtype)
             if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
                 program.model.metadata_props[PADDING_SIDE_KEY] = "right"
@@ -270,6 +276,22 @@ def _write_graphs(
             program.save(folder / spec.file_name)
             written.append(spec.file_name)
     return written
+
+
+def _lora_targets(
+    lora: Sequence[str] | str | os.PathLike[str] | None, task: str
+) -> tuple[str, ...]:
+    """``lora``'s target module names, checked; ``()`` without LoRA inputs."""
+    if lora is None:
+        return ()
+    if task != "text-generation":
+        raise CheckpointError(
+            f"lora= makes adapters swappable in the text-generation graph; this export is "
+            f"{task!r}. Merge the adapter into the checkpoint (PEFT's merge_and_unload) instead."
+        )
+    from onnx_export.hf.export._lora import lora_target_names
+
+    return lora_target_names(lora)
 
 
 def _copy_side_files(source: pathlib.Path | None, model: Any, folder: pathlib.Path) -> list[str]:
@@ -346,6 +368,7 @@ def export_pretrained(
     quantize_embeddings: bool = False,
     quantize_head: bool = True,
     dtype: Precision = "float32",
+    lora: Sequence[str] | str | os.PathLike[str] | None = None,
 ) -> ExportedCheckpoint:
     """Export a ``transformers`` checkpoint to a folder that ONNX Runtime can generate with.
 
@@ -385,13 +408,25 @@ def export_pretrained(
             graph is checked against eager transformers in the same dtype, within that
             dtype's tolerance. With ``quantize="int4"`` the ``MatMulNBits`` scales are in
             the dtype too. See docs/gpu.md.
+        lora: Text generation: make LoRA adapters swappable at run time. Target module
+            names (``["q_proj", "v_proj"]``, ``["all-linear"]``: every Linear but the
+            head), or a PEFT adapter folder whose modules name them. Each target Linear
+            of every layer gets two more graph inputs, ``lora.<module path>.A`` (rank,
+            in) and ``.B`` (out, rank), in the graph's precision, the rank dynamic; the
+            runtime's ``load_adapter`` feeds an adapter's factors, or none for the base
+            model. The manifest lists the targets; no ``genai_config.json`` is written
+            (onnxruntime-genai would not feed the inputs). See docs/huggingface.md,
+            "LoRA adapters".
 
     Returns:
         What was written, where, and how long it took.
 
     Raises:
         CheckpointError: No config.json, an architecture that cannot be exported, a task
-            that does not fit it, or weights transformers cannot load.
+            that does not fit it, or weights transformers cannot load; a LoRA target that
+            is not a Linear module of the model, or ``lora`` for another task.
+        AdapterError: ``lora`` names an adapter folder that is not a LoRA adapter the
+            graph can take.
         OnnxExportError: The export itself failed (the message says at which stage).
 
     Example:
@@ -436,24 +471,33 @@ def export_pretrained(
         settings = config.to_dict() if config is not None else None
         task = resolve_task(model_type, (type(model).__name__,), task, settings)
     _check_output(out, source)
+    targets = _lora_targets(lora, task)
     model = _in_dtype(model, dtype)
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     staged.chmod(0o755)  # mkdtemp's 0700 would outlive the rename
     try:
-        onnx_files = _write_graphs(model, task, staged, opset, target, dtype)
+        onnx_files = _write_graphs(model, task, staged, opset, target, dtype, targets)
         if quantized is not None:
             from onnx_export.hf.export._quantize import quantize_model_file
 
             for name in onnx_files:
                 quantize_model_file(staged / name, quantized)
         copied = _copy_side_files(source, model, staged)
-        if target == "onnxruntime" and onnx_files == ["model.onnx"] and task == "text-generation":
+        genai = target == "onnxruntime" and onnx_files == ["model.onnx"]
+        # genai's loop does not feed LoRA inputs: with them its og.Model could not run
+        if genai and task == "text-generation" and not targets:
             from onnx_export.hf.export._genai_config import write_genai_config
 
             copied.append(write_genai_config(staged, model))  # onnxruntime-genai's og.Model
-        manifest = {"task": task, "model_type": model_type, "onnx_files": onnx_files}
+        manifest: dict[str, Any] = {
+            "task": task,
+            "model_type": model_type,
+            "onnx_files": onnx_files,
+        }
+        if targets:
+            manifest["lora"] = {"targets": list(targets)}
         (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_folder(staged, out)
     finally:

@@ -429,7 +429,7 @@ def onnxruntime_graphs(model: Any, task: str, specs: list[GraphSpec]) -> list[Gr
 
 def with_fused_ops(spec: GraphSpec, options: Any) -> Any:
     """``options`` with the registry that translates our attention op, for fused graphs."""
-    if not isinstance(spec.module, FusedCausalLM):
+    if not any(isinstance(m, FusedCausalLM) for m in spec.module.modules()):  # LoRA wraps it
         return options
     import onnx_export
 

@@ -14,6 +14,7 @@ run over one preallocated cache that GQA updates in place
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import os
 import pathlib
@@ -112,6 +113,8 @@ class StepSession:
             mask counting them (GQA's convention), not left-padded.
         run_options: The ``RunOptions`` every run uses.
         cpu_device: onnxruntime's CPU device, for bindings.
+        fixed_inputs: Inputs fed to every run besides the step's own (a LoRA adapter's
+            factors, see ``hf/runtime/generation/_adapters.py``); empty by default.
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class StepSession:
         self._binding = _C.SessionIOBinding(self.session._sess)
         self._run_options = self.run_options = _C.RunOptions()
         self._outputs = {o.name: o for o in self.session.get_outputs()}
+        self.fixed_inputs: dict[str, Value] = {}
         metadata = self.session.get_modelmeta().custom_metadata_map
         #: Inputs the graph never reads: fed once, not refreshed each step.
         self.unread_inputs = frozenset(filter(None, metadata.get(UNREAD_INPUTS_KEY, "").split(",")))
@@ -161,6 +165,16 @@ class StepSession:
                 f"{os.fspath(path)!r} has past inputs without matching outputs {missing}: "
                 "it was not exported by onnx_export.hf.export_pretrained."
             )
+
+    def with_inputs(self, fixed: Mapping[str, Value]) -> StepSession:
+        """This session (the same onnxruntime session) feeding ``fixed`` to every run.
+
+        A shallow copy: both run on one ``InferenceSession``, each with its own fixed inputs
+        (one LoRA adapter each), so several can be used one after another.
+        """
+        view = copy.copy(self)
+        view.fixed_inputs = dict(fixed)
+        return view
 
     def _static_cache_shapes(self) -> bool:
         """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
@@ -216,6 +230,8 @@ class StepSession:
         are (onnxruntime's C values: no Python wrapper is built for each, which was most of
         the loop's own time).
         """
+        if self.fixed_inputs:
+            feed = {**self.fixed_inputs, **feed}
         if self.device == "cpu":
             return self._run_on_cpu(feed, list(outputs or self.output_names))
         binding = self._binding

@@ -14,6 +14,7 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, check_length, read_exported_folder
 from onnx_export.hf.runtime._session import DecodeSession, StepSession, host_float32
 from onnx_export.hf.runtime._tokenizer import TextTokenizer, left_pad
+from onnx_export.hf.runtime.generation._adapters import AdapterSet, pop_adapter
 from onnx_export.hf.runtime.generation._batching import ContinuousBatcher
 from onnx_export.hf.runtime.generation._beam import BeamSettings, beam_search
 from onnx_export.hf.runtime.generation._generate import (
@@ -92,7 +93,10 @@ class OrtModelForCausalLM:
 
     Attributes:
         folder: The exported folder's manifest and configs.
-        session: The decoder's session (``model.onnx``).
+        session: The decoder's session (``model.onnx``), feeding the active LoRA adapter
+            when the folder was exported with ``lora=`` (:meth:`set_adapter`).
+        active_adapter: The name of the LoRA adapter calls use by default; ``None`` for
+            the base model.
 
     Example:
         >>> from onnx_export.hf import OrtModelForCausalLM
@@ -103,7 +107,10 @@ class OrtModelForCausalLM:
 
     def __init__(self, folder: ExportedFolder, session: StepSession) -> None:
         self.folder = folder
-        self.session = session
+        self._base_session = session
+        self._adapters = AdapterSet(session)
+        self.session = self._adapters.session(session, None)
+        self.active_adapter: str | None = None
         self._uses_positions = "position_ids" in session.input_names
         self._tokenizer: TextTokenizer | None = None
         self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
@@ -147,6 +154,83 @@ class OrtModelForCausalLM:
             f"architecture={architecture!r}, layers={layers}, "
             f"providers={self.session.session.get_providers()})"
         )
+
+    def load_adapter(self, path: str | os.PathLike[str], name: str | None = None) -> str:
+        """Load a PEFT LoRA adapter folder, to use by name; the graph is not exported again.
+
+        The folder needs the model exported with ``export_pretrained(..., lora=...)``
+        naming the adapter's modules. Its factors are read once (no torch: numpy reads the
+        safetensors file), the scaling folded in, and kept on the session's device; using
+        it costs only the low-rank products of each step.
+
+        Args:
+            path: The folder PEFT's ``save_pretrained`` wrote (``adapter_config.json``,
+                ``adapter_model.safetensors``).
+            name: The adapter's name; the folder's name by default. Loading a name again
+                replaces that adapter.
+
+        Returns:
+            The name, for :meth:`set_adapter` and ``generate(..., adapter=name)``.
+
+        Raises:
+            AdapterError: Not a LoRA adapter (IA3, prompt tuning), a variant beyond
+                ``B @ A`` (DoRA, trained biases, ``modules_to_save``), modules the export
+                did not make targets, factors for other sizes (another base model), or a
+                model exported without LoRA inputs.
+
+        Example:
+            >>> model.load_adapter("adapters/french", name="fr")  # doctest: +SKIP
+            'fr'
+            >>> model.generate([[1, 2, 3]], max_new_tokens=4, adapter="fr")  # doctest: +SKIP
+            array([[1, 2, 3, 41, 9, 9, 17]])
+        """
+        chosen = os.path.basename(os.path.normpath(os.fspath(path))) if name is None else name
+        self._adapters.load(path, chosen)
+        if chosen == self.active_adapter:  # replaced: the active one is the new one
+            self.set_adapter(chosen)
+        return chosen
+
+    def set_adapter(self, name: str | None) -> None:
+        """Make adapter ``name`` (or ``None``: the base model) the default of every call.
+
+        :meth:`generate`, :meth:`stream`, :meth:`logits`, and the :meth:`batcher` and
+        :meth:`live` sequences made after this call use it; ``generate(..., adapter=...)``
+        picks another for one call.
+
+        Raises:
+            AdapterError: No adapter of that name is loaded.
+
+        Example:
+            >>> model.set_adapter("fr")  # doctest: +SKIP
+            >>> model.set_adapter(None)  # doctest: +SKIP
+        """
+        self.session = self._adapters.session(self._base_session, name)
+        self.active_adapter = name
+
+    def unload_adapter(self, name: str) -> None:
+        """Forget adapter ``name`` (the base model becomes the default if it was active).
+
+        Example:
+            >>> model.unload_adapter("fr")  # doctest: +SKIP
+        """
+        self._adapters.unload(name)
+        if name == self.active_adapter:
+            self.set_adapter(None)
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """The names of the LoRA adapters loaded, in load order.
+
+        Example:
+            >>> model.adapters  # doctest: +SKIP
+            ('fr', 'de')
+        """
+        return self._adapters.names
+
+    def _session_for(self, settings: dict[str, Any]) -> StepSession:
+        """The session for one call: its ``adapter`` (taken out of ``settings``) or the active."""
+        given, name = pop_adapter(settings)
+        return self._adapters.session(self._base_session, name) if given else self.session
 
     def _ids(self, input_ids: Any) -> npt.NDArray[np.int64]:
         ids = as_ids(input_ids)
@@ -230,7 +314,10 @@ class OrtModelForCausalLM:
             **settings: transformers' names: ``do_sample``, ``temperature``, ``top_k``,
                 ``top_p``, ``num_beams``, ``num_return_sequences``, ``length_penalty``,
                 ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``,
-                ``min_new_tokens``, ``min_length``, ``bad_words_ids``, ``stop_strings``.
+                ``min_new_tokens``, ``min_length``, ``bad_words_ids``, ``stop_strings``;
+                and ``adapter``: for this call only, the LoRA adapter of that name
+                (:meth:`load_adapter`), or ``None`` for the base model (by default the
+                :attr:`active_adapter`).
 
         Returns:
             int64 array (batch * num_return_sequences, length + new tokens): the prompts
@@ -256,7 +343,7 @@ class OrtModelForCausalLM:
             "num_assistant_tokens": num_assistant_tokens,
         }
         if _is_text(input_ids):
-            return self.generate_text(  # type: ignore[return-value]
+            return self.generate_text(  # type: ignore[return-value]  # adapter is in settings
                 input_ids,
                 max_new_tokens=max_new_tokens,
                 eos_token_id=eos_token_id,
@@ -266,6 +353,7 @@ class OrtModelForCausalLM:
                 **extra,
                 **settings,
             )
+        session = self._session_for(settings)
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
@@ -273,6 +361,7 @@ class OrtModelForCausalLM:
             plan, OutputConstraint.from_arguments(json_schema, regex, grammar)
         )
         drafter = self._drafter(
+            session,
             plan,
             prompt_lookup_num_tokens,
             max_matching_ngram_size,
@@ -281,9 +370,9 @@ class OrtModelForCausalLM:
         )
         rng = as_rng(seed)
         if drafter is not None:
-            runner = ChunkRunner(self.session, uses_positions=self._uses_positions)
+            chunks = ChunkRunner(session, uses_positions=self._uses_positions)
             sequences, _ = speculative_decode(
-                runner, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
+                chunks, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
             )
             return _complete(sequences, masks, plan)
         if plan.settings.num_beams > 1:
@@ -301,7 +390,7 @@ class OrtModelForCausalLM:
             )
             first, next_feed = self._feeds(plan.ids, plan.mask)
             return beam_search(
-                self.session,
+                session,
                 first,
                 next_feed,
                 plan.ids,
@@ -311,9 +400,9 @@ class OrtModelForCausalLM:
                 rng,
                 plan.padding,
             )
-        session, first, next_feed = self._decoder(plan)
+        runner, first, next_feed = self._decoder(plan, session)
         sequences = decode(
-            session,
+            runner,
             first,
             next_feed,
             plan.ids,
@@ -351,6 +440,7 @@ class OrtModelForCausalLM:
 
     def _drafter(
         self,
+        session: StepSession,
         plan: _Plan,
         lookup: int | None,
         ngram: int,
@@ -364,7 +454,7 @@ class OrtModelForCausalLM:
                 f"got {type(assistant).__name__}."
             )
         return make_drafter(
-            self.session,
+            session,
             plan.ids.shape[0],
             plan.mask,
             plan.chooser,
@@ -395,7 +485,8 @@ class OrtModelForCausalLM:
         """:meth:`generate`'s new tokens, one step at a time: (batch,) int64 each.
 
         Greedy or sampled decoding (not beam search); the same settings as :meth:`generate`,
-        ``json_schema``, ``regex`` and ``grammar`` included (not speculative decoding).
+        ``json_schema``, ``regex``, ``grammar`` and ``adapter`` included (not speculative
+        decoding).
 
         Example:
             >>> for tokens in model.stream([[1, 2, 3]], max_new_tokens=3):  # doctest: +SKIP
@@ -409,15 +500,16 @@ class OrtModelForCausalLM:
             settings.pop("regex", None),
             settings.pop("grammar", None),
         )
+        session = self._session_for(settings)
         plan = self._plan(
             input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, settings
         )
         if plan.settings.num_beams > 1:
             raise GenerationError("stream() does greedy or sampled decoding: drop num_beams.")
         plan, masks = self._constrained(plan, constraint)
-        session, first, next_feed = self._decoder(plan)
+        runner, first, next_feed = self._decoder(plan, session)
         steps = decode_steps(
-            session,
+            runner,
             first,
             next_feed,
             plan.ids,
@@ -464,7 +556,9 @@ class OrtModelForCausalLM:
         chooser = make_chooser(self.folder.chooser, settings, stopping.eos_token_id, ids.shape[1])
         return _Plan(ids, mask, settings, stopping, chooser, padding)
 
-    def _decoder(self, plan: _Plan) -> tuple[DecodeSession, dict[str, Any], NextFeed]:
+    def _decoder(
+        self, plan: _Plan, session: StepSession
+    ) -> tuple[DecodeSession, dict[str, Any], NextFeed]:
         """What runs a greedy or sampled decoding's steps: a shared cache when it can.
 
         A fused decoder (``session.shares_buffer``) gets one preallocated cache for the
@@ -474,11 +568,11 @@ class OrtModelForCausalLM:
         prompt's feed and the next-step feed.
         """
         first, next_feed = self._feeds(plan.ids, plan.mask)
-        if not self.session.shares_buffer:
-            return self.session, first, next_feed
+        if not session.shares_buffer:
+            return session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
-        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
-        moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
+        cache = SharedCache(session, plan.ids.shape[0], capacity)
+        moves = self._uses_positions and "position_ids" not in session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
         return cache, first, cache.stepper(plan.mask, positions)
 

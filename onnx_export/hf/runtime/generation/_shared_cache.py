@@ -61,6 +61,8 @@ class SharedCache:
             value = _C.OrtValue.ortvalue_from_numpy(self._arrays[-1], cpu)
             self._binding.bind_ortvalue_input(past, value)
             self._binding.bind_ortvalue_output(present, value)
+        for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
+            self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
         self._logits = _buffer(meta, (batch, meta.shape[1], meta.shape[2]))
         self._binding.bind_ortvalue_output(
