@@ -25,8 +25,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as _C
 
-from onnx_export.adapters._session_checks import resolve_providers
+from onnx_export.adapters._session_checks import open_session, resolve_providers
 from onnx_export.hf._errors import CheckpointError
+from onnx_export.hf.runtime._cache_ops import CacheOps
 
 __all__ = [
     "DecodeSession",
@@ -119,15 +120,15 @@ class StepSession:
         path: str | os.PathLike[str],
         providers: Sequence[str] | None = None,
         session_options: Any = None,
+        upcast: Sequence[str] = (),
     ) -> None:
         if not pathlib.Path(path).is_file():
             raise CheckpointError(f"{os.fspath(path)!r} is missing from the exported folder.")
         resolved = resolve_providers(
             providers, ort.get_available_providers(), ort.get_all_providers()
         )
-        self.session = ort.InferenceSession(
-            os.fspath(path), sess_options=session_options, providers=resolved
-        )
+        # MissingKernelError (bfloat16 on the CPU) names upcast=["bfloat16"] as a way out
+        self.session = open_session(ort, path, session_options, resolved, list(upcast))
         self.device = "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -143,6 +144,8 @@ class StepSession:
             _C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0
         )
         self._binding = _C.SessionIOBinding(self.session._sess)
+        #: Beam reordering and rewinds, on the cache's device (numpy on the CPU).
+        self.cache_ops = CacheOps(self.session.get_providers(), self._device, self.device == "cpu")
         self._run_options = self.run_options = _C.RunOptions()
         self._outputs = {o.name: o for o in self.session.get_outputs()}
         metadata = self.session.get_modelmeta().custom_metadata_map
@@ -153,6 +156,7 @@ class StepSession:
         self.shares_buffer = (
             self.device == "cpu"
             and metadata.get(SHARE_BUFFER_KEY) == "1"
+            and all(self._inputs[n].type in ONNX_TO_NUMPY for n in self.past_names)
             and self._static_cache_shapes()
         )
         missing = [n for n in self.present_names if n not in self.output_names]
@@ -265,11 +269,14 @@ class StepSession:
         return np.ascontiguousarray(host_float32(results["logits"])[:, -1, :], dtype=np.float32)
 
     def reorder(self, past: Mapping[str, Value], rows: npt.NDArray[np.int64]) -> dict[str, Value]:
-        """``past`` with its batch rows taken in the order ``rows`` (beam search)."""
+        """``past`` with its batch rows taken in the order ``rows`` (beam search).
+
+        The values stay on their device (see ``_cache_ops.py``); bfloat16 works too.
+        """
         if np.array_equal(rows, np.arange(len(rows))):
             return dict(past)
-        return {n: self.to_device(np.take(v.numpy(), rows, axis=0)) for n, v in past.items()}
+        return {n: self.cache_ops.take_rows(v, rows) for n, v in past.items()}
 
     def slice_past(self, past: Mapping[str, Value], length: int) -> dict[str, Value]:
         """``past`` cut to its first ``length`` positions (axis 2), to rewind a cache."""
-        return {n: self.to_device(v.numpy()[:, :, :length]) for n, v in past.items()}
+        return {n: self.cache_ops.first_positions(v, length) for n, v in past.items()}

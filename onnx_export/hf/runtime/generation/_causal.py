@@ -114,6 +114,8 @@ class OrtModelForCausalLM:
         path: str | os.PathLike[str],
         providers: Sequence[str] | None = None,
         session_options: Any = None,
+        *,
+        upcast: Sequence[str] = (),
     ) -> OrtModelForCausalLM:
         """Load an exported ``text-generation`` folder.
 
@@ -122,6 +124,9 @@ class OrtModelForCausalLM:
             providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names; CPU when
                 ``None``.
             session_options: An ``onnxruntime.SessionOptions`` (threads, ...).
+            upcast: ``["bfloat16"]`` (or ``["float16"]``) computes a half-precision folder
+                in float32 where ONNX Runtime lacks the kernels (bfloat16 on the CPU); the
+                cache and the logits keep the folder's dtype. Needs the ``onnx`` package.
 
         Returns:
             The model, ready to :meth:`generate`.
@@ -129,13 +134,15 @@ class OrtModelForCausalLM:
         Raises:
             CheckpointError: The folder lacks its manifest, config or model, or holds
                 another task.
+            MissingKernelError: ONNX Runtime has no kernel for the folder's dtype on these
+                providers (bfloat16 on the CPU: pass ``upcast=["bfloat16"]``).
 
         Example:
             >>> from onnx_export.hf import OrtModelForCausalLM
             >>> OrtModelForCausalLM.from_pretrained("out", ["cpu"])  # doctest: +SKIP
         """
         folder = read_exported_folder(path, ("text-generation",))
-        session = StepSession(folder.path / "model.onnx", providers, session_options)
+        session = StepSession(folder.path / "model.onnx", providers, session_options, upcast)
         return cls(folder, session)
 
     def __repr__(self) -> str:
