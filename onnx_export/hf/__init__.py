@@ -26,7 +26,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from onnx_export.hf._errors import CheckpointError, ExportMismatchError, GenerationError
+from onnx_export.hf._errors import (
+    CheckpointError,
+    CudaGraphError,
+    ExportMismatchError,
+    GenerationError,
+)
 from onnx_export.hf._tasks import SUPPORTED_ARCHITECTURES, TASKS
 
 if TYPE_CHECKING:
@@ -129,6 +134,7 @@ __all__ = [
     "Pipeline",
     # Errors
     "CheckpointError",
+    "CudaGraphError",
     "GenerationError",
     "ExportMismatchError",
 ]

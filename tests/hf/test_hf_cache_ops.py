@@ -122,3 +122,14 @@ def test_bfloat16_beam_search_runs_on_the_cpu_with_upcast(
     with torch.no_grad():
         want = reference.generate(torch.tensor(ids), max_new_tokens=6, num_beams=3, do_sample=False)
     np.testing.assert_array_equal(beams, want.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_logits_come_to_the_host_widened_exactly(dtype: str) -> None:
+    """A device's logits (any float dtype) reach numpy as float32 through a ``Cast`` run."""
+    value, bits = _value(dtype)
+    want = bits.astype(np.uint32) << 16 if dtype == "bfloat16" else bits
+    want = want.view(np.float32) if dtype == "bfloat16" else want.astype(np.float32)
+    got = CacheOps(["CPUExecutionProvider"], _CPU, on_host=False).to_host_float32(value)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)

@@ -33,6 +33,7 @@ ELEMENT_TYPES = {
 }
 _BFLOAT16 = 16
 _INT64 = 7
+_FLOAT = 1
 
 
 def host_bits(value: Any) -> npt.NDArray[Any]:
@@ -137,15 +138,30 @@ class CacheOps:
         }
         return self._run("Slice", value, element_type, bounds)
 
+    def to_host_float32(self, value: Any) -> npt.NDArray[np.float32]:
+        """``value`` copied to the host as float32 (bfloat16 and float16 widened exactly)."""
+        element_type = ELEMENT_TYPES[value.data_type()]
+        session = self._session("Cast", element_type)
+        binding = _C.SessionIOBinding(session._sess)
+        binding.bind_ortvalue_input("data", value)
+        binding.bind_output(
+            "out", _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
+        )
+        session._sess.run_with_iobinding(binding, _C.RunOptions())
+        return np.asarray(binding.get_outputs()[0].numpy())
+
     def _session(self, op_type: str, element_type: int) -> Any:
         key = (op_type, element_type)
         if key not in self._sessions:
+            output_type = element_type
             if op_type == "Gather":
                 inputs, attributes = [("data", element_type), ("indices", _INT64)], [("axis", 0)]
-            else:
+            elif op_type == "Slice":
                 names = ("starts", "ends", "axes")
                 inputs, attributes = [("data", element_type), *((n, _INT64) for n in names)], []
-            model = one_node_model(op_type, inputs, element_type, attributes)
+            else:  # Cast to float32
+                inputs, attributes, output_type = [("data", element_type)], [("to", _FLOAT)], _FLOAT
+            model = one_node_model(op_type, inputs, output_type, attributes)
             self._sessions[key] = ort.InferenceSession(model, providers=self._providers)
         return self._sessions[key]
 

@@ -44,6 +44,7 @@ from onnx_export.hf.runtime.generation._speculative import (
     make_drafter,
     speculative_decode,
 )
+from onnx_export.hf.runtime.generation._static_cache import StaticCache
 from onnx_export.hf.runtime.generation._structured import (
     GrammarMasks,
     GrammarTokenizer,
@@ -116,6 +117,7 @@ class OrtModelForCausalLM:
         session_options: Any = None,
         *,
         upcast: Sequence[str] = (),
+        cuda_graph: bool = False,
     ) -> OrtModelForCausalLM:
         """Load an exported ``text-generation`` folder.
 
@@ -127,6 +129,10 @@ class OrtModelForCausalLM:
             upcast: ``["bfloat16"]`` (or ``["float16"]``) computes a half-precision folder
                 in float32 where ONNX Runtime lacks the kernels (bfloat16 on the CPU); the
                 cache and the logits keep the folder's dtype. Needs the ``onnx`` package.
+            cuda_graph: Record greedy and sampled decode steps once as a CUDA graph and
+                replay them (ONNX Runtime's ``enable_cuda_graph``; every step's inputs and
+                outputs at fixed addresses). Needs ``providers=["cuda"]`` and a folder
+                exported with ``--target onnxruntime``. See docs/gpu.md.
 
         Returns:
             The model, ready to :meth:`generate`.
@@ -136,13 +142,16 @@ class OrtModelForCausalLM:
                 another task.
             MissingKernelError: ONNX Runtime has no kernel for the folder's dtype on these
                 providers (bfloat16 on the CPU: pass ``upcast=["bfloat16"]``).
+            CudaGraphError: ``cuda_graph=True`` without the CUDA provider, or with a
+                decoder whose cache is not one fixed buffer.
 
         Example:
             >>> from onnx_export.hf import OrtModelForCausalLM
             >>> OrtModelForCausalLM.from_pretrained("out", ["cpu"])  # doctest: +SKIP
         """
         folder = read_exported_folder(path, ("text-generation",))
-        session = StepSession(folder.path / "model.onnx", providers, session_options, upcast)
+        model = folder.path / "model.onnx"
+        session = StepSession(model, providers, session_options, upcast, cuda_graph)
         return cls(folder, session)
 
     def __repr__(self) -> str:
@@ -481,12 +490,16 @@ class OrtModelForCausalLM:
         prompt's feed and the next-step feed.
         """
         first, next_feed = self._feeds(plan.ids, plan.mask)
-        if not self.session.shares_buffer:
+        if not (self.session.shares_buffer or self.session.cuda_graph):
             return self.session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
-        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
         moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
+        if self.session.cuda_graph:  # fixed addresses; recorded on CUDA (_static_cache.py)
+            graph = self.session.device == "cuda"
+            static = StaticCache(self.session, plan.ids.shape[0], capacity, graph)
+            return static, first, static.stepper(plan.mask, positions)
+        cache = SharedCache(self.session, plan.ids.shape[0], capacity)
         return cache, first, cache.stepper(plan.mask, positions)
 
     def batcher(self) -> ContinuousBatcher:
