@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from onnx_export import hf
-from onnx_export.hf.runtime.generation._static_cache import StaticCache
+from onnx_export.hf.runtime.generation._static_cache import MAX_GRAPHS, StaticCache, StaticCaches
 from tests.hf.checkpoints import CASES
 
 tf = pytest.importorskip("transformers")
@@ -88,7 +88,7 @@ def test_steps_write_into_the_buffers_bound_before_the_first(
 ) -> None:
     """The mask is as wide as the cache from the start; a step only writes one more 1."""
     session = hf.OrtModelForCausalLM.from_pretrained(fused[1]).session
-    cache = StaticCache(session, batch=1, capacity=9, graph=False)
+    cache = StaticCache(session, batch=1, capacity=9, graph_id=None)
     assert cache.empty_past(1) == {}
     prompt = np.array([[1, 1, 1, 1]], np.int64)
     feed = {"input_ids": np.array([[1, 5, 9, 22]]), "attention_mask": prompt}
@@ -106,3 +106,28 @@ def test_steps_write_into_the_buffers_bound_before_the_first(
         assert [b.value.data_ptr() for b in cache._steps] == addresses
     with pytest.raises(hf.GenerationError, match="holds 9 positions"):
         next_feed(logits.argmax(-1))
+
+
+def test_a_shape_keeps_its_buffers_across_decodings(fused: tuple[Any, pathlib.Path]) -> None:
+    """A recorded graph replays the addresses it recorded: the same shape, the same buffers."""
+    model = _fixed_addresses(fused[1])
+    first = model.generate([[1, 5, 9, 22]], max_new_tokens=6)
+    assert model._static is not None
+    (cache,) = model._static._caches.values()
+    addresses = [b.value.data_ptr() for b in cache._steps]
+    again = model.generate([[1, 5, 9, 22]], max_new_tokens=6)
+    np.testing.assert_array_equal(again, first)
+    longer = model.generate([[1, 5, 9, 22, 40, 7]], max_new_tokens=4)  # 10 positions again
+    assert list(model._static._caches.values()) == [cache]
+    assert [b.value.data_ptr() for b in cache._steps] == addresses
+    usual = hf.OrtModelForCausalLM.from_pretrained(fused[1])
+    np.testing.assert_array_equal(longer, usual.generate([[1, 5, 9, 22, 40, 7]], max_new_tokens=4))
+
+
+def test_graph_ids_one_per_shape_up_to_the_limit(fused: tuple[Any, pathlib.Path]) -> None:
+    session = hf.OrtModelForCausalLM.from_pretrained(fused[1]).session
+    caches = StaticCaches(session, record=True)
+    ids = [caches.get(1, 8 + i).graph_id for i in range(MAX_GRAPHS + 2)]
+    assert ids == [*range(MAX_GRAPHS), None, None]
+    assert caches.get(1, 8).graph_id == 0  # the same shape: the same buffers and graph
+    assert StaticCaches(session, record=False).get(1, 8).graph_id is None

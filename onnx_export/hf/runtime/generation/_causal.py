@@ -44,7 +44,7 @@ from onnx_export.hf.runtime.generation._speculative import (
     make_drafter,
     speculative_decode,
 )
-from onnx_export.hf.runtime.generation._static_cache import StaticCache
+from onnx_export.hf.runtime.generation._static_cache import StaticCaches
 from onnx_export.hf.runtime.generation._structured import (
     GrammarMasks,
     GrammarTokenizer,
@@ -108,6 +108,7 @@ class OrtModelForCausalLM:
         self._uses_positions = "position_ids" in session.input_names
         self._tokenizer: TextTokenizer | None = None
         self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
+        self._static: StaticCaches | None = None  # cuda_graph=True's buffers, by shape
 
     @classmethod
     def from_pretrained(
@@ -496,8 +497,9 @@ class OrtModelForCausalLM:
         moves = self._uses_positions and "position_ids" not in self.session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
         if self.session.cuda_graph:  # fixed addresses; recorded on CUDA (_static_cache.py)
-            graph = self.session.device == "cuda"
-            static = StaticCache(self.session, plan.ids.shape[0], capacity, graph)
+            if self._static is None:
+                self._static = StaticCaches(self.session, self.session.device == "cuda")
+            static = self._static.get(plan.ids.shape[0], capacity)
             return static, first, static.stepper(plan.mask, positions)
         cache = SharedCache(self.session, plan.ids.shape[0], capacity)
         return cache, first, cache.stepper(plan.mask, positions)

@@ -15,9 +15,11 @@ step, and each step writes its new values into those buffers:
 - ``logits`` (batch, 1, vocab): read back to the host after each step.
 
 The prompt (a different shape) runs once without the graph (``gpu_graph_id`` -1), into the
-same cache. The first decode step records the graph (``gpu_graph_id`` 1), later ones replay
-it. Without ``graph`` (on the CPU, where it is tested) the same buffers are used and nothing
-is recorded. Greedy and sampled decoding only: beam search reorders the cache's rows.
+same cache. The first decode steps record the graph (one ``gpu_graph_id`` per shape), later
+ones replay it, also in later decodings of the same shape, which reuse the same buffers
+(:class:`StaticCaches`). Without a graph id (on the CPU, where it is tested, or past
+:data:`MAX_GRAPHS` shapes) the same buffers are used and nothing is recorded. Greedy and
+sampled decoding only: beam search reorders the cache's rows.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._cache_ops import ELEMENT_TYPES
 from onnx_export.hf.runtime._session import StepSession, Value
 
-__all__ = ["StaticCache"]
+__all__ = ["MAX_GRAPHS", "StaticCache", "StaticCaches"]
 
 #: The ``RunOptions`` config key naming the CUDA graph a run records or replays.
 GRAPH_ID_KEY = "gpu_graph_id"
+#: The most shapes (batch, prompt + max_new_tokens) a session records graphs for; each holds
+#: its buffers and its graph on the device. Further shapes run unrecorded.
+MAX_GRAPHS = 8
 
 
 class _Buffer:
@@ -60,20 +65,25 @@ def _allocate(shape: list[int], onnx_type: str, device: str) -> Any:
 
 
 class StaticCache:
-    """One decoding's buffers, ``capacity`` positions long, bound once (see above).
+    """One shape's buffers, ``capacity`` positions long, bound once (see above).
 
     Runs the steps of :func:`~onnx_export.hf.runtime.generation._generate.decode_steps`
     in place of the session, as :class:`~onnx_export.hf.runtime.generation._shared_cache.
-    SharedCache` does on the CPU.
+    SharedCache` does on the CPU. A recorded graph replays these addresses, so the object is
+    kept and reused by every decoding of the same (batch, capacity): :meth:`stepper` starts
+    a new one in the same buffers.
 
     Attributes:
         batch: The rows the buffers hold.
         capacity: The most positions (prompt plus new tokens) the buffers hold.
-        graph: Whether the decode steps are recorded and replayed as a CUDA graph.
+        graph_id: The CUDA graph the decode steps record and replay (ORT's ``gpu_graph_id``),
+            or ``None``: the same buffers, nothing recorded (the CPU, or too many shapes).
     """
 
-    def __init__(self, session: StepSession, batch: int, capacity: int, graph: bool) -> None:
-        self.batch, self.capacity, self.graph = batch, capacity, graph
+    def __init__(
+        self, session: StepSession, batch: int, capacity: int, graph_id: int | None
+    ) -> None:
+        self.batch, self.capacity, self.graph_id = batch, capacity, graph_id
         self._session, self._device = session, session.device
         self._run = session.session._sess.run_with_iobinding
         self._binding = _C.SessionIOBinding(session.session._sess)
@@ -92,11 +102,20 @@ class StaticCache:
         self._binding.bind_ortvalue_output("logits", self._logits)
         self._prompt_binding.bind_output("logits", session.ort_device)
         self._prompt_options, self._step_options = _C.RunOptions(), _C.RunOptions()
-        if graph:
+        if graph_id is not None:
             self._prompt_options.add_run_config_entry(GRAPH_ID_KEY, "-1")
-            self._step_options.add_run_config_entry(GRAPH_ID_KEY, "1")
+            self._step_options.add_run_config_entry(GRAPH_ID_KEY, str(graph_id))
         self._results: dict[str, Value] = {"logits": self._logits}
-        self._steps: list[_Buffer] = []  # the step inputs (see stepper)
+        # the step inputs, bound once: (batch, 1) tokens and positions, a cache-wide mask
+        self._ids = _Buffer(np.zeros((batch, 1), np.int64), self._device)
+        self._mask = _Buffer(np.zeros((batch, capacity), np.int64), self._device)
+        self._positions = _Buffer(np.zeros((batch, 1), np.int64), self._device)
+        self._steps = [self._ids, self._mask]
+        if "position_ids" in session.input_names:
+            self._steps.append(self._positions)
+        names = ("input_ids", "attention_mask", "position_ids")
+        for name, buffer in zip(names, self._steps, strict=False):
+            self._binding.bind_ortvalue_input(name, buffer.value._ortvalue)
 
     def empty_past(self, batch: int) -> dict[str, Value]:
         """Nothing: the cache is bound already (``batch`` must be the buffers' rows)."""
@@ -127,19 +146,14 @@ class StaticCache:
         """The next-step feed after the prompt ``mask``: it writes into the bound buffers.
 
         ``positions`` are the prompt's last positions (batch, 1), or ``None`` when the graph
-        does not read ``position_ids``.
+        does not read ``position_ids`` (its buffer then stays as it is).
         """
-        batch, start = mask.shape
-        full = np.zeros((batch, self.capacity), np.int64)
+        start = mask.shape[1]
+        if mask.shape[0] != self.batch:
+            raise GenerationError(f"This cache holds {self.batch} rows, not {mask.shape[0]}.")
+        ids, full, moved = self._ids.array, self._mask.array, self._positions.array
+        full[:] = 0
         full[:, :start] = mask
-        ids = np.zeros((batch, 1), np.int64)
-        moved = np.zeros((batch, 1), np.int64) if positions is None else positions.copy()
-        buffers = {"input_ids": ids, "attention_mask": full}
-        if "position_ids" in self._session.input_names:
-            buffers["position_ids"] = moved
-        self._steps = [_Buffer(a, self._device) for a in buffers.values()]
-        for name, buffer in zip(buffers, self._steps, strict=True):
-            self._binding.bind_ortvalue_input(name, buffer.value._ortvalue)
         step = 0
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
@@ -162,3 +176,25 @@ class StaticCache:
     def last_logits(self, results: Mapping[str, Value]) -> npt.NDArray[np.float32]:
         """The logits of each row's last position (batch, vocab), float32, on the host."""
         return self._session.host_logits(results["logits"])
+
+
+class StaticCaches:
+    """A session's :class:`StaticCache` of each shape, kept: a recorded graph replays them.
+
+    Args:
+        session: The decoder's session.
+        record: Record CUDA graphs (the CUDA provider with ``enable_cuda_graph``).
+    """
+
+    def __init__(self, session: StepSession, record: bool) -> None:
+        self._session, self._record = session, record
+        self._caches: dict[tuple[int, int], StaticCache] = {}
+
+    def get(self, batch: int, capacity: int) -> StaticCache:
+        """The buffers for ``batch`` rows of ``capacity`` positions (made on first use)."""
+        key = (batch, capacity)
+        if key not in self._caches:
+            recorded = sum(c.graph_id is not None for c in self._caches.values())
+            graph_id = recorded if self._record and recorded < MAX_GRAPHS else None
+            self._caches[key] = StaticCache(self._session, batch, capacity, graph_id)
+        return self._caches[key]
