@@ -30,7 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-__all__ = ["finite_branches", "has_float16_weights"]
+__all__ = ["finite_branches", "has_float16_tensors"]
 
 _CLAMPS = frozenset({torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip})
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -38,7 +38,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _LOOKAHEAD = 3
 
 
-def has_float16_weights(model: torch.nn.Module, inputs: Any = ()) -> bool:
+def has_float16_tensors(model: torch.nn.Module, inputs: Any = ()) -> bool:
     """Whether a parameter, buffer or input tensor is float16 (where the guards are reached)."""
     tensors = [*model.parameters(), *model.buffers(), *pytree.tree_leaves(inputs)]
     return any(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in tensors)
