@@ -2,7 +2,7 @@
 
 On a GPU the same script installs onnxruntime-gpu and onnxruntime-genai-cuda and runs the
 CUDA rows (docs/performance.md has the command); here it must run through, with every
-comparison it can make on the CPU passing.
+comparison it can make on the CPU passing (the CUDA-graph loop without recording, too).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def test_gpu_check_dry_run_prints_one_passing_table(tmp_path: pathlib.Path) -> N
             assert "| ok: max error" in row, row
     greedy = next(r for r in rows if "greedy tokens vs transformers" in r)
     assert "| equal" in greedy, greedy  # equal, or equal up to a float16 tie
+    graph = next(r for r in rows if r.startswith("| cuda_graph=True tokens vs without (cpu) |"))
+    assert "| equal |" in graph and "refused (CudaGraphError)" in graph, graph
+    assert rows[2].startswith("| versions | cpu | torch ")
     assert sum("tokens/s" in r for r in rows) == 4  # ours fp16 and fp16 + int4, batch 1 and 8
     assert any("skipped (no CUDA)" in r for r in rows)
     assert "DIFFERENT" not in table.read_text() and "MISMATCH" not in table.read_text()

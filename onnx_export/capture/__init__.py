@@ -10,6 +10,9 @@ In the order an export runs them:
   (a dim made static only with ``allow_static_fallback``);
 - ``_specialized``: the model's line that fixed a dynamic dim, read as torch traces;
 - ``_rnn``: ``nn.LSTM``/``GRU``/``RNN`` as one op each, so the time axis stays dynamic;
+- ``_half``: ``ExportOptions(dtype=...)``'s converted copy (modules a model keeps in
+  float32 stay so); ``_finite_branches``: float16 overflow guards
+  (``if not isfinite(x).all(): clamp``) traced as selects;
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and

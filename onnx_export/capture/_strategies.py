@@ -20,6 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
@@ -162,8 +163,15 @@ def _torch_export(
     *,
     deferred: bool,
 ) -> ExportedProgram:
-    # Nodes located at their own line, not forward's; no compiled loop body reused later.
-    with every_user_frame(not strict), forget_compiled_code(), recurrent_ops():
+    # Nodes located at their own line, not forward's; no compiled loop body reused later;
+    # float16 overflow guards (BART's `if not isfinite(x).all(): clamp`) traced as selects.
+    guards = not strict and has_float16_tensors(model, (args, kwargs))
+    with (
+        every_user_frame(not strict),
+        forget_compiled_code(),
+        recurrent_ops(),
+        finite_branches(guards),
+    ):
         return torch.export.export(
             model,
             args,

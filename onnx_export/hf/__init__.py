@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_export.hf._errors import (
     AdapterError,
     CheckpointError,
+    CudaGraphError,
     ExportMismatchError,
     GenerationError,
 )
@@ -135,6 +136,7 @@ __all__ = [
     # Errors
     "CheckpointError",
     "AdapterError",
+    "CudaGraphError",
     "GenerationError",
     "ExportMismatchError",
 ]

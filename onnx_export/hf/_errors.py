@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from onnx_export.errors import ExportInputError, OnnxExportError
 
-__all__ = ["CheckpointError", "AdapterError", "GenerationError", "ExportMismatchError"]
+__all__ = [
+    "CheckpointError",
+    "AdapterError",
+    "CudaGraphError",
+    "GenerationError",
+    "ExportMismatchError",
+]
 
 
 class CheckpointError(ExportInputError):
@@ -47,6 +53,20 @@ class GenerationError(ValueError):
         >>> from onnx_export.hf import GenerationError
         >>> str(GenerationError("max_new_tokens must be at least 1, got 0."))
         'max_new_tokens must be at least 1, got 0.'
+    """
+
+
+class CudaGraphError(GenerationError):
+    """``cuda_graph=True`` asked of a session that cannot record CUDA graphs.
+
+    Raised by ``OrtModelForCausalLM.from_pretrained(..., cuda_graph=True)`` when the
+    session does not run on ONNX Runtime's CUDA provider, or when the folder's decoder has
+    no fixed-size cache (export it with ``--target onnxruntime``).
+
+    Example:
+        >>> from onnx_export.hf import CudaGraphError, GenerationError
+        >>> issubclass(CudaGraphError, GenerationError)
+        True
     """
 
 

@@ -154,17 +154,24 @@ def _in_dtype(model: Any, dtype: Precision) -> Any:
     """``model`` with floating weights in ``dtype``: itself, or a converted copy.
 
     Buffers a model keeps in float32 on purpose (rotary ``inv_freq``) stay as they are
-    when the weights already have the dtype, as ``from_pretrained(dtype=...)`` leaves them.
+    when the weights already have the dtype, as ``from_pretrained(dtype=...)`` leaves them;
+    so do the modules it names in ``_keep_in_fp32_modules`` (T5's ``wo``), in a copy too.
     """
     import copy
 
     import torch
 
+    from onnx_export.capture._half import in_half_precision, kept_float32_names
+
     target = getattr(torch, dtype)
-    floats = [p.dtype for p in model.parameters() if p.is_floating_point()]
+    kept = kept_float32_names(model, dtype)
+    named = model.named_parameters()
+    floats = [p.dtype for n, p in named if p.is_floating_point() and n not in kept]
     if all(d == target for d in floats):
         return model
-    return copy.deepcopy(model).to(target)
+    return (
+        in_half_precision(model, dtype) if dtype != "float32" else copy.deepcopy(model).to(target)
+    )
 
 
 @contextlib.contextmanager

@@ -26,8 +26,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as _C
 
-from onnx_export.adapters._session_checks import resolve_providers
-from onnx_export.hf._errors import CheckpointError
+from onnx_export.adapters._session_checks import open_session, resolve_providers
+from onnx_export.hf._errors import CheckpointError, CudaGraphError
+from onnx_export.hf.runtime._cache_ops import CacheOps
 
 __all__ = [
     "DecodeSession",
@@ -122,15 +123,18 @@ class StepSession:
         path: str | os.PathLike[str],
         providers: Sequence[str] | None = None,
         session_options: Any = None,
+        upcast: Sequence[str] = (),
+        cuda_graph: bool = False,
     ) -> None:
         if not pathlib.Path(path).is_file():
             raise CheckpointError(f"{os.fspath(path)!r} is missing from the exported folder.")
-        resolved = resolve_providers(
+        resolved: list[Any] = resolve_providers(
             providers, ort.get_available_providers(), ort.get_all_providers()
         )
-        self.session = ort.InferenceSession(
-            os.fspath(path), sess_options=session_options, providers=resolved
-        )
+        if cuda_graph:
+            resolved = _with_cuda_graph(resolved)
+        # MissingKernelError (bfloat16 on the CPU) names upcast=["bfloat16"] as a way out
+        self.session = open_session(ort, path, session_options, resolved, list(upcast))
         self.device = "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -142,10 +146,13 @@ class StepSession:
             _C.OrtDevice.default_memory(),
             0,
         )
+        self.ort_device = self._device
         self._cpu = self.cpu_device = _C.OrtDevice(
             _C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0
         )
         self._binding = _C.SessionIOBinding(self.session._sess)
+        #: Beam reordering and rewinds, on the cache's device (numpy on the CPU).
+        self.cache_ops = CacheOps(self.session.get_providers(), self._device, self.device == "cpu")
         self._run_options = self.run_options = _C.RunOptions()
         self._outputs = {o.name: o for o in self.session.get_outputs()}
         self.fixed_inputs: dict[str, Value] = {}
@@ -154,11 +161,17 @@ class StepSession:
         self.unread_inputs = frozenset(filter(None, metadata.get(UNREAD_INPUTS_KEY, "").split(",")))
         #: Rows of different lengths go in right-aligned (tokens first), not left-padded.
         self.pads_right = metadata.get(PADDING_SIDE_KEY) == "right"
+        #: Each past can share its present's buffer, of a capacity fixed before the first step.
+        self.fixed_cache = metadata.get(SHARE_BUFFER_KEY) == "1" and self._static_cache_shapes()
         self.shares_buffer = (
             self.device == "cpu"
-            and metadata.get(SHARE_BUFFER_KEY) == "1"
-            and self._static_cache_shapes()
+            and self.fixed_cache
+            and all(self._inputs[n].type in ONNX_TO_NUMPY for n in self.past_names)
         )
+        #: The decode steps are recorded and replayed as a CUDA graph (``_static_cache.py``).
+        self.cuda_graph = cuda_graph
+        if cuda_graph:
+            self._check_cuda_graph(path)
         missing = [n for n in self.present_names if n not in self.output_names]
         if missing:
             raise CheckpointError(
@@ -175,6 +188,27 @@ class StepSession:
         view = copy.copy(self)
         view.fixed_inputs = dict(fixed)
         return view
+
+    def _check_cuda_graph(self, path: str | os.PathLike[str]) -> None:
+        if self.device != "cuda":
+            raise CudaGraphError(
+                "CUDA graphs need the CUDA provider, and this session runs on "
+                f"{self.session.get_providers()}: install onnxruntime-gpu on a machine with "
+                "an NVIDIA GPU and pass providers=['cuda'], or drop cuda_graph=True."
+            )
+        if not self.fixed_cache:
+            raise CudaGraphError(
+                f"CUDA graphs need a decoder whose cache lives in one fixed buffer, and "
+                f"{os.fspath(path)!r} is not one: export it with `onnx-export hf ... "
+                "--target onnxruntime` (GroupQueryAttention, past_present_share_buffer), or "
+                "drop cuda_graph=True."
+            )
+
+    def host_logits(self, value: Value) -> npt.NDArray[np.float32]:
+        """Each row's last logits (batch, vocab) from a ``logits`` value on any device."""
+        if self.device == "cpu":
+            return np.ascontiguousarray(host_float32(value)[:, -1, :], dtype=np.float32)
+        return np.ascontiguousarray(self.cache_ops.to_host_float32(value)[:, -1, :])
 
     def _static_cache_shapes(self) -> bool:
         """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
@@ -281,11 +315,20 @@ class StepSession:
         return np.ascontiguousarray(host_float32(results["logits"])[:, -1, :], dtype=np.float32)
 
     def reorder(self, past: Mapping[str, Value], rows: npt.NDArray[np.int64]) -> dict[str, Value]:
-        """``past`` with its batch rows taken in the order ``rows`` (beam search)."""
+        """``past`` with its batch rows taken in the order ``rows`` (beam search).
+
+        The values stay on their device (see ``_cache_ops.py``); bfloat16 works too.
+        """
         if np.array_equal(rows, np.arange(len(rows))):
             return dict(past)
-        return {n: self.to_device(np.take(v.numpy(), rows, axis=0)) for n, v in past.items()}
+        return {n: self.cache_ops.take_rows(v, rows) for n, v in past.items()}
 
     def slice_past(self, past: Mapping[str, Value], length: int) -> dict[str, Value]:
         """``past`` cut to its first ``length`` positions (axis 2), to rewind a cache."""
-        return {n: self.to_device(v.numpy()[:, :, :length]) for n, v in past.items()}
+        return {n: self.cache_ops.first_positions(v, length) for n, v in past.items()}
+
+
+def _with_cuda_graph(providers: list[Any]) -> list[Any]:
+    """``providers`` with ORT's ``enable_cuda_graph`` option on the CUDA provider."""
+    cuda = "CUDAExecutionProvider"
+    return [(cuda, {"enable_cuda_graph": "1"}) if p == cuda else p for p in providers]

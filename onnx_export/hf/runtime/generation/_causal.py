@@ -45,6 +45,7 @@ from onnx_export.hf.runtime.generation._speculative import (
     make_drafter,
     speculative_decode,
 )
+from onnx_export.hf.runtime.generation._static_cache import StaticCaches
 from onnx_export.hf.runtime.generation._structured import (
     GrammarMasks,
     GrammarTokenizer,
@@ -114,6 +115,7 @@ class OrtModelForCausalLM:
         self._uses_positions = "position_ids" in session.input_names
         self._tokenizer: TextTokenizer | None = None
         self._grammars: dict[tuple[int, ...], GrammarTokenizer] = {}
+        self._static: StaticCaches | None = None  # cuda_graph=True's buffers, by shape
 
     @classmethod
     def from_pretrained(
@@ -121,6 +123,9 @@ class OrtModelForCausalLM:
         path: str | os.PathLike[str],
         providers: Sequence[str] | None = None,
         session_options: Any = None,
+        *,
+        upcast: Sequence[str] = (),
+        cuda_graph: bool = False,
     ) -> OrtModelForCausalLM:
         """Load an exported ``text-generation`` folder.
 
@@ -129,6 +134,13 @@ class OrtModelForCausalLM:
             providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names; CPU when
                 ``None``.
             session_options: An ``onnxruntime.SessionOptions`` (threads, ...).
+            upcast: ``["bfloat16"]`` (or ``["float16"]``) computes a half-precision folder
+                in float32 where ONNX Runtime lacks the kernels (bfloat16 on the CPU); the
+                cache and the logits keep the folder's dtype. Needs the ``onnx`` package.
+            cuda_graph: Record greedy and sampled decode steps once as a CUDA graph and
+                replay them (ONNX Runtime's ``enable_cuda_graph``; every step's inputs and
+                outputs at fixed addresses). Needs ``providers=["cuda"]`` and a folder
+                exported with ``--target onnxruntime``. See docs/gpu.md.
 
         Returns:
             The model, ready to :meth:`generate`.
@@ -136,13 +148,18 @@ class OrtModelForCausalLM:
         Raises:
             CheckpointError: The folder lacks its manifest, config or model, or holds
                 another task.
+            MissingKernelError: ONNX Runtime has no kernel for the folder's dtype on these
+                providers (bfloat16 on the CPU: pass ``upcast=["bfloat16"]``).
+            CudaGraphError: ``cuda_graph=True`` without the CUDA provider, or with a
+                decoder whose cache is not one fixed buffer.
 
         Example:
             >>> from onnx_export.hf import OrtModelForCausalLM
             >>> OrtModelForCausalLM.from_pretrained("out", ["cpu"])  # doctest: +SKIP
         """
         folder = read_exported_folder(path, ("text-generation",))
-        session = StepSession(folder.path / "model.onnx", providers, session_options)
+        model = folder.path / "model.onnx"
+        session = StepSession(model, providers, session_options, upcast, cuda_graph)
         return cls(folder, session)
 
     def __repr__(self) -> str:
@@ -568,12 +585,19 @@ class OrtModelForCausalLM:
         prompt's feed and the next-step feed.
         """
         first, next_feed = self._feeds(plan.ids, plan.mask)
-        if not session.shares_buffer:
+        if not (session.shares_buffer or session.cuda_graph):
             return session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
-        cache = SharedCache(session, plan.ids.shape[0], capacity)
         moves = self._uses_positions and "position_ids" not in session.unread_inputs
         positions = _positions(plan.mask)[:, -1:] if moves else None
+        # Fixed addresses, recorded on CUDA (_static_cache.py); a LoRA adapter's factors
+        # are not among the recorded bindings, so a call with one runs on the shared cache.
+        if session.cuda_graph and not session.fixed_inputs:
+            if self._static is None:
+                self._static = StaticCaches(self.session, self.session.device == "cuda")
+            static = self._static.get(plan.ids.shape[0], capacity)
+            return static, first, static.stepper(plan.mask, positions)
+        cache = SharedCache(session, plan.ids.shape[0], capacity)
         return cache, first, cache.stepper(plan.mask, positions)
 
     def batcher(self) -> ContinuousBatcher:

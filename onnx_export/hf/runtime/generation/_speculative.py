@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf.runtime._session import StepSession, Value
+from onnx_export.hf.runtime._session import StepSession, Value, host_float32
 from onnx_export.hf.runtime.generation._generate import Stopping, Streamer
 from onnx_export.hf.runtime.generation._logits import TokenChooser
 
@@ -74,7 +74,7 @@ class ChunkRunner:
         results = self._session.run({**feed, **self._past})
         self._past = self._session.next_past(results)
         self.cached = total
-        logits = np.asarray(results["logits"].numpy())[0]
+        logits = host_float32(results["logits"])[0]
         return np.ascontiguousarray(logits[-len(tokens) :], dtype=np.float32)
 
     def cut(self, length: int) -> None:
