@@ -1,0 +1,119 @@
+"""Tiny vision-language checkpoints with their processors, made here (nothing downloaded).
+
+Each family: a random model of hidden size 32 and 2 layers in both towers, images of 30x30
+(or the smallest the family takes), a WordLevel tokenizer trained here with the family's
+image placeholder as a special token, a chat template that writes the placeholder, and
+the family's processor (transformers' PIL image processor), all ``save_pretrained`` into
+one folder as a hub checkpoint is laid out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import transformers as tf
+
+VOCAB = 96
+_SYLLABLES = ("ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "ve", "da")
+_WORDS = ["user", "assistant", "says", *(a + b for a in _SYLLABLES for b in _SYLLABLES)]
+#: A chat template whose content lists write the image placeholder ("{image}").
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }} says "
+    "{% if m['content'] is string %}{{ m['content'] }} {% else %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}{image} "
+    "{% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}assistant says{% endif %}"
+)
+_TEXT = {
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "initializer_range": 0.2,
+}
+_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "image_size": 30,
+    "patch_size": 6,
+}
+
+
+def tokenizer(image_token: str, extra: tuple[str, ...] = ()) -> Any:
+    """A fast tokenizer of exactly ``VOCAB`` ids; ``image_token`` (id 4) and ``extra`` special."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>", image_token, *extra]
+    words = _WORDS[: VOCAB - len(specials)]
+    model = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(vocab_size=VOCAB, special_tokens=specials)
+    model.train_from_iterator(
+        [" ".join(words[i : i + 7]) for i in range(0, len(words), 3)], trainer
+    )
+    assert model.get_vocab_size() == VOCAB, model.get_vocab_size()
+    model.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    return tf.PreTrainedTokenizerFast(
+        tokenizer_object=model,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class VlmCase:
+    """One family: its model and processor, saved together."""
+
+    name: str
+    build: Callable[[], tuple[Any, Any]]
+
+    def save(self, folder: pathlib.Path, seed: int = 0) -> tuple[Any, Any]:
+        """Build the model (with ``seed``) and processor and save both into ``folder``."""
+        torch.manual_seed(seed)
+        model, processor = self.build()
+        model.eval().save_pretrained(folder)
+        processor.save_pretrained(folder)
+        return model, processor
+
+
+def _llava() -> tuple[Any, Any]:
+    config = tf.LlavaConfig(
+        text_config={"model_type": "llama", **_TEXT},
+        vision_config={"model_type": "clip_vision_model", **_VISION, "projection_dim": 32},
+        image_token_index=4,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        image_seq_length=25,
+        initializer_range=0.2,
+    )
+    images = tf.CLIPImageProcessorPil(
+        size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30}
+    )
+    processor = tf.LlavaProcessor(
+        image_processor=images,
+        tokenizer=tokenizer("<image>"),
+        patch_size=6,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.LlavaForConditionalGeneration(config), processor
+
+
+VLM_CASES = {case.name: case for case in (VlmCase("llava", _llava),)}
