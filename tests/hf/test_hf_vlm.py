@@ -69,7 +69,7 @@ def _inputs(vlm: Vlm, texts: list[str], images: list[np.ndarray]) -> Any:
         vlm.processor.apply_chat_template(_messages(t), add_generation_prompt=True) for t in texts
     ]
     return vlm.processor(
-        images=images,
+        images=[[image] for image in images],  # one image per prompt
         text=prompts,
         return_tensors="pt",
         padding=True,
@@ -155,8 +155,9 @@ def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
     inputs = _inputs(vlm, ["kalo"], _images((30, 30)))
     model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
     ids = inputs["input_ids"].numpy()
+    one_less = np.delete(ids, int(np.argmax(ids[0] == model.image_token_id)), axis=1)
     with pytest.raises(hf.GenerationError, match="image tokens"):
-        model.generate(ids[:, 4:], pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
+        model.generate(one_less, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
     with pytest.raises(hf.GenerationError, match="no pixel_values"):
         model.generate(ids, max_new_tokens=2)
     pipe = hf.pipeline("image-text-to-text", vlm.folder)

@@ -51,7 +51,9 @@ _VISION = {
 }
 
 
-def tokenizer(image_token: str, extra: tuple[str, ...] = ()) -> Any:
+def tokenizer(
+    image_token: str, extra: tuple[str, ...] = (), named: dict[str, str] | None = None
+) -> Any:
     """A fast tokenizer of exactly ``VOCAB`` ids; ``image_token`` (id 4) and ``extra`` special."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
@@ -73,6 +75,7 @@ def tokenizer(image_token: str, extra: tuple[str, ...] = ()) -> Any:
         eos_token="</s>",
         pad_token="<pad>",
         unk_token="<unk>",
+        extra_special_tokens=named or {},
     )
 
 
@@ -116,4 +119,29 @@ def _llava() -> tuple[Any, Any]:
     return tf.LlavaForConditionalGeneration(config), processor
 
 
-VLM_CASES = {case.name: case for case in (VlmCase("llava", _llava),)}
+def _gemma3() -> tuple[Any, Any]:
+    """SigLIP tower on 24x24 images (6x6 patches), pooled to 9 image tokens per image."""
+    text = {**_TEXT, "model_type": "gemma3_text", "head_dim": 8, "sliding_window": 4}
+    text["tie_word_embeddings"] = False  # a tied head repeats the last token of a random model
+    vision = {**_VISION, "model_type": "siglip_vision_model", "image_size": 24, "patch_size": 4}
+    config = tf.Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=9,
+        image_token_index=4,
+        boi_token_index=5,
+        eoi_token_index=6,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+    )
+    names = {"image_token": "<image_soft_token>", "boi_token": "<boi>", "eoi_token": "<eoi>"}
+    processor = tf.Gemma3Processor(
+        image_processor=tf.Gemma3ImageProcessorPil(size={"height": 24, "width": 24}),
+        tokenizer=tokenizer("<image_soft_token>", ("<boi>", "<eoi>"), names),
+        chat_template=TEMPLATE.replace("{image}", "<boi>"),
+        image_seq_length=9,
+    )
+    return tf.Gemma3ForConditionalGeneration(config), processor
+
+
+VLM_CASES = {case.name: case for case in (VlmCase("llava", _llava), VlmCase("gemma3", _gemma3))}

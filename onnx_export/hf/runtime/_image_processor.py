@@ -103,6 +103,13 @@ class ImageProcessor:
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.settings = dict(settings)
+        unsupported = [k for k in ("do_pan_and_scan", "do_image_splitting") if settings.get(k)]
+        if unsupported:
+            raise CheckpointError(
+                f"The image processor sets {', '.join(unsupported)}: this runtime makes one "
+                "view of each image, without crops. Set it to false in the folder's "
+                "processor_config.json (or preprocessor_config.json) to use the whole image."
+            )
 
     @classmethod
     def from_folder(cls, path: str | os.PathLike[str]) -> ImageProcessor:

@@ -31,13 +31,29 @@ def _processor_config(folder: pathlib.Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _repeat(token: str, count: int, processor: Mapping[str, Any]) -> str:
+def _repeat(token: str, count: int, texts: Mapping[str, Any]) -> str:
     """LLaVA & co.: the placeholder repeated once per image feature."""
     return token * count
 
 
-#: model_type -> the text that stands for one image of ``count`` features (the processor's).
-_EXPANSIONS = {"llava": _repeat}
+def _gemma3(token: str, count: int, texts: Mapping[str, Any]) -> str:
+    """Gemma 3: the soft image tokens between the begin- and end-of-image tokens."""
+    soft, end = texts.get("image_token"), texts.get("eoi_token")
+    if not isinstance(soft, str) or not isinstance(end, str):
+        raise GenerationError(
+            "tokenizer_config.json names no image_token and eoi_token (Gemma 3's image "
+            "tokens): export a checkpoint saved with its processor."
+        )
+    return f"\n\n{token}{soft * count}{end}\n\n"
+
+
+#: model_type -> (the tokenizer config's name of the placeholder a prompt writes, or
+#: ``None`` for the image token itself; the text that stands for one image of ``count``
+#: features, as the family's processor writes it).
+_LAYOUTS: dict[str, tuple[str | None, Any]] = {
+    "llava": (None, _repeat),
+    "gemma3": ("boi_token", _gemma3),
+}
 
 
 class ImageTextToTextPipeline:
@@ -70,7 +86,10 @@ class ImageTextToTextPipeline:
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.processor = dict(processor)
-        token = processor.get("image_token") or tokenizer.config.get("image_token")
+        model_type = str(model.folder.config.get("model_type"))
+        placeholder, self._expand = _LAYOUTS.get(model_type, (None, _repeat))
+        token = tokenizer.config.get(placeholder) if placeholder else None
+        token = token or processor.get("image_token") or tokenizer.config.get("image_token")
         if not isinstance(token, str):
             token = tokenizer.tokenizer.id_to_token(model.image_token_id)
         if not isinstance(token, str):
@@ -78,8 +97,6 @@ class ImageTextToTextPipeline:
                 f"The tokenizer has no token for the image id {model.image_token_id}."
             )
         self.image_token = token
-        model_type = str(model.folder.config.get("model_type"))
-        self._expand = _EXPANSIONS.get(model_type, _repeat)
 
     @classmethod
     def from_folder(
@@ -159,7 +176,7 @@ class ImageTextToTextPipeline:
             )
         features = self.model.image_features(self.image_processor(batch))
         pieces = text.split(self.image_token)
-        image_text = self._expand(self.image_token, features.shape[1], self.processor)
+        image_text = self._expand(self.image_token, features.shape[1], self.tokenizer.config)
         expanded = pieces[0] + "".join(image_text + piece for piece in pieces[1:])
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
         sequences = self.model.generate(

@@ -16,6 +16,8 @@ embeds its one new token. Nothing in the graphs depends on where the image token
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ from onnx_export.hf.export.graphs._base import (
     PAST_DIMS,
     SEQUENCE,
     GraphSpec,
+    accepts,
     cache_keyword,
     dynamic_cache,
     example_ids,
@@ -35,7 +38,14 @@ from onnx_export.hf.export.graphs._base import (
 )
 from onnx_export.hf.export.graphs._vision import example_pixels
 
-__all__ = ["VLM_FILES", "vlm_graphs", "ImageEncoder", "TokenEmbedding", "EmbedsDecoderWithPast"]
+__all__ = [
+    "VLM_FILES",
+    "vlm_graphs",
+    "ImageEncoder",
+    "TokenEmbedding",
+    "EmbedsDecoderWithPast",
+    "EmbedsDecoderWithTypes",
+]
 
 #: The files of an ``image-text-to-text`` folder, in the order they run.
 VLM_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "decoder_model.onnx")
@@ -119,6 +129,66 @@ class EmbedsDecoderWithPast(nn.Module):
         return {"logits": out.logits, "present": flat(output_cache(out).layers)}
 
 
+@contextlib.contextmanager
+def _masks_without_vmap() -> Iterator[None]:
+    """Transformers' mask builders asked to index rather than ``vmap`` inside the block.
+
+    transformers builds a mask that has an extra pattern (Gemma 3's bidirectional image
+    blocks over its sliding window) with ``torch.vmap``, which torch.export leaves as
+    functorch ops no ONNX function has. The patterns it adds here (``blockwise_overlay``,
+    ``sliding_window_overlay``) index tensors, so the mask built by broadcasting (the
+    builders' default path) is the same mask.
+    """
+    from transformers.masking_utils import AttentionMaskInterface
+
+    mapping = AttentionMaskInterface._global_mapping
+    originals = dict(mapping)
+
+    def indexed(original: Any) -> Any:
+        def build(*args: Any, **kwargs: Any) -> Any:
+            return original(*args, **{**kwargs, "use_vmap": False})
+
+        return build
+
+    for name in ("sdpa", "eager"):
+        if name in mapping:
+            mapping[name] = indexed(mapping[name])
+    try:
+        yield
+    finally:
+        mapping.update(originals)
+
+
+class EmbedsDecoderWithTypes(EmbedsDecoderWithPast):
+    """:class:`EmbedsDecoderWithPast` with ``token_type_ids`` (1 on image tokens), Gemma 3's.
+
+    Gemma 3 lets an image's tokens attend to each other both ways in the prompt; the
+    types cover the whole sequence (the attention mask's length): zeros on later steps,
+    whose one new token is text.
+    """
+
+    def forward(  # type: ignore[override]  # one more input
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        past_key_values: list[dict[str, torch.Tensor]],
+    ) -> dict[str, Any]:
+        """One step, the image blocks of the sequence marked in ``token_type_ids``."""
+        cache = dynamic_cache(past_key_values)
+        with _masks_without_vmap():
+            out = self.model(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                token_type_ids=token_type_ids,
+                use_cache=True,
+                **{self.cache_keyword: cache},
+            )
+        return {"logits": out.logits, "present": flat(output_cache(out).layers)}
+
+
 def _text_config(config: Any) -> Any:
     getter = getattr(config, "get_text_config", None)
     return getter() if callable(getter) else getattr(config, "text_config", config)
@@ -140,20 +210,28 @@ def vlm_graphs(model: Any) -> list[GraphSpec]:
         (ids,),
         {"input_ids": {0: "batch", 1: "sequence_length"}},
     )
-    decoder = EmbedsDecoderWithPast(model)
+    typed = accepts(model, "token_type_ids")
+    decoder = EmbedsDecoderWithTypes(model) if typed else EmbedsDecoderWithPast(model)
     with torch.no_grad():
         prompt = embedding(example_ids(text, BATCH, PAST))
         mask = torch.ones(BATCH, PAST, dtype=torch.long)
         positions = torch.arange(PAST).expand(BATCH, PAST)
-        past = decoder(prompt, mask, positions, [])["present"]
+        types = (torch.zeros(BATCH, PAST, dtype=torch.long),) if typed else ()
+        past = decoder(prompt, mask, positions, *types, [])["present"]
         step = embedding(example_ids(text, BATCH, SEQUENCE))
     mask = torch.ones(BATCH, PAST + SEQUENCE, dtype=torch.long)
     positions = torch.arange(PAST, PAST + SEQUENCE).expand(BATCH, SEQUENCE)
-    dynamic = {
+    dynamic: dict[str, Any] = {
         "inputs_embeds": {0: "batch", 1: "sequence_length"},
         "attention_mask": {0: "batch", 1: "total_sequence_length"},
         "position_ids": {0: "batch", 1: "sequence_length"},
-        "past_key_values": [{"key": PAST_DIMS, "value": PAST_DIMS}] * len(past),
     }
-    spec = GraphSpec("decoder_model.onnx", decoder, (step, mask, positions, past), dynamic)
+    args: tuple[Any, ...] = (step, mask, positions)
+    if typed:  # two of the new tokens are an image block
+        types_all = torch.zeros(BATCH, PAST + SEQUENCE, dtype=torch.long)
+        types_all[:, PAST : PAST + 2] = 1
+        dynamic["token_type_ids"] = {0: "batch", 1: "total_sequence_length"}
+        args += (types_all,)
+    dynamic["past_key_values"] = [{"key": PAST_DIMS, "value": PAST_DIMS}] * len(past)
+    spec = GraphSpec("decoder_model.onnx", decoder, (*args, past), dynamic)
     return [encoder, embed, spec]

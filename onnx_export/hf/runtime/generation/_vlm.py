@@ -92,6 +92,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self.vision = vision
         self.embedding = embedding
         self.image_token_id = image_token_id(folder.config)
+        #: Gemma 3's decoder marks the image tokens (bidirectional attention in the prompt).
+        self._typed = "token_type_ids" in session.input_names
         self._pending: list[npt.NDArray[Any]] | None = None
 
     @classmethod
@@ -273,6 +275,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         feed: dict[str, Any] = {"inputs_embeds": self._merged(ids), "attention_mask": mask}
         if self._uses_positions:
             feed["position_ids"] = _positions(mask)
+        if self._typed:
+            feed["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
         return feed
 
     def _feeds(
@@ -292,6 +296,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             }
             if self._uses_positions:
                 feed["position_ids"] = state["positions"]
+            if self._typed:  # the new token is text
+                feed["token_type_ids"] = np.zeros_like(state["mask"])
             return feed
 
         return self._prompt_feed(ids, mask), next_feed
