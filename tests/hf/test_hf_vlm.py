@@ -11,6 +11,7 @@ not export are refused by name.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 from typing import Any
 
@@ -221,3 +222,17 @@ def test_other_families_are_refused_by_name(
 def test_fused_target_is_refused(vlm: Vlm, tmp_path: pathlib.Path) -> None:
     with pytest.raises(hf.CheckpointError, match="inputs_embeds"):
         hf.export_pretrained(vlm.checkpoint, tmp_path / "out", target="onnxruntime")
+
+
+def test_cli_refuses_a_family_it_cannot_export(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onnx_export.cli import main
+
+    (tmp_path / "qwen").mkdir()
+    config = {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}
+    (tmp_path / "qwen" / "config.json").write_text(json.dumps(config))
+    argv = ["hf", str(tmp_path / "qwen"), "-o", str(tmp_path / "out")]
+    assert main([*argv, "--task", "image-text-to-text"]) == 2
+    err = capsys.readouterr().err
+    assert "qwen2_vl" in err and "llava" in err and "gemma3" in err
