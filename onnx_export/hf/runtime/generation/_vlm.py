@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
-from onnx_export.hf.runtime._session import StepSession, host_float32
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
 
 __all__ = ["OrtModelForImageTextToText", "image_token_id"]
@@ -158,7 +158,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                     f"(images, {', '.join(str(d) for d in expected[1:])}): resize the images "
                     "as preprocessor_config.json says (hf.pipeline does)."
                 )
-        (features,) = self.vision.run(["image_features"], {"pixel_values": pixels})
+        dtype = ONNX_TO_NUMPY.get(self.vision.get_inputs()[0].type, np.float32)  # float16 exports
+        (features,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
         return np.asarray(features, dtype=np.float32)
 
     def embed(self, input_ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
