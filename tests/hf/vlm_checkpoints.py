@@ -144,4 +144,33 @@ def _gemma3() -> tuple[Any, Any]:
     return tf.Gemma3ForConditionalGeneration(config), processor
 
 
-VLM_CASES = {case.name: case for case in (VlmCase("llava", _llava), VlmCase("gemma3", _gemma3))}
+def _idefics3() -> tuple[Any, Any]:
+    """16x16 images (4x4 patches; 1/4 is exact in float32, see the report on arange), 4 tokens."""
+    config = tf.Idefics3Config(
+        text_config={**_TEXT, "model_type": "llama"},
+        vision_config={**_VISION, "image_size": 16, "patch_size": 4},
+        image_token_id=4,
+        scale_factor=2,
+        initializer_range=0.2,
+    )
+    specials = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+    images = tf.Idefics3ImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 16}
+    )
+    processor = tf.Idefics3Processor(
+        image_processor=images,
+        tokenizer=tokenizer("<image>", specials),
+        image_seq_len=4,
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.Idefics3ForConditionalGeneration(config), processor
+
+
+VLM_CASES = {
+    case.name: case
+    for case in (
+        VlmCase("llava", _llava),
+        VlmCase("gemma3", _gemma3),
+        VlmCase("idefics3", _idefics3),
+    )
+}

@@ -72,6 +72,17 @@ def _resized_size(height: int, width: int, size: Mapping[str, Any]) -> tuple[int
     )
 
 
+def _longest_edge_size(height: int, width: int, longest: int) -> tuple[int, int]:
+    """Idefics3's first resize: the longest edge to ``longest``, the other even, aspect kept."""
+    if max(height, width) > 4096:
+        raise GenerationError(f"An image of {height}x{width} passes 4096 pixels a side.")
+    if width >= height:
+        new_height = int(longest / (width / height))
+        return new_height + new_height % 2 if new_height % 2 else new_height, longest
+    new_width = int(longest * (width / height))
+    return longest, new_width + new_width % 2 if new_width % 2 else new_width
+
+
 def _center_crop(image: npt.NDArray[Any], height: int, width: int) -> npt.NDArray[Any]:
     """The centre (height, width) of an (H, W, C) image, padded with zeros when smaller."""
     top, left = (image.shape[0] - height) // 2, (image.shape[1] - width) // 2
@@ -138,9 +149,15 @@ class ImageProcessor:
     def _one(self, image: Any) -> npt.NDArray[np.float32]:
         settings = self.settings
         picture = self._image(image)
-        if settings.get("do_resize", True):
+        resample = int(settings.get("resample", 3))
+        square = (settings.get("max_image_size") or {}).get("longest_edge")
+        if settings.get("do_resize", True) and square:  # Idefics3: longest edge, then square
+            longest = int((settings.get("size") or {})["longest_edge"])
+            height, width = _longest_edge_size(picture.height, picture.width, longest)
+            picture = picture.resize((max(width, 1), max(height, 1)), resample=resample)
+            picture = picture.resize((int(square), int(square)), resample=resample)
+        elif settings.get("do_resize", True):
             height, width = _resized_size(picture.height, picture.width, settings.get("size") or {})
-            resample = int(settings.get("resample", 3))
             picture = picture.resize((width, height), resample=resample)
         array = np.asarray(picture)
         if array.ndim == 2:

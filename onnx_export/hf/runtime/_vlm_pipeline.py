@@ -47,12 +47,18 @@ def _gemma3(token: str, count: int, texts: Mapping[str, Any]) -> str:
     return f"\n\n{token}{soft * count}{end}\n\n"
 
 
+def _idefics3(token: str, count: int, texts: Mapping[str, Any]) -> str:
+    """Idefics3 (one view of the image): the image tokens between its image markers."""
+    return f"<fake_token_around_image><global-img>{token * count}<fake_token_around_image>"
+
+
 #: model_type -> (the tokenizer config's name of the placeholder a prompt writes, or
 #: ``None`` for the image token itself; the text that stands for one image of ``count``
 #: features, as the family's processor writes it).
 _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "llava": (None, _repeat),
     "gemma3": ("boi_token", _gemma3),
+    "idefics3": (None, _idefics3),
 }
 
 
@@ -90,6 +96,8 @@ class ImageTextToTextPipeline:
         placeholder, self._expand = _LAYOUTS.get(model_type, (None, _repeat))
         token = tokenizer.config.get(placeholder) if placeholder else None
         token = token or processor.get("image_token") or tokenizer.config.get("image_token")
+        if not isinstance(token, str) and model_type == "idefics3":
+            token = "<image>"  # Idefics3's processor names it in code
         if not isinstance(token, str):
             token = tokenizer.tokenizer.id_to_token(model.image_token_id)
         if not isinstance(token, str):

@@ -70,8 +70,18 @@ def _llava_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
     return inner.multi_modal_projector(torch.cat(picked, dim=-1))  # type: ignore[no-any-return]
 
 
+def _idefics3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+    """Idefics3's vision model and connector on whole images (no padding image, no mask)."""
+    inner = model.model
+    patch = int(model.config.vision_config.patch_size)
+    count, _, height, width = pixel_values.shape
+    full = torch.ones(count, height // patch, width // patch, dtype=torch.bool)
+    out = inner.vision_model(pixel_values=pixel_values, patch_attention_mask=full)
+    return inner.connector(out.last_hidden_state)  # type: ignore[no-any-return]
+
+
 #: model_type -> how the family computes its image features, one row per image.
-_FEATURES = {"llava": _llava_features}
+_FEATURES = {"llava": _llava_features, "idefics3": _idefics3_features}
 
 
 class ImageEncoder(nn.Module):

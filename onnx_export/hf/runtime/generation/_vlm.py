@@ -144,6 +144,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         pixels = np.asarray(pixel_values, dtype=np.float32)
         if pixels.ndim == 3:
             pixels = pixels[None]
+        if pixels.ndim == 5:  # (prompts, images, ...) as Idefics3's processor pads them
+            pixels = pixels.reshape(-1, *pixels.shape[2:])
+            pixels = pixels[~(pixels == 0).all(axis=(1, 2, 3))]  # padding images are all 0
         if pixels.ndim != 4:
             raise GenerationError(
                 "pixel_values must be (images, channels, height, width), got shape "
