@@ -79,6 +79,11 @@ def _inputs(vlm: Vlm, texts: list[str], images: list[np.ndarray]) -> Any:
     )
 
 
+def _images_of(inputs: Any) -> dict[str, np.ndarray]:
+    """The processor's ``pixel_values``, for our generate()."""
+    return {"pixel_values": inputs["pixel_values"].numpy()}
+
+
 def _theirs(vlm: Vlm, inputs: Any, **kwargs: Any) -> np.ndarray:
     with torch.no_grad():
         out = vlm.model.generate(**inputs, max_new_tokens=_NEW, do_sample=False, **kwargs)
@@ -113,7 +118,7 @@ def test_greedy_batch_matches_transformers(vlm: Vlm) -> None:
     got = model.generate(
         inputs["input_ids"].numpy(),
         inputs["attention_mask"].numpy(),
-        pixel_values=inputs["pixel_values"].numpy(),
+        **_images_of(inputs),
         max_new_tokens=_NEW,
     )
     np.testing.assert_array_equal(got, _theirs(vlm, inputs))
@@ -122,20 +127,17 @@ def test_greedy_batch_matches_transformers(vlm: Vlm) -> None:
 def test_beams_and_streaming_match_transformers(vlm: Vlm) -> None:
     inputs = _inputs(vlm, ["kalo kami"], _images((40, 52)))
     model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
-    ids, pixels = inputs["input_ids"].numpy(), inputs["pixel_values"].numpy()
-    beams = model.generate(
-        ids, pixel_values=pixels, max_new_tokens=_NEW, num_beams=3, num_return_sequences=2
-    )
+    ids, pixels = inputs["input_ids"].numpy(), _images_of(inputs)
+    beams = model.generate(ids, **pixels, max_new_tokens=_NEW, num_beams=3, num_return_sequences=2)
     np.testing.assert_array_equal(beams, _theirs(vlm, inputs, num_beams=3, num_return_sequences=2))
     streamed: list[int] = []
     greedy = model.generate(
-        ids, pixel_values=pixels, max_new_tokens=_NEW, streamer=lambda t: streamed.append(int(t[0]))
+        ids, **pixels, max_new_tokens=_NEW, streamer=lambda t: streamed.append(int(t[0]))
     )
     np.testing.assert_array_equal(greedy, _theirs(vlm, inputs))
     assert streamed == greedy[0, ids.shape[1] :].tolist()
     sampled = [
-        model.generate(ids, pixel_values=pixels, max_new_tokens=_NEW, do_sample=True, seed=3)
-        for _ in range(2)
+        model.generate(ids, **pixels, max_new_tokens=_NEW, do_sample=True, seed=3) for _ in range(2)
     ]
     np.testing.assert_array_equal(sampled[0], sampled[1])
 
@@ -159,7 +161,7 @@ def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
     ids = inputs["input_ids"].numpy()
     one_less = np.delete(ids, int(np.argmax(ids[0] == model.image_token_id)), axis=1)
     with pytest.raises(hf.GenerationError, match="image tokens"):
-        model.generate(one_less, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
+        model.generate(one_less, **_images_of(inputs), max_new_tokens=2)
     with pytest.raises(hf.GenerationError, match="no pixel_values"):
         model.generate(ids, max_new_tokens=2)
     pipe = hf.pipeline("image-text-to-text", vlm.folder)
@@ -170,10 +172,7 @@ def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
 def test_runs_without_torch(vlm: Vlm) -> None:
     images = _images((40, 52))
     inputs = _inputs(vlm, ["kalo kami"], images)
-    arrays = {
-        "input_ids": inputs["input_ids"].numpy(),
-        "pixel_values": inputs["pixel_values"].numpy(),
-    }
+    arrays = {"input_ids": inputs["input_ids"].numpy(), **_images_of(inputs)}
     got = run_without_torch(
         vlm.folder,
         [

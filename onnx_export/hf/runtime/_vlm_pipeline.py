@@ -184,8 +184,10 @@ class ImageTextToTextPipeline:
             )
         features = self.model.image_features(self.image_processor(batch))
         pieces = text.split(self.image_token)
-        image_text = self._expand(self.image_token, features.shape[1], self.tokenizer.config)
-        expanded = pieces[0] + "".join(image_text + piece for piece in pieces[1:])
+        expanded = pieces[0]
+        for piece, feature in zip(pieces[1:], features, strict=True):
+            texts = {**self.tokenizer.config, **self.processor}
+            expanded += self._expand(self.image_token, feature.shape[0], texts) + piece
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
         sequences = self.model.generate(
             [ids], image_features=features, max_new_tokens=max_new_tokens, **kwargs

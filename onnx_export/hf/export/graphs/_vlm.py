@@ -81,7 +81,10 @@ def _idefics3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
 
 
 #: model_type -> how the family computes its image features, one row per image.
-_FEATURES = {"llava": _llava_features, "idefics3": _idefics3_features}
+_FEATURES = {
+    "llava": _llava_features,
+    "idefics3": _idefics3_features,
+}
 
 
 class ImageEncoder(nn.Module):

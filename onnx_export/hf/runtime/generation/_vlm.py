@@ -134,12 +134,16 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
     def __repr__(self) -> str:
         return super().__repr__().replace("OrtModelForCausalLM", type(self).__name__, 1)
 
-    def image_features(self, pixel_values: Any) -> npt.NDArray[np.float32]:
-        """The projected features of each image: (images, tokens per image, hidden).
+    def image_features(self, pixel_values: Any) -> list[npt.NDArray[np.float32]]:
+        """The projected features of each image: a (tokens, hidden) array per image.
+
+        Args:
+            pixel_values: (images, channels, height, width) float32 (or the processor's
+                (prompts, images, ...) with all-zero padding images, Idefics3's).
 
         Example:
-            >>> model.image_features(pixels).shape  # doctest: +SKIP
-            (1, 25, 32)
+            >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
+            [(25, 32)]
         """
         pixels = np.asarray(pixel_values, dtype=np.float32)
         if pixels.ndim == 3:
@@ -153,17 +157,17 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                 f"{pixels.shape}; hf.pipeline('image-text-to-text', folder) makes them from "
                 "images."
             )
-        expected = self.vision.get_inputs()[0].shape
+        meta = self.vision.get_inputs()[0]
         for axis in (1, 2, 3):
-            if isinstance(expected[axis], int) and expected[axis] != pixels.shape[axis]:
+            if isinstance(meta.shape[axis], int) and meta.shape[axis] != pixels.shape[axis]:
                 raise GenerationError(
                     f"pixel_values has shape {pixels.shape}; the vision encoder takes "
-                    f"(images, {', '.join(str(d) for d in expected[1:])}): resize the images "
-                    "as preprocessor_config.json says (hf.pipeline does)."
+                    f"(images, {', '.join(str(d) for d in meta.shape[1:])}): resize the images "
+                    "as the folder's image processor says (hf.pipeline does)."
                 )
-        dtype = ONNX_TO_NUMPY.get(self.vision.get_inputs()[0].type, np.float32)  # float16 exports
-        (features,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
-        return np.asarray(features, dtype=np.float32)
+        dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)  # float16 exports
+        (batch,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
+        return [np.asarray(f, dtype=np.float32) for f in batch]
 
     def embed(self, input_ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         """The language model's embeddings of ``input_ids`` (batch, length, hidden)."""
@@ -240,20 +244,20 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                     f"{self.image_token_id}) but no pixel_values were given."
                 )
             return None
-        images = np.asarray(features, dtype=np.float32)
-        if images.ndim != 3:
+        images = [np.asarray(f, dtype=np.float32) for f in features]
+        if any(i.ndim != 2 for i in images):
             raise GenerationError(
-                f"image_features must be (images, tokens, hidden), got shape {images.shape}."
+                "image_features must be a (tokens, hidden) array per image (image_features()'s "
+                f"output), got shapes {[i.shape for i in images]}."
             )
-        flat = images.reshape(-1, images.shape[-1])
+        flat = np.concatenate(images) if images else np.zeros((0, 0), np.float32)
         counts = slots.sum(axis=1)
         if int(counts.sum()) != flat.shape[0]:
             raise GenerationError(
                 f"input_ids holds {int(counts.sum())} image tokens (id {self.image_token_id}), "
-                f"and the images give {flat.shape[0]} features ({images.shape[0]} images of "
-                f"{images.shape[1]} each): each image needs its {images.shape[1]} image tokens "
-                "in the prompt (the processor, or hf.pipeline('image-text-to-text', ...), "
-                "writes them)."
+                f"and the images give {flat.shape[0]} features ({len(images)} images of "
+                f"{[i.shape[0] for i in images]}): each image needs as many image tokens in the "
+                "prompt (the processor, or hf.pipeline('image-text-to-text', ...), writes them)."
             )
         return np.split(flat, np.cumsum(counts)[:-1])
 
