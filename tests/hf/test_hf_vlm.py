@@ -236,3 +236,16 @@ def test_cli_refuses_a_family_it_cannot_export(
     assert main([*argv, "--task", "image-text-to-text"]) == 2
     err = capsys.readouterr().err
     assert "qwen2_vl" in err and "llava" in err and "gemma3" in err
+
+
+def test_float16_export_matches_eager_logits(vlm: Vlm, tmp_path: pathlib.Path) -> None:
+    """A float16 folder: the vision encoder takes float16 pixels, logits near eager's."""
+    if vlm.name != "llava":
+        pytest.skip("one family is enough for the half-precision path")
+    hf.export_pretrained(vlm.checkpoint, tmp_path / "f16", dtype="float16")
+    model = hf.OrtModelForImageTextToText.from_pretrained(tmp_path / "f16")
+    inputs = _inputs(vlm, ["kalo kami"], _images((40, 52)))
+    got = model.logits(inputs["input_ids"].numpy(), pixel_values=inputs["pixel_values"].numpy())
+    with torch.no_grad():
+        expected = vlm.model(**inputs).logits.numpy()
+    np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
