@@ -38,8 +38,10 @@ from onnx_export.hf._tasks import SUPPORTED_ARCHITECTURES, TASKS
 if TYPE_CHECKING:
     from onnx_export.hf.export._export import ExportedCheckpoint, export_pretrained
     from onnx_export.hf.runtime._pipeline import Pipeline, pipeline
+    from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
     from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
     from onnx_export.hf.runtime.generation._seq2seq import OrtModelForSeq2SeqLM
+    from onnx_export.hf.runtime.generation._vlm import OrtModelForImageTextToText
     from onnx_export.hf.runtime.models._audio import (
         OrtModelForAudioClassification,
         OrtModelForCTC,
@@ -71,8 +73,10 @@ _LAZY = {
     "ExportedCheckpoint": "onnx_export.hf.export._export",
     "OrtModelForCausalLM": "onnx_export.hf.runtime.generation._causal",
     "OrtModelForSeq2SeqLM": "onnx_export.hf.runtime.generation._seq2seq",
+    "OrtModelForImageTextToText": "onnx_export.hf.runtime.generation._vlm",
     "pipeline": "onnx_export.hf.runtime._pipeline",
     "Pipeline": "onnx_export.hf.runtime._pipeline",
+    "ImageTextToTextPipeline": "onnx_export.hf.runtime._vlm_pipeline",
     "OrtModel": "onnx_export.hf.runtime.models._base",
     "ModelOutput": "onnx_export.hf.runtime.models._base",
     "OrtModelForFeatureExtraction": "onnx_export.hf.runtime.models._text",
@@ -114,6 +118,7 @@ __all__ = [
     # Generating (numpy and onnxruntime only)
     "OrtModelForCausalLM",
     "OrtModelForSeq2SeqLM",
+    "OrtModelForImageTextToText",
     # Every other task: inputs and outputs by name (numpy and onnxruntime only)
     "OrtModel",
     "ModelOutput",
@@ -133,6 +138,7 @@ __all__ = [
     "OrtModelForCTC",
     "pipeline",
     "Pipeline",
+    "ImageTextToTextPipeline",
     # Errors
     "CheckpointError",
     "AdapterError",

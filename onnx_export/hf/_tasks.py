@@ -22,6 +22,7 @@ __all__ = [
     "TASKS",
     "SUPPORTED_ARCHITECTURES",
     "TASK_ALIASES",
+    "VLM_FAMILIES",
     "Checkpoint",
     "read_checkpoint",
     "resolve_task",
@@ -36,6 +37,7 @@ TASKS = (
     "automatic-speech-recognition",
     "image-to-text",
     "zero-shot-image-classification",
+    "image-text-to-text",
     "text-generation",
     "feature-extraction",
     "sentence-similarity",
@@ -66,6 +68,8 @@ TASK_ALIASES: Mapping[str, str] = {
     "seq2seq-lm": "text2text-generation",
     "masked-lm": "fill-mask",
     "vision2seq-lm": "image-to-text",
+    "image-text-to-text-generation": "image-text-to-text",
+    "vlm": "image-text-to-text",
     "speech2seq-lm": "automatic-speech-recognition",
 }
 
@@ -100,8 +104,27 @@ _REFUSED: Mapping[tuple[str, str], str] = {
 }
 
 
+#: Vision-language families that ``image-text-to-text`` exports (``hf/export/graphs/_vlm.py``);
+#: the other families of transformers' image-text-to-text mapping are refused by name.
+VLM_FAMILIES = ("llava", "gemma3", "idefics3")
+
+
+def _vlm_refusal(model_type: str) -> str:
+    others = [
+        t for t in _heads(model_type) if t != "image-text-to-text" and not _refused(model_type, t)
+    ]
+    hint = f"; other tasks it exports to (--task): {', '.join(others)}" if others else ""
+    return (
+        f"{model_type} is a vision-language family this exporter does not export for "
+        f"image-text-to-text yet (it exports: {', '.join(VLM_FAMILIES)}){hint}"
+    )
+
+
 def _refused(model_type: str, task: str) -> str | None:
-    return _REFUSED.get((model_type, task)) or _REFUSED.get((model_type, "*"))
+    why = _REFUSED.get((model_type, task)) or _REFUSED.get((model_type, "*"))
+    if why is None and task == "image-text-to-text" and model_type not in VLM_FAMILIES:
+        return _vlm_refusal(model_type)
+    return why
 
 
 def _is_encoder(model_type: str) -> bool:

@@ -26,6 +26,7 @@ def _rows() -> list[tuple[str, str, str, str]]:
     from tests.hf import test_hf_parity
     from tests.hf.checkpoints import CASES
     from tests.hf.task_cases import CI, TASK_CASES
+    from tests.hf.vlm_checkpoints import VLM_CASES  # tests/hf/test_hf_vlm.py, all in CI
 
     rows = []
     for name, case in CASES.items():
@@ -35,6 +36,8 @@ def _rows() -> list[tuple[str, str, str, str]]:
         rows.append(
             (task_case.name, task_case.task, task_case.family, "yes" if key in CI else "slow")
         )
+    for name in VLM_CASES:
+        rows.append((name, "image-text-to-text", "vision-language", "yes"))
     return sorted(set(rows), key=lambda r: (r[1], r[0]))
 
 

@@ -37,13 +37,16 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "MODEL_FOR_CTC_MAPPING_NAMES",
     ),
     "image-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",),
+    # vision-language models (LLaVA & co.): the families onnx_export/hf/_tasks.py does
+    # not export yet are refused there, by name
+    "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",),
     "zero-shot-image-classification": ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
 }
 
 # Tasks whose graphs fit only some of the mapping's classes: the rest are left out of the
 # table (and so refused with the reason in onnx_export/hf/_tasks.py).
 _ONLY: dict[str, tuple[str, ...]] = {
-    # image-text-to-text LLMs (LLaVA & co.) need an image-token merge step: not exported.
+    # image-text-to-text LLMs (LLaVA & co.) are the image-text-to-text task.
     "image-to-text": ("vision-encoder-decoder",),
 }
 

@@ -46,7 +46,9 @@ def main(job_path: str) -> None:
     task = json.loads(open(f"{job['folder']}/onnx_export.json").read())["task"]  # noqa: SIM115
     files = json.loads(open(f"{job['folder']}/onnx_export.json").read())["onnx_files"]  # noqa: SIM115
     model: Any
-    if task == "text-generation":
+    if task == "image-text-to-text":
+        model = hf.OrtModelForImageTextToText.from_pretrained(job["folder"])
+    elif task == "text-generation":
         model = hf.OrtModelForCausalLM.from_pretrained(job["folder"])
     elif "decoder_model.onnx" in files:
         model = hf.OrtModelForSeq2SeqLM.from_pretrained(job["folder"])
@@ -56,7 +58,10 @@ def main(job_path: str) -> None:
     for call in job["calls"]:
         kwargs = {k: arrays[v] for k, v in call.get("arrays", {}).items()}
         kwargs.update(call.get("kwargs", {}))
-        if call["method"] == "run":  # the first output
+        if call["method"] == "pipeline":  # text out, as a 0-d string array
+            images = [kwargs.pop(k) for k in sorted(kwargs) if k.startswith("image")]
+            results[call["name"]] = np.array(hf.pipeline(task, job["folder"])(images, **kwargs))
+        elif call["method"] == "run":  # the first output
             results[call["name"]] = next(iter(model(**kwargs).values()))
         elif call["method"] == "outputs":  # every output, as NAME.OUTPUT
             for key, value in model(**kwargs).items():

@@ -39,6 +39,7 @@ _AUTO_CLASSES = {
     "depth-estimation": "AutoModelForDepthEstimation",
     "audio-classification": "AutoModelForAudioClassification",
     "image-to-text": "AutoModelForImageTextToText",
+    "image-text-to-text": "AutoModelForImageTextToText",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
 }
 
@@ -478,6 +479,12 @@ def export_pretrained(
         settings = config.to_dict() if config is not None else None
         task = resolve_task(model_type, (type(model).__name__,), task, settings)
     _check_output(out, source)
+    if task == "image-text-to-text" and target != "onnx":
+        raise CheckpointError(
+            f"target={target!r} is not available for image-text-to-text: its fused decoder "
+            "(GroupQueryAttention) takes input_ids, and this task's decoder takes "
+            "inputs_embeds. Use target='onnx' (the default)."
+        )
     targets = _lora_targets(lora, task)
     model = _in_dtype(model, dtype)
     model.eval()

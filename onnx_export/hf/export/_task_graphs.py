@@ -10,6 +10,7 @@ from onnx_export.hf.export.graphs._base import GraphSpec, accepts, causal_lm_gra
 from onnx_export.hf.export.graphs._seq2seq import seq2seq_graphs
 from onnx_export.hf.export.graphs._text import TEXT_OUTPUTS, text_graphs
 from onnx_export.hf.export.graphs._vision import VISION_OUTPUTS, vision_graphs, zero_shot_graphs
+from onnx_export.hf.export.graphs._vlm import vlm_graphs
 
 __all__ = ["graphs_for_task"]
 
@@ -20,6 +21,7 @@ _BUILDERS: dict[str, Callable[[Any], list[GraphSpec]]] = {
     "text-generation": causal_lm_graphs,
     "text2text-generation": seq2seq_graphs,
     "image-to-text": seq2seq_graphs,
+    "image-text-to-text": vlm_graphs,
     "audio-classification": audio_graphs,
     "zero-shot-image-classification": zero_shot_graphs,
 }

@@ -11,7 +11,7 @@ import json
 import os
 import pathlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from onnx_export.hf.runtime.models._text import (
     OrtModelForTokenClassification,
 )
 from onnx_export.hf.runtime.models._vision import OrtModelForImageClassification
+
+if TYPE_CHECKING:
+    from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
 
 __all__ = ["Pipeline", "pipeline"]
 
@@ -151,7 +154,7 @@ class Pipeline:
 
 def pipeline(
     task: str, folder: str | os.PathLike[str], providers: Sequence[str] | None = None
-) -> Pipeline:
+) -> Pipeline | ImageTextToTextPipeline:
     """A callable that runs ``task`` on raw inputs with an exported folder, without torch.
 
     Args:
@@ -159,7 +162,9 @@ def pipeline(
             ``sentence-similarity`` (texts; needs the ``tokenizers`` library and the
             folder's ``tokenizer.json``), ``image-classification`` (numpy images, height x
             width x channels, at the model's size), ``audio-classification`` or
-            ``automatic-speech-recognition`` (CTC; 1-D waveforms at the model's rate).
+            ``automatic-speech-recognition`` (CTC; 1-D waveforms at the model's rate),
+            ``image-text-to-text`` (a vision-language model: images and a prompt in, text
+            out; see :class:`ImageTextToTextPipeline`).
         folder: The folder :func:`onnx_export.hf.export_pretrained` wrote for ``task``.
         providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names.
 
@@ -176,11 +181,15 @@ def pipeline(
         >>> embed(["a cat", "a dog"])[0].shape  # doctest: +SKIP
         (384,)
     """
+    if task == "image-text-to-text":
+        from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
+
+        return ImageTextToTextPipeline.from_folder(folder, providers)
     cls = _CLASSES.get(task)
     if cls is None:
         raise CheckpointError(
-            f"pipeline() runs {', '.join(_CLASSES)}; for {task!r} call its OrtModelFor... "
-            "class with the model's inputs."
+            f"pipeline() runs {', '.join([*_CLASSES, 'image-text-to-text'])}; for {task!r} "
+            "call its OrtModelFor... class with the model's inputs."
         )
     model = cls.from_pretrained(folder, providers)
     tokenizer = None
