@@ -102,6 +102,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         path: str | os.PathLike[str],
         providers: Sequence[str] | None = None,
         session_options: Any = None,
+        *,
+        upcast: Sequence[str] = (),
+        cuda_graph: bool = False,
     ) -> OrtModelForImageTextToText:
         """Load an exported ``image-text-to-text`` folder.
 
@@ -109,6 +112,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             path: The folder :func:`onnx_export.hf.export_pretrained` wrote.
             providers: ``"cpu"``, ``"cuda"`` or onnxruntime provider names; CPU when ``None``.
             session_options: An ``onnxruntime.SessionOptions`` (threads, ...).
+            upcast: As :meth:`OrtModelForCausalLM.from_pretrained`'s, for the decoder.
+            cuda_graph: Refused: CUDA graphs need the fused decoder (``--target
+                onnxruntime``), which this task does not have; kept for the same signature.
 
         Returns:
             The model, ready to :meth:`generate`.
@@ -116,6 +122,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         Raises:
             CheckpointError: The folder lacks its manifest, config or one of its three
                 graphs, or holds another task.
+            CudaGraphError: ``cuda_graph=True``.
 
         Example:
             >>> from onnx_export.hf import OrtModelForImageTextToText
@@ -123,7 +130,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         """
         folder = _text_view(read_exported_folder(path, (_TASK,)))
         vision, embed, decoder = (folder.path / name for name in _FILES)
-        session = StepSession(decoder, providers, session_options)
+        session = StepSession(decoder, providers, session_options, upcast, cuda_graph)
         return cls(
             folder,
             session,
