@@ -10,6 +10,8 @@ In the order an export runs them:
   (a dim made static only with ``allow_static_fallback``);
 - ``_specialized``: the model's line that fixed a dynamic dim, read as torch traces;
 - ``_rnn``: ``nn.LSTM``/``GRU``/``RNN`` as one op each, so the time axis stays dynamic;
+- ``_experts``: a mixture of experts' loop over the experts that got tokens, over every
+  expert (the number of hit experts is data);
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and

@@ -20,6 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._experts import every_expert
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
@@ -162,8 +163,9 @@ def _torch_export(
     *,
     deferred: bool,
 ) -> ExportedProgram:
-    # Nodes located at their own line, not forward's; no compiled loop body reused later.
-    with every_user_frame(not strict), forget_compiled_code(), recurrent_ops():
+    # Nodes located at their own line, not forward's; no compiled loop body reused later;
+    # a mixture of experts' loop over the experts that got tokens runs over every expert.
+    with every_user_frame(not strict), forget_compiled_code(), recurrent_ops(), every_expert():
         return torch.export.export(
             model,
             args,
