@@ -21,6 +21,7 @@ from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
+from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
@@ -164,8 +165,15 @@ def _torch_export(
     deferred: bool,
 ) -> ExportedProgram:
     # Nodes located at their own line, not forward's; no compiled loop body reused later;
-    # a mixture of experts' loop over the experts that got tokens runs over every expert.
-    with every_user_frame(not strict), forget_compiled_code(), recurrent_ops(), every_expert():
+    # a mixture of experts' loop over the experts that got tokens runs over every expert;
+    # images packed in one sequence attend as one masked attention, not chunk by chunk.
+    with (
+        every_user_frame(not strict),
+        forget_compiled_code(),
+        recurrent_ops(),
+        every_expert(),
+        packed_attention(model),
+    ):
         return torch.export.export(
             model,
             args,
