@@ -443,8 +443,11 @@ class ONNXProgram:
         return VerificationResult(outputs, culprit, note, reference)
 
     def _captured_order(self, feed: dict[str, Any]) -> dict[str, Any]:
-        """``feed`` in the captured program's order of inputs, which the debug graph of the
-        culprit search names positionally (keyword inputs may come in another order)."""
+        """``feed`` in the captured program's order of inputs.
+
+        The culprit search's debug graph names its inputs positionally, in that order;
+        keyword inputs may come in another.
+        """
         if self._signature is None or self.exported_program is None:
             return feed
         try:
