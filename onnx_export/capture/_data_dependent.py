@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from onnx_export.capture._specialized import model_file
 
-__all__ = ["DataDependentLine", "data_dependent_line"]
+__all__ = ["DataDependentLine", "data_dependent_line", "failing_line"]
 
 #: What torch says when the model asks for a tensor's value during tracing.
 _MARKERS = (
@@ -162,3 +162,19 @@ def data_dependent_line(errors: Sequence[BaseException | None]) -> DataDependent
             code = linecache.getline(path, line).strip()
             return DataDependentLine(path, line, code, numpy=cause == "numpy")
     return None
+
+
+def failing_line(error: BaseException | None) -> tuple[str, int, str] | None:
+    """The model's file, line and code where ``error`` (any capture failure) was raised.
+
+    Example:
+        >>> failing_line(ValueError("no traceback")) is None
+        True
+    """
+    if error is None:
+        return None
+    where = _from_traceback(error) or _from_message(error)
+    if where is None:
+        return None
+    path, line = where
+    return path, line, linecache.getline(path, line).strip()

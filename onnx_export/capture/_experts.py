@@ -58,7 +58,9 @@ def every_expert() -> Iterator[None]:
         ...     pass
     """
     hits: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
-    method, function, iterate = torch.Tensor.nonzero, torch.nonzero, torch.Tensor.__iter__
+    method: Any = torch.Tensor.nonzero
+    function: Any = torch.nonzero
+    iterate: Any = torch.Tensor.__iter__
 
     def record(mask: Any, result: Any, extra: tuple[Any, ...], options: dict[str, Any]) -> Any:
         if extra or options or not isinstance(mask, torch.Tensor) or mask.dim() != 1:
@@ -77,15 +79,19 @@ def every_expert() -> Iterator[None]:
     def iterate_experts(self: torch.Tensor) -> Iterator[Any]:
         hit = hits.get(id(self))
         if hit is None or hit[0]() is not self:
-            return iterate(self)
+            return iter(iterate(self))
         return iter([torch.tensor([index]) for index in range(hit[1])])
 
-    torch.Tensor.nonzero = nonzero_method  # type: ignore[method-assign]  # patched while capturing
-    torch.nonzero = nonzero_function  # type: ignore[assignment]  # patched while capturing
-    torch.Tensor.__iter__ = iterate_experts  # type: ignore[method-assign]  # patched while capturing
+    patches: list[tuple[Any, str, Any]] = [
+        (torch.Tensor, "nonzero", nonzero_method),
+        (torch, "nonzero", nonzero_function),
+        (torch.Tensor, "__iter__", iterate_experts),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, patched in patches:  # patched while capturing (under EXPORT_LOCK)
+        setattr(owner, name, patched)
     try:
         yield
     finally:
-        torch.Tensor.nonzero = method  # type: ignore[method-assign]  # restored
-        torch.nonzero = function
-        torch.Tensor.__iter__ = iterate  # type: ignore[method-assign]  # restored
+        for owner, name, original in saved:
+            setattr(owner, name, original)

@@ -26,7 +26,6 @@ same up to float rounding, and the export's parity check compares it with eager.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -84,14 +83,19 @@ def block_diagonal_attention(
     return output.transpose(1, 2).contiguous(), None
 
 
-@functools.cache
+#: Module classes already read: whether their ``forward`` splits packed chunks.
+_SPLITS: dict[type, bool] = {}
+
+
 def _splits_packed_chunks(cls: type) -> bool:
     """Whether ``cls.forward`` takes the flash path on ``cu_seqlens``, else splits by data."""
-    try:
-        source = inspect.getsource(cls.forward)
-    except (OSError, TypeError):
-        return False
-    return "cu_seq_lens_q" in source and ".tolist()" in source and "flash" in source
+    if cls not in _SPLITS:
+        try:
+            source = inspect.getsource(getattr(cls, "forward"))  # noqa: B009  # any module class
+        except (OSError, TypeError, AttributeError):
+            source = ""
+        _SPLITS[cls] = "cu_seq_lens_q" in source and ".tolist()" in source and "flash" in source
+    return _SPLITS[cls]
 
 
 def _configs_to_switch(model: torch.nn.Module) -> list[Any]:

@@ -149,3 +149,24 @@ def test_float_powers_keep_pow() -> None:
     base, exponent = torch.rand(4) + 0.5, torch.randn(4)
     program = export_and_check(Power(), base, exponent)
     assert [n.op_type for n in program.model_proto.graph.node] == ["Pow"]
+
+
+class OtherPathWhenTraced(torch.nn.Module):
+    """Autoformer's attention: a line that fails only as traced (its mask is None eagerly)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            return x.view(7, -1)  # the line that fails as traced
+        return x * 2
+
+
+def test_a_failure_at_a_models_line_names_it_first() -> None:
+    """A capture failure that is not data-dependent (``shape '[...]' is invalid``): the
+    first line said only "every strategy failed"; it names the model's line now."""
+    with pytest.raises(onnx_export.CaptureError) as caught:
+        onnx_export.dynamo_export(OtherPathWhenTraced(), torch.randn(3, 5))
+    first = str(caught.value).splitlines()[0]
+    source = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "the line that fails as" in text)
+    assert f"test_transformers_testers_classes.py:{line}" in first, first
+    assert "RuntimeError: shape '[7, -1]' is invalid" in first, first
