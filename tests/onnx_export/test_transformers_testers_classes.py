@@ -170,3 +170,27 @@ def test_a_failure_at_a_models_line_names_it_first() -> None:
     line = next(i for i, text in enumerate(source, 1) if "the line that fails as" in text)
     assert f"test_transformers_testers_classes.py:{line}" in first, first
     assert "RuntimeError: shape '[7, -1]' is invalid" in first, first
+
+
+class ByteGroupHash(torch.nn.Module):
+    """BLT's hashed n-gram ids: a rolling hash that overflows int64 from three bytes on."""
+
+    def __init__(self, group_size: int) -> None:
+        super().__init__()
+        self.group_size = group_size
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from transformers.models.blt.modeling_blt import byte_group_hash_function
+
+        return byte_group_hash_function(ids, self.group_size)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("group_size", [3, 8])
+def test_an_int64_sum_wraps_around_as_torch_does(group_size: int) -> None:
+    """ONNX Runtime's int64 ``ReduceSum`` saturated at 2**63 - 1; BLT's hash ids were off
+    (its hashed embeddings by up to 5, with a parity warning)."""
+    options = onnx_export.ExportOptions(dynamic_shapes={"ids": {0: "batch", 1: "seq"}})
+    ids = torch.randint(0, 256, (3, 7))
+    program = export_and_check(ByteGroupHash(group_size), ids=ids, options=options)
+    other = torch.randint(0, 256, (2, 5))
+    torch.testing.assert_close(program(ids=other), ByteGroupHash(group_size)(other), rtol=0, atol=0)
