@@ -194,3 +194,31 @@ def test_an_int64_sum_wraps_around_as_torch_does(group_size: int) -> None:
     program = export_and_check(ByteGroupHash(group_size), ids=ids, options=options)
     other = torch.randint(0, 256, (2, 5))
     torch.testing.assert_close(program(ids=other), ByteGroupHash(group_size)(other), rtol=0, atol=0)
+
+
+class BranchOnValue(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # the data-dependent line
+            return x * 2
+        return x
+
+
+def test_a_data_dependent_failure_while_decomposing_names_the_models_line() -> None:
+    """FLAVA's pre-training head: torch.export captured it, and its re-trace for
+    decomposition failed on an unbacked size ("The export failed unexpectedly:
+    GuardOnDataDependentSymNode"). Such a failure becomes a ``CaptureError`` whose first
+    line names the model's line; torch's own error of that kind stands in here."""
+    from onnx_export.capture._decomp import _retrace_error
+
+    try:
+        torch.export.export(BranchOnValue(), (torch.randn(3),), strict=False)
+    except Exception as e:
+        error = _retrace_error(e)
+    assert isinstance(error, onnx_export.CaptureError)
+    first = str(error).splitlines()[0]
+    source = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "# the data-dependent line" in text)
+    assert f"test_transformers_testers_classes.py:{line}" in first, first
+    assert "re-tracing" in first
+    other = ValueError("not data-dependent")
+    assert _retrace_error(other) is other
