@@ -99,11 +99,11 @@ def _splits_packed_chunks(cls: type) -> bool:
 
 
 def _configs_to_switch(model: torch.nn.Module) -> list[Any]:
-    root = getattr(model, "config", None)
+    """The configs of the modules that split packed chunks (a VLM's vision config)."""
     configs: dict[int, Any] = {}
     for module in model.modules():
         config = getattr(module, "config", None)
-        if config is None or config is root or not _splits_packed_chunks(type(module)):
+        if config is None or not _splits_packed_chunks(type(module)):
             continue
         if "flash" not in str(getattr(config, "_attn_implementation", None) or ""):
             configs[id(config)] = config

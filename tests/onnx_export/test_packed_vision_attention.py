@@ -45,14 +45,24 @@ class Tower(torch.nn.Module):
         return self.tower(pixels, grid_thw=grid_thw).pooler_output  # type: ignore[no-any-return]
 
 
+class TowerItself(Tower):
+    """The tower exported as the model: its config is the model's own."""
+
+    def __init__(self, tower: Any) -> None:
+        torch.nn.Module.__init__(self)
+        self.tower = tower
+        self.config = tower.config
+
+
 def _images(grid: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     patches = sum(t * h * w for t, h, w in grid)
     return torch.randn(patches, _PATCH), torch.tensor(grid)
 
 
+@pytest.mark.parametrize("wrapped", [True, False], ids=["in-a-module", "the-tower-itself"])
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_images_packed_in_one_sequence_attend_each_to_itself(attention: str) -> None:
-    model = Tower(_tower(attention))
+def test_images_packed_in_one_sequence_attend_each_to_itself(attention: str, wrapped: bool) -> None:
+    model = Tower(_tower(attention)) if wrapped else TowerItself(_tower(attention))
     options = onnx_export.ExportOptions(dynamic_shapes={"pixels": {0: "patches"}})
     with torch.no_grad():
         program = export_and_check(model, *_images([[1, 2, 4], [1, 4, 2]]), options=options)
