@@ -13,6 +13,8 @@ In the order an export runs them:
 - ``_half``: ``ExportOptions(dtype=...)``'s converted copy (modules a model keeps in
   float32 stay so); ``_finite_branches``: float16 overflow guards
   (``if not isfinite(x).all(): clamp``) traced as selects;
+- ``_experts``: a mixture of experts' loop over the experts that got tokens, over every
+  expert (the number of hit experts is data);
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and

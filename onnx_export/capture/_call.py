@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 
 from onnx_export._options import ExportOptions
 from onnx_export.adapters import canonicalize_inputs
-from onnx_export.capture._data_dependent import data_dependent_line
+from onnx_export.capture._data_dependent import data_dependent_line, failing_line
 from onnx_export.capture._dynamic import (
     DynamicShapes,
     dynamic_axes_to_shapes,
@@ -32,7 +32,7 @@ from onnx_export.capture._dynamic import (
 from onnx_export.capture._habits import binding_hint, names_a_file, tuple_hint
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._specialized import RangeGuard
-from onnx_export.capture._strategies import CaptureAttempt, capture
+from onnx_export.capture._strategies import CaptureAttempt, capture, explanation
 from onnx_export.errors import (
     CaptureError,
     ExportInputError,
@@ -365,6 +365,19 @@ def _static_error(refused: Sequence[StaticDim], last: BaseException | None) -> E
     return error
 
 
+def _first_line_at(error: BaseException | None, where: tuple[str, int, str]) -> str:
+    """The first line of a failure raised at the model's line ``where``: what, where."""
+    path, line, code = where
+    text = explanation(error).splitlines() if error is not None else []
+    what = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    code_text = f" (`{code}`)" if code else ""
+    return (
+        f"torch.export could not capture the model: {what}, at {path}:{line}{code_text}; "
+        "that line runs eagerly, so tracing took another path or an op's shape rule "
+        "differs there (rewrite the line, or report it); every strategy failed:"
+    )
+
+
 def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     """The ``CaptureError`` of a failed capture: every attempt, torch's explanation, what next."""
     refused = [d for a in attempts for d in a.made_static]
@@ -387,6 +400,8 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
         steps = "pass the tensors themselves, not a tuple of them."
     elif branch is not None:
         first, steps = f"{branch.first_line()}\nEvery strategy failed:", branch.next_steps()
+    elif attempts and (where := failing_line(attempts[0].exception)) is not None:
+        first = _first_line_at(attempts[0].exception, where)
     error = CaptureError(
         f"{first}\n{lines}\nNext steps: {steps} The last strategy's error is chained below."
     )

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from onnx_export.capture._specialized import model_file
 
-__all__ = ["DataDependentLine", "data_dependent_line"]
+__all__ = ["DataDependentLine", "data_dependent_line", "failing_line"]
 
 #: What torch says when the model asks for a tensor's value during tracing.
 _MARKERS = (
@@ -59,6 +59,8 @@ class DataDependentLine:
         line: The line number.
         code: The line's text (stripped), or ``""``.
         numpy: Whether the value was asked for by numpy (``t.numpy()``, ``np.frexp(t)``).
+        positions: Whether the line is in transformers' multimodal rotary positions
+            (``get_rope_index``), which a ``position_ids`` input skips.
 
     Example:
         >>> line = DataDependentLine("/m/model.py", 4, "if x.sum() > 0:")
@@ -70,6 +72,7 @@ class DataDependentLine:
     line: int
     code: str
     numpy: bool = False
+    positions: bool = False
 
     @property
     def branches(self) -> bool:
@@ -78,6 +81,13 @@ class DataDependentLine:
 
     def next_steps(self) -> str:
         """What the fixes of the first line need."""
+        if self.positions:
+            return (
+                "compute the positions eagerly on the example, e.g. "
+                "`position_ids, _ = model.model.get_rope_index(input_ids, ...)` with the "
+                "arguments it names, and pass position_ids=... to dynamo_export; a deployment "
+                "computes them the same way before each call."
+            )
         if self.numpy:
             return (
                 "rewrite the line named first with torch ops, which torch.export traces; a "
@@ -95,6 +105,13 @@ class DataDependentLine:
     def first_line(self) -> str:
         """The error's first line: the cause, the model's line and how to get past it."""
         code = f" (`{self.code}`)" if self.code else ""
+        if self.positions:
+            return (
+                "torch.export could not capture the model: transformers computes its "
+                "multimodal rotary positions (get_rope_index) from the token ids in Python, "
+                f"at {self.path}:{self.line}{code}; pass position_ids to the export (and to "
+                "each call), which skips that code."
+            )
         if self.numpy:
             return (
                 "torch.export could not capture the model: it hands a traced tensor to "
@@ -123,6 +140,19 @@ def _cause(error: BaseException) -> str | None:
     if any(marker in text for marker in _NUMPY_MARKERS):
         return "numpy"
     return "value" if any(marker in text for marker in _MARKERS) else None
+
+
+#: transformers' functions that compute multimodal rotary positions from the token ids.
+_POSITION_FUNCTIONS = ("get_rope_index", "compute_3d_position_ids")
+
+
+def _in_positions(error: BaseException) -> bool:
+    """Whether ``error`` was raised under transformers' multimodal rotary positions."""
+    names = [f.name for f in traceback.extract_tb(error.__traceback__)]
+    text = str(error)
+    return any(n in _POSITION_FUNCTIONS for n in names) or any(
+        f" in {n}" in text or f"{n}(" in text for n in _POSITION_FUNCTIONS
+    )
 
 
 def _from_traceback(error: BaseException) -> tuple[str, int] | None:
@@ -160,5 +190,22 @@ def data_dependent_line(errors: Sequence[BaseException | None]) -> DataDependent
         if where is not None:
             path, line = where
             code = linecache.getline(path, line).strip()
-            return DataDependentLine(path, line, code, numpy=cause == "numpy")
+            positions = cause == "value" and _in_positions(error)
+            return DataDependentLine(path, line, code, cause == "numpy", positions)
     return None
+
+
+def failing_line(error: BaseException | None) -> tuple[str, int, str] | None:
+    """The model's file, line and code where ``error`` (any capture failure) was raised.
+
+    Example:
+        >>> failing_line(ValueError("no traceback")) is None
+        True
+    """
+    if error is None:
+        return None
+    where = _from_traceback(error) or _from_message(error)
+    if where is None:
+        return None
+    path, line = where
+    return path, line, linecache.getline(path, line).strip()

@@ -31,9 +31,11 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from onnx_export._registry import OnnxRegistry
+from onnx_export.capture._data_dependent import data_dependent_line
 from onnx_export.capture._inplace import is_mutating, rewrite_fresh_inplace
 from onnx_export.capture._local_decomp import decompose_locally
 from onnx_export.capture._strategies import EXPORT_LOCK
+from onnx_export.errors import CaptureError
 
 __all__ = ["DecompositionReport", "decompose"]
 
@@ -253,6 +255,22 @@ def _keeping_new_constants(program: ExportedProgram) -> Iterator[None]:
         trace._materialize_and_lift_constants = lift
 
 
+def _retrace_error(error: Exception) -> Exception:
+    """The error of a failed re-trace for decomposition.
+
+    A data-dependent size (the capture itself worked) becomes a ``CaptureError`` at the
+    model's line; any other failure is returned as it came.
+    """
+    line = data_dependent_line([error])
+    if line is None:
+        return error
+    return CaptureError(
+        f"{line.first_line()} (torch.export captured it, and failed when re-tracing the "
+        "program to decompose ops ONNX lacks)\n"
+        f"Next steps: {line.next_steps()} torch's error is chained below."
+    )
+
+
 def decompose(
     program: ExportedProgram, registry: OnnxRegistry, *, always: bool = False
 ) -> tuple[ExportedProgram, DecompositionReport]:
@@ -275,7 +293,11 @@ def decompose(
     # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:
     # "Cannot view a tensor with shape ... and strides").
     with EXPORT_LOCK, torch.no_grad(), _keeping_new_constants(program):
-        program = _without_effect_tokens(program.run_decompositions(_table(registry, program)))
+        try:
+            decomposed = program.run_decompositions(_table(registry, program))
+        except Exception as e:
+            raise _retrace_error(e) from e
+        program = _without_effect_tokens(decomposed)
     after = {str(t) for t in _call_targets(program.graph_module)}
     remove_assertions(program)
     return program, DecompositionReport(True, why, tuple(sorted(before - after)))

@@ -20,7 +20,9 @@ import torch
 from torch.export import ExportedProgram
 
 from onnx_export.capture._dynamo_caches import forget_compiled_code
+from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
@@ -166,11 +168,15 @@ def _torch_export(
     # Nodes located at their own line, not forward's; no compiled loop body reused later;
     # float16 overflow guards (BART's `if not isfinite(x).all(): clamp`) traced as selects.
     guards = not strict and has_float16_tensors(model, (args, kwargs))
+    # a mixture of experts' loop over the experts that got tokens runs over every expert;
+    # images packed in one sequence attend as one masked attention, not chunk by chunk.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
         recurrent_ops(),
         finite_branches(guards),
+        every_expert(),
+        packed_attention(model),
     ):
         return torch.export.export(
             model,

@@ -70,6 +70,7 @@ from onnx_export.program._verify import (
 )
 from onnx_export.reporting._records import origin_locations
 from onnx_export.translation._dispatch import Dispatch
+from onnx_export.translation._naming import names_for_signature
 
 __all__ = ["ONNXProgram"]
 
@@ -424,14 +425,38 @@ class ONNXProgram:
             assert self._eager_model is not None  # a deployed reference ran
             cause = path_cause(self._eager_model, self._training())
             return VerificationResult(outputs, None, note, reference, cause)
-        feed = dict(zip(module.input_names, flat, strict=True))
+        feed = self._captured_order(dict(zip(module.input_names, flat, strict=True)))
         upcast = list(module._upcast)
 
         def run(model: ir.Model, feed: dict[str, Any]) -> list[Any]:
             return run_model(model, feed, upcast)
 
-        culprit = find_culprit(program, self._decisions, canonical, feed, run, rtol, atol)
+        try:
+            culprit = find_culprit(program, self._decisions, canonical, feed, run, rtol, atol)
+        except Exception as e:  # the search for a culprit must not hide the mismatch found
+            first = (str(e).strip().splitlines() or [""])[0]
+            cause = (
+                "the search for the first diverging node failed "
+                f"({type(e).__name__}: {first}); the outputs differ all the same"
+            )
+            return VerificationResult(outputs, None, note, reference, cause)
         return VerificationResult(outputs, culprit, note, reference)
+
+    def _captured_order(self, feed: dict[str, Any]) -> dict[str, Any]:
+        """``feed`` in the captured program's order of inputs.
+
+        The culprit search's debug graph names its inputs positionally, in that order;
+        keyword inputs may come in another.
+        """
+        if self._signature is None or self.exported_program is None:
+            return feed
+        try:
+            _, names, _ = names_for_signature(self._signature, self.exported_program)
+        except Exception:  # a call torch captured in a form the names do not follow
+            return feed
+        if sorted(names) != sorted(feed):
+            return feed
+        return {name: feed[name] for name in names}
 
     def _traced(self, canonical: tuple[tuple[Any, ...], dict[str, Any]]) -> list[torch.Tensor]:
         """The captured program's outputs; the buffers it updates are put back after."""

@@ -22,6 +22,7 @@ __all__ = [
     "MergedDimName",
     "dim_names_from_program",
     "graph_names",
+    "names_for_signature",
     "warn_merged_dim_names",
     "check_int_bounds",
     "int_range",
@@ -366,7 +367,13 @@ def graph_names(
 
     The graph inputs are the tensors and the Python ints marked dynamic (SymInts).
     """
-    signature = inspect.signature(model.forward)
+    return names_for_signature(inspect.signature(model.forward), program)
+
+
+def names_for_signature(
+    signature: inspect.Signature, program: ExportedProgram
+) -> tuple[list[str], list[str], list[str]]:
+    """:func:`graph_names` for a module's ``forward`` signature; inputs in captured order."""
     positional = [  # the captured call: positional parameters keep their names
         p.name
         for p in signature.parameters.values()

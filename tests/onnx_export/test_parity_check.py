@@ -111,6 +111,29 @@ def test_a_wrong_translation_is_a_parity_warning_at_the_models_line() -> None:
     assert not np.allclose(program(x).numpy(), model(x).detach().numpy(), atol=1e-4)  # type: ignore[operator]  # an ONNXProgram
 
 
+class _TwoInputs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)) * ids[:, None]  # the line a wrong relu is reported at
+
+
+def test_keyword_inputs_out_of_order_still_name_the_diverging_node() -> None:
+    """Keyword inputs given in another order than ``forward``'s (a VLM's
+    ``pixel_values=..., input_ids=...``): the culprit search fed each to the other's
+    graph input ("Unexpected input data type") and the default check, failing itself,
+    went quiet: a wrong export without a warning. A mismatch is always a warning."""
+    model = _TwoInputs().eval()
+    inputs = {"ids": torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), "x": torch.randn(8, 4)}
+    _, caught = _export(model, kwargs=inputs, onnx_registry=_wrong_relu_registry())
+    assert [w.category for w in caught] == [ParityWarning]
+    message = str(caught[0].message)
+    assert "relu_as_identity" in message, message
+    assert pathlib.Path(caught[0].filename).resolve() == THIS_FILE
+
+
 def test_verify_true_makes_the_mismatch_an_error() -> None:
     model, x = _Relu().eval(), torch.randn(8, 4)
     with pytest.raises(VerificationError, match=r"relu .*relu_as_identity"):

@@ -149,3 +149,76 @@ def test_float_powers_keep_pow() -> None:
     base, exponent = torch.rand(4) + 0.5, torch.randn(4)
     program = export_and_check(Power(), base, exponent)
     assert [n.op_type for n in program.model_proto.graph.node] == ["Pow"]
+
+
+class OtherPathWhenTraced(torch.nn.Module):
+    """Autoformer's attention: a line that fails only as traced (its mask is None eagerly)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            return x.view(7, -1)  # the line that fails as traced
+        return x * 2
+
+
+def test_a_failure_at_a_models_line_names_it_first() -> None:
+    """A capture failure that is not data-dependent (``shape '[...]' is invalid``): the
+    first line said only "every strategy failed"; it names the model's line now."""
+    with pytest.raises(onnx_export.CaptureError) as caught:
+        onnx_export.dynamo_export(OtherPathWhenTraced(), torch.randn(3, 5))
+    first = str(caught.value).splitlines()[0]
+    source = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "the line that fails as" in text)
+    assert f"test_transformers_testers_classes.py:{line}" in first, first
+    assert "RuntimeError: shape '[7, -1]' is invalid" in first, first
+
+
+class ByteGroupHash(torch.nn.Module):
+    """BLT's hashed n-gram ids: a rolling hash that overflows int64 from three bytes on."""
+
+    def __init__(self, group_size: int) -> None:
+        super().__init__()
+        self.group_size = group_size
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from transformers.models.blt.modeling_blt import byte_group_hash_function
+
+        return byte_group_hash_function(ids, self.group_size)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("group_size", [3, 8])
+def test_an_int64_sum_wraps_around_as_torch_does(group_size: int) -> None:
+    """ONNX Runtime's int64 ``ReduceSum`` saturated at 2**63 - 1; BLT's hash ids were off
+    (its hashed embeddings by up to 5, with a parity warning)."""
+    options = onnx_export.ExportOptions(dynamic_shapes={"ids": {0: "batch", 1: "seq"}})
+    ids = torch.randint(0, 256, (3, 7))
+    program = export_and_check(ByteGroupHash(group_size), ids=ids, options=options)
+    other = torch.randint(0, 256, (2, 5))
+    torch.testing.assert_close(program(ids=other), ByteGroupHash(group_size)(other), rtol=0, atol=0)
+
+
+class BranchOnValue(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # the data-dependent line
+            return x * 2
+        return x
+
+
+def test_a_data_dependent_failure_while_decomposing_names_the_models_line() -> None:
+    """FLAVA's pre-training head: torch.export captured it, and its re-trace for
+    decomposition failed on an unbacked size ("The export failed unexpectedly:
+    GuardOnDataDependentSymNode"). Such a failure becomes a ``CaptureError`` whose first
+    line names the model's line; torch's own error of that kind stands in here."""
+    from onnx_export.capture._decomp import _retrace_error
+
+    try:
+        torch.export.export(BranchOnValue(), (torch.randn(3),), strict=False)
+    except Exception as e:
+        error = _retrace_error(e)
+    assert isinstance(error, onnx_export.CaptureError)
+    first = str(error).splitlines()[0]
+    source = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "# the data-dependent line" in text)
+    assert f"test_transformers_testers_classes.py:{line}" in first, first
+    assert "re-tracing" in first
+    other = ValueError("not data-dependent")
+    assert _retrace_error(other) is other

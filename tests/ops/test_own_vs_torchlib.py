@@ -338,6 +338,27 @@ _POWER = [
          (_d(0, 1), _d(0, 1)), atol=1e-4),
 ]  # fmt: skip
 
+_BIG = 4_000_000_000_000_000_000  # three of them overflow int64: torch wraps around
+
+_SUM = [
+    Case("aten::sum.dim_IntList", "sum_int64_wraps_dynamic",
+         lambda x: x.sum(-1),
+         lambda: (_i(3, 4, low=-9, high=9) * _BIG,),
+         lambda: (_i(5, 6, low=-9, high=9, seed=1) * _BIG,),
+         (_d(0, 1),)),
+    Case("aten::sum.dim_IntList", "sum_float_keepdim_dynamic",
+         lambda x: x.sum((0, 2), keepdim=True),
+         lambda: (_r(3, 4, 2),), lambda: (_r(5, 6, 3, seed=1),), (_d(0, 1, 2),), atol=1e-4),
+    Case("aten::sum", "sum_bool_all_dynamic",
+         lambda x: (x > 0).sum(),
+         lambda: (_r(3, 4),), lambda: (_r(5, 6, seed=1),), (_d(0, 1),)),
+    Case("aten::sum", "sum_int64_all_wraps_dynamic",
+         lambda x: x.sum(),
+         lambda: (_i(3, 4, low=-9, high=9) * _BIG,),
+         lambda: (_i(5, 6, low=-9, high=9, seed=1) * _BIG,),
+         (_d(0, 1),)),
+]  # fmt: skip
+
 _ATTENTION = [
     Case("aten::scaled_dot_product_attention", "sdpa_dynamic_seq",
          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
@@ -422,7 +443,8 @@ _FFT = [
 ]  # fmt: skip
 
 CASES = [
-    *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_ATTENTION, *_ROLL, *_FFT
+    *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_SUM, *_ATTENTION,
+    *_ROLL, *_FFT,
 ]  # fmt: skip
 
 
