@@ -12,6 +12,7 @@ GPU; the binding logic is tested with CPU tensors.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,9 @@ class CudaIOBinding:
         self, session: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
     ) -> None:
         self._session = session
+        run_options = importlib.import_module("onnxruntime").RunOptions()
+        run_options.log_severity_level = 4  # failures raise; no raw log line beside them
+        self._run_options = run_options
         self._inputs = tuple(
             (t.name, element_type(onnx_value_dtype(t.dtype)), onnx_value_shape(t)) for t in inputs
         )
@@ -105,7 +109,7 @@ class CudaIOBinding:
         keep_alive, dims = self._bind_inputs(torch, binding, tensors, device, device_id)
         outputs = self._bind_outputs(torch, binding, dims, device, device_id)
         torch.cuda.current_stream(device).synchronize()  # inputs written by torch are ready
-        self._session.run_with_iobinding(binding)
+        self._session.run_with_iobinding(binding, self._run_options)
         binding.synchronize_outputs()
         del keep_alive
         if any(out is None for out in outputs):

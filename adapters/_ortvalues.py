@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._dtypes import ONNX_ELEMENT_TYPES, numpy_dtype, onnx_value_dtype
+from ._session_checks import quiet_run_options
 from ._spec import TensorSpec
 
 __all__ = ["OrtValueRunner", "needs_ortvalues"]
@@ -48,6 +49,7 @@ class OrtValueRunner:
     ) -> None:
         self._ort = ort
         self._session = session
+        self._run_options = quiet_run_options(ort) if ort is not None else None
         self._inputs = [(t.name, ONNX_ELEMENT_TYPES.get(onnx_value_dtype(t.dtype))) for t in inputs]
         self._output_names = [t.name for t in outputs]
         self._output_dtypes = [onnx_value_dtype(t.dtype) for t in outputs]
@@ -68,7 +70,7 @@ class OrtValueRunner:
             else:
                 bits = array.view(np.dtype(f"u{array.dtype.itemsize}"))
                 feed[name] = make.ortvalue_from_numpy_with_onnx_type(bits, element_type)
-        values = self._session.run_with_ort_values(self._output_names, feed)
+        values = self._session.run_with_ort_values(self._output_names, feed, self._run_options)
         return [
             _to_numpy(value, dtype, name)
             for value, dtype, name in zip(

@@ -22,6 +22,7 @@ from ._session_checks import (
     check_spec_fits_session,
     model_run_error,
     open_session,
+    quiet_run_options,
     read_spec,
     resolve_providers,
 )
@@ -99,6 +100,7 @@ class OnnxModule:
         )
         upcast = [upcast] if isinstance(upcast, str) else list(upcast)
         self._session = open_session(ort, model, session_options, resolved, upcast)
+        self._run_options = quiet_run_options(ort)
         self._upcast = tuple(upcast)
         self._spec = spec if spec is not None else read_spec(self._session)
         self._input_adapter: InputAdapter | None = None
@@ -170,7 +172,7 @@ class OnnxModule:
                         break
                 else:  # plain numpy arrays: straight to the session
                     feed = dict(zip(self._input_names, arrays))  # noqa: B905  # same length; strict= is slow
-                    outputs = self._session.run(self._output_names, feed)
+                    outputs = self._session.run(self._output_names, feed, self._run_options)
                     return self._output_adapter(outputs)
             outputs = self._run_general(arrays)
         except Exception as e:
@@ -202,7 +204,7 @@ class OnnxModule:
         if self._ortvalues is not None:
             return self._ortvalues.run(arrays)
         feed = dict(zip(self._input_names, arrays, strict=True))
-        return list(self._session.run(self._output_names, feed))
+        return list(self._session.run(self._output_names, feed, self._run_options))
 
     def _call_flat(self, args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
         names = self._input_names
@@ -221,7 +223,7 @@ class OnnxModule:
             )
         arrays = [feed[n] for n in names]
         if all(type(a) is np.ndarray for a in arrays):
-            return list(self._session.run(self._output_names, feed))
+            return list(self._session.run(self._output_names, feed, self._run_options))
         return self._run_general(arrays)
 
     def _make_runners(

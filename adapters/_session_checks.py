@@ -355,3 +355,16 @@ def _check_side(side: str, leaves: Sequence[LeafSpec], graph_args: Sequence[Any]
             raise spec_error(
                 f"{side}[{i}].tensor.shape", f"a shape that fits the graph's {graph_shape}", shape
             )
+
+
+def quiet_run_options(ort: Any) -> Any:
+    """``RunOptions`` under which a failing run logs nothing to stderr.
+
+    A run that fails raises, and the adapter turns the exception into its own typed error
+    (``ModelRunError``, with ONNX Runtime's message inside); ONNX Runtime's own log line for
+    the same failure ("[E:onnxruntime:...] Non-zero status code ...") would be a raw second
+    copy on the user's terminal, also for the runs an export makes to check itself.
+    """
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # fatal only
+    return options

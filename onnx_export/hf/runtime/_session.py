@@ -154,6 +154,7 @@ class StepSession:
         #: Beam reordering and rewinds, on the cache's device (numpy on the CPU).
         self.cache_ops = CacheOps(self.session.get_providers(), self._device, self.device == "cpu")
         self._run_options = self.run_options = _C.RunOptions()
+        self.run_options.log_severity_level = 4  # a failing run raises; no raw log line too
         self._outputs = {o.name: o for o in self.session.get_outputs()}
         self.fixed_inputs: dict[str, Value] = {}
         metadata = self.session.get_modelmeta().custom_metadata_map
