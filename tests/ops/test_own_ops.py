@@ -82,6 +82,10 @@ def _x() -> tuple[torch.Tensor]:
     return (_rand(3, 4),)
 
 
+def _six() -> tuple[torch.Tensor]:
+    return (_rand(2, 6),)
+
+
 def _positive() -> tuple[torch.Tensor]:
     return (_rand(3, 4, low=0.1, high=6.0),)
 
@@ -466,6 +470,10 @@ _COMPLEX = [
 ]
 
 _RANGES = [
+    # float results counted in double: 6 elements (float32 counting gave 5)
+    _case("aten::arange.start_step", lambda x: aten.arange.start_step(1 / 6, 1.0, 1 / 6) + x, _six),
+    _case("aten::arange.start", lambda x: x + aten.arange.start(0.5, 6.5), _six),
+    _case("aten::arange", lambda x: x + aten.arange(6.0, dtype=torch.float16), _six),
     _case("aten::linspace", lambda x: x + aten.linspace(-4, 4, 4), _x),
     _case(
         "aten::linspace.Tensor_Tensor",
