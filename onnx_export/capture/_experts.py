@@ -49,6 +49,16 @@ def _is_traced(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, torch._subclasses.fake_tensor.FakeTensor)
 
 
+class _ExpertIndex(list[int]):
+    """``[index]``, with the tensor methods a loop body calls on ``nonzero()``'s rows."""
+
+    def item(self) -> int:
+        return self[0]
+
+    def tolist(self) -> list[int]:
+        return list(self)
+
+
 @contextlib.contextmanager
 def every_expert() -> Iterator[None]:
     """Loops over the experts a mixture of experts' router hit go over every expert.
@@ -80,7 +90,10 @@ def every_expert() -> Iterator[None]:
         hit = hits.get(id(self))
         if hit is None or hit[0]() is not self:
             return iter(iterate(self))
-        return iter([torch.tensor([index]) for index in range(hit[1])])
+        # One-element lists of Python ints: they index as ``tensor([index])`` does, their
+        # ``[0]`` is a plain int (a static select; NLLB-MoE's ``f"expert_{expert_idx[0]}"``
+        # names the module as eager's 0-d tensor does, a fake one would not).
+        return iter([_ExpertIndex([index]) for index in range(hit[1])])
 
     patches: list[tuple[Any, str, Any]] = [
         (torch.Tensor, "nonzero", nonzero_method),

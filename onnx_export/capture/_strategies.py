@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
@@ -169,7 +170,8 @@ def _torch_export(
     # float16 overflow guards (BART's `if not isfinite(x).all(): clamp`) traced as selects.
     guards = not strict and has_float16_tensors(model, (args, kwargs))
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
-    # images packed in one sequence attend as one masked attention, not chunk by chunk.
+    # images packed in one sequence attend as one masked attention, not chunk by chunk;
+    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router).
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -177,6 +179,7 @@ def _torch_export(
         finite_branches(guards),
         every_expert(),
         packed_attention(model),
+        unchanged_module_casts(),
     ):
         return torch.export.export(
             model,

@@ -77,3 +77,43 @@ def test_a_loop_over_nonzero_elsewhere_is_still_refused_with_its_line() -> None:
         onnx_export.dynamo_export(Routed(), torch.tensor([1.0, -2.0, 3.0]))
     first = str(caught.value).splitlines()[0]
     assert "test_experts_loops.py:" in first and "data-dependent" in first
+
+
+class NamedExperts(torch.nn.ModuleDict):
+    """NLLB-MoE's kind: experts looked up by ``f"expert_{expert_idx[0]}"``, a router cast
+    to its own dtype inside ``forward`` (``.to()`` that converts nothing)."""
+
+    def __init__(self, experts: int = 4, width: int = 8) -> None:
+        super().__init__({f"expert_{i}": torch.nn.Linear(width, width) for i in range(experts)})
+        self.num_experts = experts
+        self.router = torch.nn.Linear(width, experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.router = self.router.to(torch.float32)  # a no-op cast, as NLLB-MoE's router
+        choice = self.router(x).argmax(-1)
+        mask = torch.nn.functional.one_hot(choice, self.num_experts).T  # (experts, tokens)
+        out = torch.zeros_like(x)
+        for expert_idx in torch.greater(mask.sum(-1), 0).nonzero():
+            (tokens,) = torch.where(mask[expert_idx].squeeze(0))
+            out.index_add_(0, tokens, self[f"expert_{expert_idx[0]}"](x[tokens]))
+        return out
+
+
+def test_experts_named_by_index_and_a_no_op_module_cast() -> None:
+    torch.manual_seed(0)
+    model = NamedExperts().eval()
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "tokens"}})
+    program = export_and_check(model, torch.randn(6, 8), options=options)
+    assert_onnx_program_close(program, model, torch.randn(2, 8))  # most experts get none
+    assert model.router.weight.dtype == torch.float32  # the user's model is untouched
+
+
+def test_a_module_cast_that_converts_is_still_applied() -> None:
+    """Only casts that change nothing skip ``_apply``; a real one converts as eagerly."""
+    from onnx_export.capture._module_casts import unchanged_module_casts
+
+    layer = torch.nn.Linear(2, 2)
+    with unchanged_module_casts():
+        assert layer.to(torch.float32) is layer
+        assert layer.to(torch.float64).weight.dtype == torch.float64
+    assert torch.nn.Linear.to is torch.nn.Module.to  # restored
