@@ -106,14 +106,19 @@ class CausalLMWithPast(nn.Module):
         past_key_values: list[dict[str, torch.Tensor]],
     ) -> dict[str, Any]:
         """One step: the prompt (past length 0) or the next tokens."""
-        cache = dynamic_cache(past_key_values)
-        out = self.model(
+        return self.step(
+            past_key_values,
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            use_cache=True,
-            **{self.cache_keyword: cache},
         )
+
+    def step(
+        self, past_key_values: list[dict[str, torch.Tensor]], **inputs: torch.Tensor
+    ) -> dict[str, Any]:
+        """The model on ``inputs`` (its keyword arguments) and the flat past: logits, presents."""
+        cache = dynamic_cache(past_key_values)
+        out = self.model(**inputs, use_cache=True, **{self.cache_keyword: cache})
         return {"logits": out.logits, "present": flat(output_cache(out).layers)}
 
 

@@ -28,13 +28,10 @@ from onnx_export.hf.export.graphs._base import (
     PAST,
     PAST_DIMS,
     SEQUENCE,
+    CausalLMWithPast,
     GraphSpec,
     accepts,
-    cache_keyword,
-    dynamic_cache,
     example_ids,
-    flat,
-    output_cache,
 )
 from onnx_export.hf.export.graphs._vision import example_pixels
 
@@ -115,15 +112,10 @@ class TokenEmbedding(nn.Module):
         return {"inputs_embeds": self.embedding(input_ids)}
 
 
-class EmbedsDecoderWithPast(nn.Module):
+class EmbedsDecoderWithPast(CausalLMWithPast):
     """The whole model on ``inputs_embeds`` with its past flat; returns logits and presents."""
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.cache_keyword = cache_keyword(model)
-
-    def forward(
+    def forward(  # embeddings in, not token ids
         self,
         inputs_embeds: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -131,15 +123,12 @@ class EmbedsDecoderWithPast(nn.Module):
         past_key_values: list[dict[str, torch.Tensor]],
     ) -> dict[str, Any]:
         """One step: the prompt's embeddings (past length 0) or the next token's."""
-        cache = dynamic_cache(past_key_values)
-        out = self.model(
+        return self.step(
+            past_key_values,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            use_cache=True,
-            **{self.cache_keyword: cache},
         )
-        return {"logits": out.logits, "present": flat(output_cache(out).layers)}
 
 
 @contextlib.contextmanager
@@ -189,17 +178,14 @@ class EmbedsDecoderWithTypes(EmbedsDecoderWithPast):
         past_key_values: list[dict[str, torch.Tensor]],
     ) -> dict[str, Any]:
         """One step, the image blocks of the sequence marked in ``token_type_ids``."""
-        cache = dynamic_cache(past_key_values)
         with _masks_without_vmap():
-            out = self.model(
+            return self.step(
+                past_key_values,
                 inputs_embeds=inputs_embeds,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 token_type_ids=token_type_ids,
-                use_cache=True,
-                **{self.cache_keyword: cache},
             )
-        return {"logits": out.logits, "present": flat(output_cache(out).layers)}
 
 
 def _text_config(config: Any) -> Any:
