@@ -16,6 +16,7 @@ In the order an export runs them:
 - ``_experts``: a mixture of experts' loop over the experts that got tokens, over every
   expert (the number of hit experts is data);
 - ``_module_casts``: ``module.to(...)`` in ``forward`` that converts nothing, a no-op;
+- ``_transformers_masks``: transformers' masks with extra patterns built without ``vmap``;
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and

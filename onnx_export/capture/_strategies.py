@@ -28,6 +28,7 @@ from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
+from onnx_export.capture._transformers_masks import masks_without_vmap
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -171,7 +172,8 @@ def _torch_export(
     guards = not strict and has_float16_tensors(model, (args, kwargs))
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
     # images packed in one sequence attend as one masked attention, not chunk by chunk;
-    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router).
+    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
+    # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4).
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -180,6 +182,7 @@ def _torch_export(
         every_expert(),
         packed_attention(model),
         unchanged_module_casts(),
+        masks_without_vmap(),
     ):
         return torch.export.export(
             model,

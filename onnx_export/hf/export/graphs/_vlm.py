@@ -16,13 +16,12 @@ embeds its one new token. Nothing in the graphs depends on where the image token
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.hf.export.graphs._base import (
     BATCH,
     PAST,
@@ -131,36 +130,6 @@ class EmbedsDecoderWithPast(CausalLMWithPast):
         )
 
 
-@contextlib.contextmanager
-def _masks_without_vmap() -> Iterator[None]:
-    """Transformers' mask builders asked to index rather than ``vmap`` inside the block.
-
-    transformers builds a mask that has an extra pattern (Gemma 3's bidirectional image
-    blocks over its sliding window) with ``torch.vmap``, which torch.export leaves as
-    functorch ops no ONNX function has. The patterns it adds here (``blockwise_overlay``,
-    ``sliding_window_overlay``) index tensors, so the mask built by broadcasting (the
-    builders' default path) is the same mask.
-    """
-    from transformers.masking_utils import AttentionMaskInterface
-
-    mapping = AttentionMaskInterface._global_mapping
-    originals = dict(mapping)
-
-    def indexed(original: Any) -> Any:
-        def build(*args: Any, **kwargs: Any) -> Any:
-            return original(*args, **{**kwargs, "use_vmap": False})
-
-        return build
-
-    for name in ("sdpa", "eager"):
-        if name in mapping:
-            mapping[name] = indexed(mapping[name])
-    try:
-        yield
-    finally:
-        mapping.update(originals)
-
-
 class EmbedsDecoderWithTypes(EmbedsDecoderWithPast):
     """:class:`EmbedsDecoderWithPast` with ``token_type_ids`` (1 on image tokens), Gemma 3's.
 
@@ -178,7 +147,7 @@ class EmbedsDecoderWithTypes(EmbedsDecoderWithPast):
         past_key_values: list[dict[str, torch.Tensor]],
     ) -> dict[str, Any]:
         """One step, the image blocks of the sequence marked in ``token_type_ids``."""
-        with _masks_without_vmap():
+        with masks_without_vmap():  # also applied by capture; explicit for this wrapper
             return self.step(
                 past_key_values,
                 inputs_embeds=inputs_embeds,
