@@ -19,12 +19,14 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export.capture._cdist import cdist_decided
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
+from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
@@ -171,7 +173,9 @@ def _torch_export(
     guards = not strict and has_float16_tensors(model, (args, kwargs))
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
     # images packed in one sequence attend as one masked attention, not chunk by chunk;
-    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router).
+    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
+    # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
+    # do not need.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -180,6 +184,8 @@ def _torch_export(
         every_expert(),
         packed_attention(model),
         unchanged_module_casts(),
+        sdpa_causal_flag(),
+        cdist_decided(),
     ):
         return torch.export.export(
             model,
