@@ -30,6 +30,7 @@ from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
+from onnx_export.capture._unfold import unfold_preconditions
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -186,6 +187,7 @@ def _torch_export(
         unchanged_module_casts(),
         sdpa_causal_flag(),
         cdist_decided(),
+        unfold_preconditions(),
     ):
         return torch.export.export(
             model,

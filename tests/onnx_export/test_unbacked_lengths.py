@@ -5,8 +5,9 @@ Mimi its audio frames from padding computed from the input: the length is an unb
 size under torch.export. transformers' SDPA attention then asked ``q_length > 1`` even
 with a mask given (the answer cannot matter: ``capture/_sdpa_causal.py``), and
 ``torch.cdist`` asked ``rows > 25`` though the other side's rows decide the mode
-(``capture/_cdist.py``). Each export is checked against eager at the example and at
-other values of the length.
+(``capture/_cdist.py``), and ``unfold`` (Mistral3's patch merger) asked whether the grid's
+sizes are non-zero, its own precondition (``capture/_unfold.py``). Each export is
+checked against eager at the example and at other values of the length.
 """
 
 from __future__ import annotations
@@ -84,3 +85,44 @@ def test_without_the_mode_the_cdist_line_is_refused(monkeypatch: pytest.MonkeyPa
         onnx_export.dynamo_export(Quantize(), torch.randn(40, 8), torch.tensor(7))
     first = str(caught.value).splitlines()[0]
     assert "test_unbacked_lengths.py:" in first and "torch.cdist" in first
+
+
+class PatchMerger(torch.nn.Module):
+    """Mistral3's patch merger on the patches of ``image_sizes`` (a count read from data,
+    as Pixtral's tower gives it): ``unfold`` of each image's grid of patches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        config = transformers.Mistral3Config(
+            vision_config={"model_type": "pixtral", "hidden_size": 8, "patch_size": 6},
+            spatial_merge_size=2,
+        )
+        torch.manual_seed(0)
+        modeling = transformers.models.mistral3.modeling_mistral3
+        self.merger = modeling.Mistral3PatchMerger(config).eval()
+
+    def forward(self, patches: torch.Tensor, image_sizes: torch.Tensor) -> torch.Tensor:
+        count = (image_sizes // 6).prod(-1).sum().item()
+        torch._check(count <= patches.shape[0])
+        return self.merger(patches[:count], image_sizes)
+
+
+def test_mistral3_patch_merger_unfolds_grids_sized_by_image_sizes() -> None:
+    """``unfold`` states its own precondition (non-zero sizes, a block per axis)."""
+    model, patches = PatchMerger(), torch.randn(50, 8)
+    with torch.no_grad():
+        program = export_and_check(model, patches, torch.tensor([[30, 30], [30, 30]]))
+        for sizes in ([[24, 18], [12, 30]], [[12, 12], [30, 24]]):
+            assert_onnx_program_close(program, model, patches, torch.tensor(sizes))
+    assert torch.nn.functional.unfold.__module__ == "torch.nn.functional"  # restored
+
+
+def test_without_the_preconditions_the_unfold_line_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(strategies, "unfold_preconditions", contextlib.nullcontext)
+    sizes = torch.tensor([[30, 30], [30, 30]])
+    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
+        onnx_export.dynamo_export(PatchMerger(), torch.randn(50, 8), sizes)
+    first = str(caught.value).splitlines()[0]
+    assert "modeling_mistral3.py:" in first and "unfold" in first
