@@ -19,16 +19,19 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export.capture._cdist import cdist_decided
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
+from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._transformers_masks import masks_without_vmap
+from onnx_export.capture._unfold import unfold_preconditions
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -173,7 +176,9 @@ def _torch_export(
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
     # images packed in one sequence attend as one masked attention, not chunk by chunk;
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
-    # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4).
+    # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
+    # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
+    # do not need.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -183,6 +188,9 @@ def _torch_export(
         packed_attention(model),
         unchanged_module_casts(),
         masks_without_vmap(),
+        sdpa_causal_flag(),
+        cdist_decided(),
+        unfold_preconditions(),
     ):
         return torch.export.export(
             model,
