@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -10,16 +9,40 @@ import pathlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from onnx_export.hf._errors import CheckpointError
 from onnx_export.hf._tasks import TASKS, model_class, read_checkpoint, resolve_task
+from onnx_export.hf.export._folder import (
+    MANIFEST_NAME,
+)
+from onnx_export.hf.export._folder import (
+    check_output as _check_output,
+)
+from onnx_export.hf.export._folder import (
+    copy_side_files as _copy_side_files,
+)
+from onnx_export.hf.export._folder import (
+    replace_folder as _replace_folder,
+)
+from onnx_export.hf.export._precision import (
+    Precision,
+)
+from onnx_export.hf.export._precision import (
+    check_dtype as _check_dtype,
+)
+from onnx_export.hf.export._precision import (
+    default_dtype as _default_dtype,
+)
+from onnx_export.hf.export._precision import (
+    in_dtype as _in_dtype,
+)
+from onnx_export.hf.export._precision import (
+    narrow_args as _narrow_args,
+)
 
 __all__ = ["ExportedCheckpoint", "export_pretrained", "MANIFEST_NAME"]
-
-#: What the runtime reads first in an exported folder: the task and the files.
-MANIFEST_NAME = "onnx_export.json"
 
 # Tasks whose model type the architecture table does not name load with these.
 _AUTO_CLASSES = {
@@ -42,27 +65,6 @@ _AUTO_CLASSES = {
     "image-text-to-text": "AutoModelForImageTextToText",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
 }
-
-# Files copied beside the model so that the folder is self-contained (no weights).
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "spiece.model",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-    "chat_template.jinja",
-    "chat_template.json",
-    "normalizer.json",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +96,6 @@ class ExportedCheckpoint:
 
 
 #: ``export_pretrained``'s ``dtype``: the precision of the weights and the graphs.
-Precision = Literal["float32", "float16", "bfloat16"]
 
 
 def _load_model(path: pathlib.Path, task: str, model_type: str, dtype: Precision) -> Any:
@@ -140,62 +141,6 @@ def _check_target(target: str) -> None:
             f"target={target!r} is not available in this version of onnx_export "
             "(ExportOptions has no 'target'); use target='onnx'."
         )
-
-
-def _check_dtype(dtype: str) -> None:
-    if dtype not in ("float32", "float16", "bfloat16"):
-        raise CheckpointError(
-            f"dtype must be 'float32', 'float16' or 'bfloat16', got {dtype!r}. float16 is "
-            "the usual choice for CUDA; bfloat16 runs on CUDA (and on CPU computing in "
-            "float32, upcast=['bfloat16'])."
-        )
-
-
-def _in_dtype(model: Any, dtype: Precision) -> Any:
-    """``model`` with floating weights in ``dtype``: itself, or a converted copy.
-
-    Buffers a model keeps in float32 on purpose (rotary ``inv_freq``) stay as they are
-    when the weights already have the dtype, as ``from_pretrained(dtype=...)`` leaves them;
-    so do the modules it names in ``_keep_in_fp32_modules`` (T5's ``wo``), in a copy too.
-    """
-    import copy
-
-    import torch
-
-    from onnx_export.capture._half import in_half_precision, kept_float32_names
-
-    target = getattr(torch, dtype)
-    kept = kept_float32_names(model, dtype)
-    named = model.named_parameters()
-    floats = [p.dtype for n, p in named if p.is_floating_point() and n not in kept]
-    if all(d == target for d in floats):
-        return model
-    return (
-        in_half_precision(model, dtype) if dtype != "float32" else copy.deepcopy(model).to(target)
-    )
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype: Precision) -> Iterator[None]:
-    import torch
-
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(getattr(torch, dtype))
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
-def _narrow_args(args: Any, dtype: Precision) -> Any:
-    """Floating example inputs (pixels, features) in ``dtype``, as the model takes them."""
-    import torch
-    from torch.utils import _pytree as pytree
-
-    target = getattr(torch, dtype)
-    return pytree.tree_map_only(
-        torch.Tensor, lambda t: t.to(target) if t.is_floating_point() else t, args
-    )
 
 
 def _export_options(
@@ -300,67 +245,6 @@ def _lora_targets(
     from onnx_export.hf.export._lora import lora_target_names
 
     return lora_target_names(lora)
-
-
-def _copy_side_files(source: pathlib.Path | None, model: Any, folder: pathlib.Path) -> list[str]:
-    copied = []
-    if source is not None:
-        for name in _SIDE_FILES:
-            if (source / name).is_file():
-                shutil.copyfile(source / name, folder / name)
-                copied.append(name)
-    if "config.json" not in copied:
-        model.config.to_json_file(folder / "config.json")
-        copied.append("config.json")
-    generation = getattr(model, "generation_config", None)
-    can_generate = getattr(model, "can_generate", lambda: False)()
-    if "generation_config.json" not in copied and generation is not None and can_generate:
-        generation.to_json_file(folder / "generation_config.json")
-        copied.append("generation_config.json")
-    return copied
-
-
-def _check_output(out: pathlib.Path, source: pathlib.Path | None) -> None:
-    """Refuses, before any work, an ``out_dir`` whose replacement would lose the user's files.
-
-    ``out_dir`` may be new, empty, or a folder this exporter wrote (it holds the manifest):
-    only those are replaced. The checkpoint folder itself, a folder above it, a file, or a
-    folder with other files in it are refused.
-    """
-    where = os.fspath(out)
-    if out.exists() and not out.is_dir():
-        raise CheckpointError(f"Output {where!r} exists and is not a folder; name a folder.")
-    if source is not None:
-        checkpoint = source.resolve()
-        if out.resolve() == checkpoint or out.resolve() in checkpoint.parents:
-            raise CheckpointError(
-                f"Output {where!r} would replace the checkpoint {os.fspath(source)!r} (the "
-                "output folder is replaced as a whole); write to another folder, e.g. "
-                f"{os.fspath(checkpoint.with_name(checkpoint.name + '-onnx'))!r}."
-            )
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
-        raise CheckpointError(
-            f"Output {where!r} already holds files that this exporter did not write (it has "
-            f"no {MANIFEST_NAME}); the output folder is replaced as a whole, so name a new or "
-            "empty folder."
-        )
-
-
-def _replace_folder(staged: pathlib.Path, out: pathlib.Path) -> None:
-    """Move ``staged`` to ``out``; an earlier ``out`` is replaced only once all is written."""
-    if not out.exists():
-        staged.rename(out)
-        return
-    if not out.is_dir():
-        raise CheckpointError(f"Output {os.fspath(out)!r} exists and is not a folder.")
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    out.rename(old)
-    try:
-        staged.rename(out)
-    except OSError:
-        old.rename(out)  # put the earlier folder back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def export_pretrained(
