@@ -160,8 +160,8 @@ def in_key_order(value: object, keys: Sequence[str] | None) -> object:
     flattening context names the order the model returned; it is restored here.
 
     Example:
-        >>> in_key_order(OrderedDict(a=1, b=2), ["b", "a"])
-        OrderedDict({'b': 2, 'a': 1})
+        >>> list(in_key_order(OrderedDict(a=1, b=2), ["b", "a"]).items())
+        [('b', 2), ('a', 1)]
     """
     if keys is None or not isinstance(value, OrderedDict) or list(value.keys()) == list(keys):
         return value
