@@ -9,6 +9,7 @@ children).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from ._paths import key_names
 from ._torch import pytree_registry
 from ._treespec import TreeSpec
 
-__all__ = ["tree_unflatten", "compile_unflatten", "allowed_by_name", "Builder"]
+__all__ = ["tree_unflatten", "compile_unflatten", "allowed_by_name", "in_key_order", "Builder"]
 
 Builder = Callable[[Iterator[object]], object]
 """Builds one node, taking its leaves from an iterator."""
@@ -150,6 +151,27 @@ def _dataclass_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | No
     return _kwargs_builder(cls, spec.fields, kids)
 
 
+def in_key_order(value: object, keys: Sequence[str] | None) -> object:
+    """``value`` with its keys in the order ``keys`` names them, when it is an ordered mapping.
+
+    A ``transformers`` ``ModelOutput`` keeps its keys in the order they were set (a
+    decorator adds ``hidden_states`` after the output is made), and its pytree
+    ``unflatten_fn`` rebuilds it through the dataclass constructor, in field order. The
+    flattening context names the order the model returned; it is restored here.
+
+    Example:
+        >>> list(in_key_order(OrderedDict(a=1, b=2), ["b", "a"]).items())
+        [('b', 2), ('a', 1)]
+    """
+    if keys is None or not isinstance(value, OrderedDict) or list(value.keys()) == list(keys):
+        return value
+    if set(value.keys()) != set(keys):
+        return value
+    for key in keys:
+        value.move_to_end(key)
+    return value
+
+
 def _custom_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | None) -> Builder:
     """Rebuild a registered pytree class: torch's ``unflatten_fn`` when possible."""
     context = spec.context_value
@@ -165,7 +187,7 @@ def _custom_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | None)
         register_library_container(cls)  # a transformers cache in a fresh process
     if registry is not None and cls in registry:
         unflatten_fn: Callable[[list[object], Any], object] = registry[cls].unflatten_fn
-        return lambda it: unflatten_fn([k(it) for k in kids], context)
+        return lambda it: in_key_order(unflatten_fn([k(it) for k in kids], context), names)
     if names is not None:
         return _kwargs_builder(cls, names, kids)
     raise UnsupportedValueError(

@@ -23,7 +23,8 @@ In the order an export runs them:
   stack traces that reach each op's line;
 - ``_devices``: weights and inputs on devices that cannot meet;
 - ``_decomp``, ``_inplace``: decomposition only where ONNX needs it, and in-place ops on
-  fresh tensors rewritten out of place.
+  fresh tensors rewritten out of place; ``_output_order``: its re-trace with flat outputs,
+  so a ``ModelOutput``'s keys keep the order the model set them in.
 
 This stage imports no later stage (translation, optimization, reporting, program).
 """

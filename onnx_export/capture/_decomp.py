@@ -34,6 +34,7 @@ from onnx_export._registry import OnnxRegistry
 from onnx_export.capture._data_dependent import data_dependent_line
 from onnx_export.capture._inplace import is_mutating, rewrite_fresh_inplace
 from onnx_export.capture._local_decomp import decompose_locally
+from onnx_export.capture._output_order import flat_outputs
 from onnx_export.capture._strategies import EXPORT_LOCK
 from onnx_export.errors import CaptureError
 
@@ -292,12 +293,18 @@ def decompose(
     # behaviour (dropout, batch norm) was fixed at capture. Re-tracing with grad mode on
     # only adds autograd's view checks, which fail on some attention reshapes (T5, Swin:
     # "Cannot view a tensor with shape ... and strides").
-    with EXPORT_LOCK, torch.no_grad(), _keeping_new_constants(program):
+    with (
+        EXPORT_LOCK,
+        torch.no_grad(),
+        _keeping_new_constants(program),
+        flat_outputs(program) as derived,  # a ModelOutput's keys stay in the captured order
+    ):
         try:
             decomposed = program.run_decompositions(_table(registry, program))
+            derived.append(decomposed)
         except Exception as e:
             raise _retrace_error(e) from e
-        program = _without_effect_tokens(decomposed)
+    program = _without_effect_tokens(decomposed)
     after = {str(t) for t in _call_targets(program.graph_module)}
     remove_assertions(program)
     return program, DecompositionReport(True, why, tuple(sorted(before - after)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -18,6 +18,8 @@ from torch.utils import _pytree as pytree
 
 from onnx_export._dtypes import to_torch_dtype
 from onnx_export.adapters import AdapterSpec, AxisRange, build_adapter_spec
+from onnx_export.adapters._paths import key_names
+from onnx_export.adapters._unflatten import in_key_order
 from onnx_export.capture._shape_fixes import StaticDim, user_dims
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
@@ -49,7 +51,21 @@ def _placeholder(value: ir.Value) -> torch.Tensor:
 
 def _output_structure(program: ExportedProgram, user_outputs: Sequence[Any]) -> Any:
     leaves = [_placeholder(v) if isinstance(v, ir.Value) else v for v in user_outputs]
-    return pytree.tree_unflatten(leaves, program.call_spec.out_spec)
+    return _unflatten_in_order(iter(leaves), program.call_spec.out_spec)
+
+
+def _unflatten_in_order(leaves: Iterator[Any], spec: pytree.TreeSpec) -> Any:
+    """``pytree.tree_unflatten``, with each mapping's keys in the order the spec names them.
+
+    The adapter spec is built by flattening this value, so its leaves must come in the
+    program's output order (a ``ModelOutput``'s ``unflatten_fn`` sorts keys by field).
+    """
+    if spec.is_leaf():
+        return next(leaves)
+    children = [_unflatten_in_order(leaves, child) for child in spec.children()]
+    node = pytree.SUPPORTED_NODES[spec.type]
+    value = node.unflatten_fn(children, spec.context)
+    return in_key_order(value, key_names(spec.context, len(children)))
 
 
 def with_made_static(spec: AdapterSpec, made_static: Sequence[StaticDim]) -> AdapterSpec:

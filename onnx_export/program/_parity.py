@@ -160,6 +160,8 @@ def _failed_message(error: str) -> str:
 
 def _outputs(result: VerificationResult) -> str:
     bad = [o for o in result.outputs if not o.ok]
+    if not bad and result.structure:
+        return "the output structure"
     return ", ".join(f"{o.name} (max abs error {o.max_abs_error:.3g})" for o in bad)
 
 

@@ -60,6 +60,7 @@ from onnx_export.program._modes import (
 )
 from onnx_export.program._save_errors import save_advice, save_cause
 from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
+from onnx_export.program._structure import structure_difference
 from onnx_export.program._verify import (
     OnnxRuntimeRunError,
     VerificationResult,
@@ -410,11 +411,14 @@ class ONNXProgram:
             if traced_first:
                 raise  # verify(): the caller's inputs, the caller's error
             raise OnnxRuntimeRunError(f"{type(e).__name__}: {e}") from e
-        expected, reference = self._reference(args, kwargs, len(got))
+        expected, reference, structure = self._reference(args, kwargs, len(got))
         if expected is None:
             traced = traced if traced is not None else self._traced(canonical)
             expected, reference = traced, "the exported program (exported_program.module())"
         outputs = compare(module.output_names, expected, got, rtol, atol)
+        if structure:  # the numbers are compared in the program's order: no node to blame
+            cause = f"the exported program's output structure differs from eager's ({structure})"
+            return VerificationResult(outputs, None, note, reference, cause, structure)
         if all(o.ok for o in outputs):
             return VerificationResult(outputs, None, note, reference)
         if traced is None:
@@ -466,12 +470,19 @@ class ONNXProgram:
 
     def _reference(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int
-    ) -> tuple[list[torch.Tensor] | None, str]:
-        """The model's outputs as deployed, or ``None`` (no model, or another structure)."""
+    ) -> tuple[list[torch.Tensor] | None, str, str]:
+        """The model's outputs as deployed, the reference's name, the structure difference.
+
+        The outputs are ``None`` without a model or when their count differs; the
+        difference is where eager's output structure departs from the program's.
+        """
         if self._eager_model is None:
-            return None, ""
-        outputs = _tensors(run_deployed(self._eager_model, args, kwargs, self.exported_program))
-        return (outputs if len(outputs) == count else None), DEPLOYED_MODE
+            return None, "", ""
+        eager = run_deployed(self._eager_model, args, kwargs, self.exported_program)
+        assert self.exported_program is not None  # checked by _compare
+        structure = structure_difference(eager, self.exported_program.call_spec.out_spec)
+        outputs = _tensors(eager)
+        return (outputs if len(outputs) == count else None), DEPLOYED_MODE, structure
 
     def _input_adapter(self) -> InputAdapter:
         if self._inputs is None:

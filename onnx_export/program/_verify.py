@@ -120,6 +120,9 @@ class VerificationResult:
         cause: When outputs disagree and no node is to blame, why: the model's eager path
             differs from the traced one (PyTorch's fast paths), or it was exported in
             training mode; empty otherwise.
+        structure: Where the exported program's output structure (fields, keys and
+            their order, number of items) differs from the eager model's; empty when
+            they agree. A difference fails the check whatever the numbers.
 
     Example:
         >>> import torch, onnx_export
@@ -134,11 +137,12 @@ class VerificationResult:
     note: str = ""
     reference: str = ""
     cause: str = ""
+    structure: str = ""
 
     @property
     def ok(self) -> bool:
-        """Whether every output is within tolerance."""
-        return all(o.ok for o in self.outputs)
+        """Whether the output structures agree and every output is within tolerance."""
+        return not self.structure and all(o.ok for o in self.outputs)
 
 
 _NARROW_FLOATS = (
