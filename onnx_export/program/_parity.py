@@ -87,6 +87,9 @@ def _leaves_on(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return ""
 
 
+_RANDOM_DRAWS = "the model draws random numbers"
+
+
 def skip_reason(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Why the default check should not run for this export (``""`` when it should)."""
     if program.exported_program is None or program.adapter_spec is None:
@@ -106,7 +109,7 @@ def skip_reason(program: ONNXProgram, args: tuple[Any, ...], kwargs: dict[str, A
     if randoms:
         ops = sorted({str(n.target) for n in randoms})
         return (
-            f"the model draws random numbers ({', '.join(ops[:3])}), so eager PyTorch and ONNX "
+            f"{_RANDOM_DRAWS} ({', '.join(ops[:3])}), so eager PyTorch and ONNX "
             "Runtime cannot agree; call program.verify(...) on a model without them (eval mode)"
         )
     return _leaves_on(args, kwargs)
@@ -202,6 +205,14 @@ def warn_parity(outcome: ParityOutcome) -> None:
     result = outcome.result
     if outcome.failed:
         warnings.warn(_failed_message(outcome.failed), ParityWarning, stacklevel=3)
+    if result is None and outcome.skipped.startswith(_RANDOM_DRAWS) and not outcome.training:
+        # In eval mode (training mode has its own warning): a user expecting eager's numbers
+        # would get other ones, unannounced.
+        message = (
+            f"The export was not compared with eager PyTorch: {outcome.skipped}. In eval "
+            "mode too, its outputs are draws of ONNX Runtime's random generator, not torch's."
+        )
+        warnings.warn(message, ParityWarning, stacklevel=3)
     if result is None or result.ok:
         return
     outputs, cause = mismatch_summary(result)
