@@ -80,8 +80,9 @@ def _inputs(vlm: Vlm, texts: list[str], images: list[np.ndarray]) -> Any:
 
 
 def _images_of(inputs: Any) -> dict[str, np.ndarray]:
-    """The processor's ``pixel_values``, for our generate()."""
-    return {"pixel_values": inputs["pixel_values"].numpy()}
+    """The processor's ``pixel_values`` (and Qwen2-VL's ``image_grid_thw``), for our generate()."""
+    names = ("pixel_values", "image_grid_thw")
+    return {name: inputs[name].numpy() for name in names if name in inputs}
 
 
 def _theirs(vlm: Vlm, inputs: Any, **kwargs: Any) -> np.ndarray:
@@ -103,9 +104,15 @@ def test_export_writes_three_graphs_and_the_processor(vlm: Vlm) -> None:
 @pytest.mark.parametrize("shape", [(40, 52), (52, 40), (30, 30), (17, 23)], ids=str)
 def test_pixel_values_match_the_image_processor(vlm: Vlm, shape: tuple[int, int]) -> None:
     (image,) = _images(shape)
-    expected = vlm.processor.image_processor(image, return_tensors="np")["pixel_values"]
-    expected = expected.reshape(-1, *expected.shape[-3:])  # Idefics3: (1, images, ...)
-    got = ImageProcessor.from_folder(vlm.folder)([PIL.fromarray(image)])
+    theirs = vlm.processor.image_processor(image, return_tensors="np")
+    expected = theirs["pixel_values"]
+    processor = ImageProcessor.from_folder(vlm.folder)
+    if processor.patched:  # Qwen2-VL: (patches, patch size) and the grid
+        got, grid = processor.patches([PIL.fromarray(image)])
+        np.testing.assert_array_equal(grid, theirs["image_grid_thw"])
+    else:
+        expected = expected.reshape(-1, *expected.shape[-3:])  # Idefics3: (1, images, ...)
+        got = processor([PIL.fromarray(image)])
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
@@ -202,7 +209,7 @@ def test_vlm_checkpoints_resolve_to_the_task(vlm: Vlm) -> None:
 @pytest.mark.parametrize(
     ("model_type", "architecture", "other"),
     [
-        ("qwen2_vl", "Qwen2VLForConditionalGeneration", "feature-extraction"),
+        ("qwen3_vl", "Qwen3VLForConditionalGeneration", "feature-extraction"),
         ("gemma3n", "Gemma3nForConditionalGeneration", "text-generation"),
         ("paligemma", "PaliGemmaForConditionalGeneration", None),
     ],
@@ -230,12 +237,12 @@ def test_cli_refuses_a_family_it_cannot_export(
     from onnx_export.cli import main
 
     (tmp_path / "qwen").mkdir()
-    config = {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}
+    config = {"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"]}
     (tmp_path / "qwen" / "config.json").write_text(json.dumps(config))
     argv = ["hf", str(tmp_path / "qwen"), "-o", str(tmp_path / "out")]
     assert main([*argv, "--task", "image-text-to-text"]) == 2
     err = capsys.readouterr().err
-    assert "qwen2_vl" in err and "llava" in err and "gemma3" in err
+    assert "qwen3_vl" in err and "llava" in err and "qwen2_vl" in err
 
 
 def test_float16_export_matches_eager_logits(vlm: Vlm, tmp_path: pathlib.Path) -> None:

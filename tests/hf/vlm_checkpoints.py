@@ -166,11 +166,63 @@ def _idefics3() -> tuple[Any, Any]:
     return tf.Idefics3ForConditionalGeneration(config), processor
 
 
+def _images_only(processor: type) -> type:
+    """``processor`` without its video processor (transformers' needs torchvision)."""
+
+    class ImagesOnly(processor):  # type: ignore[misc, valid-type]
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return ["image_processor", "tokenizer"]
+
+    ImagesOnly.__name__ = ImagesOnly.__qualname__ = processor.__name__
+    return ImagesOnly
+
+
+def _qwen_vl(version: str) -> tuple[Any, Any]:
+    """4x4 patches merged 2x2 (8-pixel multiples, 16x16 to 48x48 pixels): M-RoPE of 2+1+1."""
+    text = {
+        **_TEXT,
+        "rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e4},
+    }
+    vision = {
+        "depth": 2, "hidden_size": 32, "num_heads": 4, "patch_size": 4, "in_channels": 3,
+        "temporal_patch_size": 2, "spatial_merge_size": 2, "initializer_range": 0.2,
+    }  # fmt: skip
+    ids = {"image_token_id": 4, "vision_start_token_id": 5, "vision_end_token_id": 6}
+    ids["video_token_id"] = 7
+    if version == "2.5":  # windows of 2x2 merged patches; the second block attends fully
+        vision |= {"out_hidden_size": 32, "intermediate_size": 64, "window_size": 16}
+        vision["fullatt_block_indexes"] = [1]
+        config: Any = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+        model: Any = tf.Qwen2_5_VLForConditionalGeneration(config)
+        processor = _images_only(tf.Qwen2_5_VLProcessor)
+    else:
+        vision |= {"embed_dim": 32, "mlp_ratio": 2}
+        config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+        model = tf.Qwen2VLForConditionalGeneration(config)
+        processor = _images_only(tf.Qwen2VLProcessor)
+    images = tf.Qwen2VLImageProcessorPil(
+        patch_size=4,
+        merge_size=2,
+        temporal_patch_size=2,
+        size={"shortest_edge": 16 * 16, "longest_edge": 48 * 48},
+    )
+    specials = ("<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
+    placeholder = "<|vision_start|><|image_pad|><|vision_end|>"
+    return model, processor(
+        image_processor=images,
+        tokenizer=tokenizer("<|image_pad|>", specials),
+        chat_template=TEMPLATE.replace("{image}", placeholder),
+    )
+
+
 VLM_CASES = {
     case.name: case
     for case in (
         VlmCase("llava", _llava),
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
+        VlmCase("qwen2_vl", lambda: _qwen_vl("2")),
+        VlmCase("qwen2_5_vl", lambda: _qwen_vl("2.5")),
     )
 }

@@ -6,11 +6,19 @@ Reads the image processor's settings that ``save_pretrained`` wrote
 same order and the same arithmetic: convert to RGB, resize with PIL (the shortest edge
 to a length, keeping the aspect ratio, or to a height and width), center crop, rescale
 (in float64, then float32) and normalize. Pillow and numpy only (the ``vision`` extra).
+
+Qwen2-VL's processor (settings with ``merge_size`` and ``temporal_patch_size``) resizes
+each image to multiples of patch * merge within its minimum and maximum pixels
+(``size``'s ``shortest_edge`` and ``longest_edge``), then cuts it into patches: the
+image repeated over the temporal patch, flattened to (patches, channels * temporal
+patch * patch * patch) in merge-block order, with its grid (1, rows, columns)
+(:meth:`ImageProcessor.patches`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -81,6 +89,42 @@ def _longest_edge_size(height: int, width: int, longest: int) -> tuple[int, int]
         return new_height + new_height % 2 if new_height % 2 else new_height, longest
     new_width = int(longest * (width / height))
     return longest, new_width + new_width % 2 if new_width % 2 else new_width
+
+
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """Qwen2-VL's size: multiples of ``factor``, within the pixel budget, aspect kept."""
+    if max(height, width) / min(height, width) > 200:
+        raise GenerationError(
+            f"An image of {height}x{width} is more than 200 times longer than wide: crop it."
+        )
+    new_height, new_width = round(height / factor) * factor, round(width / factor) * factor
+    if new_height * new_width > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        new_height = max(factor, math.floor(height / beta / factor) * factor)
+        new_width = max(factor, math.floor(width / beta / factor) * factor)
+    elif new_height * new_width < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        new_height = math.ceil(height * beta / factor) * factor
+        new_width = math.ceil(width * beta / factor) * factor
+    return new_height, new_width
+
+
+def _patchify(
+    image: npt.NDArray[np.float32], patch: int, merge: int, temporal: int
+) -> tuple[npt.NDArray[np.float32], tuple[int, int, int]]:
+    """(channels, height, width) -> (patches, channels * temporal * patch * patch), grid."""
+    channels, height, width = image.shape
+    rows, columns = height // patch, width // patch
+    blocks = image.reshape(
+        channels, rows // merge, merge, patch, columns // merge, merge, patch
+    ).transpose(1, 4, 2, 5, 0, 3, 6)  # (row blocks, column blocks, merge, merge, C, P, P)
+    frames = np.broadcast_to(
+        blocks[:, :, :, :, :, None], (*blocks.shape[:5], temporal, *blocks.shape[5:])
+    )
+    flat = frames.reshape(rows * columns, channels * temporal * patch * patch)
+    return np.ascontiguousarray(flat, dtype=np.float32), (1, rows, columns)
 
 
 def _center_crop(image: npt.NDArray[Any], height: int, width: int) -> npt.NDArray[Any]:
@@ -156,6 +200,13 @@ class ImageProcessor:
             height, width = _longest_edge_size(picture.height, picture.width, longest)
             picture = picture.resize((max(width, 1), max(height, 1)), resample=resample)
             picture = picture.resize((int(square), int(square)), resample=resample)
+        elif settings.get("do_resize", True) and self.patched:
+            size = settings.get("size") or {}
+            factor = int(settings["patch_size"]) * int(settings["merge_size"])
+            least = int(size.get("shortest_edge") or settings.get("min_pixels") or 56 * 56)
+            most = int(size.get("longest_edge") or settings.get("max_pixels") or 28 * 28 * 1280)
+            height, width = smart_resize(picture.height, picture.width, factor, least, most)
+            picture = picture.resize((width, height), resample=resample)
         elif settings.get("do_resize", True):
             height, width = _resized_size(picture.height, picture.width, settings.get("size") or {})
             picture = picture.resize((width, height), resample=resample)
@@ -174,6 +225,32 @@ class ImageProcessor:
             std = np.asarray(settings.get("image_std", 0.5), np.float32)
             pixels = (pixels - mean) / std
         return np.ascontiguousarray(pixels.transpose(2, 0, 1), dtype=np.float32)
+
+    @property
+    def patched(self) -> bool:
+        """Whether images become flat patches and grids (Qwen2-VL), see :meth:`patches`."""
+        return "merge_size" in self.settings and "temporal_patch_size" in self.settings
+
+    def patches(
+        self, images: Sequence[Any]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Qwen2-VL's ``pixel_values`` (all images' patches, patch size) and ``image_grid_thw``.
+
+        Example:
+            >>> pixels, grids = processor.patches([image])  # doctest: +SKIP
+            >>> pixels.shape, grids.tolist()  # doctest: +SKIP
+            ((120, 1176), [[1, 10, 12]])
+        """
+        if not self.patched:
+            raise CheckpointError(
+                "The image processor has no merge_size and temporal_patch_size: its images "
+                "are whole (call the processor itself), not patches."
+            )
+        patch, merge = int(self.settings["patch_size"]), int(self.settings["merge_size"])
+        temporal = int(self.settings["temporal_patch_size"])
+        cut = [_patchify(self._one(image), patch, merge, temporal) for image in images]
+        grids = np.asarray([grid for _, grid in cut], np.int64).reshape(-1, 3)
+        return np.concatenate([flat for flat, _ in cut]), grids
 
     def __call__(self, images: Sequence[Any]) -> npt.NDArray[np.float32]:
         """``pixel_values`` (images, channels, height, width) float32 of ``images``."""

@@ -182,7 +182,13 @@ class ImageTextToTextPipeline:
                 f"The prompt places {placed} image(s) ({self.image_token!r}) for "
                 f"{len(batch)} image(s) given: one placeholder per image."
             )
-        features = self.model.image_features(self.image_processor(batch))
+        grids: dict[str, Any] = {}
+        if self.image_processor.patched:  # Qwen2-VL: flat patches and their grids
+            pixels, grid_thw = self.image_processor.patches(batch)
+            grids["image_grid_thw"] = grid_thw
+            features = self.model.image_features(pixels, grid_thw)
+        else:
+            features = self.model.image_features(self.image_processor(batch))
         pieces = text.split(self.image_token)
         expanded = pieces[0]
         for piece, feature in zip(pieces[1:], features, strict=True):
@@ -190,7 +196,7 @@ class ImageTextToTextPipeline:
             expanded += self._expand(self.image_token, feature.shape[0], texts) + piece
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
         sequences = self.model.generate(
-            [ids], image_features=features, max_new_tokens=max_new_tokens, **kwargs
+            [ids], image_features=features, max_new_tokens=max_new_tokens, **grids, **kwargs
         )
         return self.tokenizer.decode(
             sequences[0][len(ids) :], skip_special_tokens=skip_special_tokens

@@ -1,5 +1,8 @@
 """The three graphs of a vision-language model (LLaVA & co.), for ``image-text-to-text``.
 
+Qwen2-VL and Qwen2.5-VL (M-RoPE) have the same three files with other inputs: see
+``_qwen_vl.py``.
+
 - ``vision_encoder.onnx``: ``pixel_values`` (images, channels, height, width) ->
   ``image_features`` (images, tokens per image, hidden): the vision tower, the layer and
   token selection the family does, and the projector into the language model's space.
@@ -32,6 +35,7 @@ from onnx_export.hf.export.graphs._base import (
     accepts,
     example_ids,
 )
+from onnx_export.hf.export.graphs._qwen_vl import MROPE_FAMILIES, qwen_vl_graphs
 from onnx_export.hf.export.graphs._vision import example_pixels
 
 __all__ = [
@@ -167,16 +171,18 @@ def vlm_graphs(model: Any) -> list[GraphSpec]:
     config = model.config
     text = _text_config(config)
     embedding = model.get_input_embeddings()
-    pixels = example_pixels(config)
-    encoder = GraphSpec(
-        "vision_encoder.onnx", ImageEncoder(model), (pixels,), {"pixel_values": {0: "batch"}}
-    )
     ids = example_ids(text, BATCH, PAST + SEQUENCE)
     embed = GraphSpec(
         "embed_tokens.onnx",
         TokenEmbedding(embedding),
         (ids,),
         {"input_ids": {0: "batch", 1: "sequence_length"}},
+    )
+    if str(getattr(config, "model_type", "")) in MROPE_FAMILIES:
+        return qwen_vl_graphs(model, EmbedsDecoderWithPast(model), embed)
+    pixels = example_pixels(config)
+    encoder = GraphSpec(
+        "vision_encoder.onnx", ImageEncoder(model), (pixels,), {"pixel_values": {0: "batch"}}
     )
     typed = accepts(model, "token_type_ids")
     decoder = EmbedsDecoderWithTypes(model) if typed else EmbedsDecoderWithPast(model)

@@ -7,6 +7,11 @@ embeddings get each image's features written over its image tokens, in order (wh
 transformers' ``masked_scatter`` does); every later step embeds the token just chosen.
 The decoding loop is :class:`OrtModelForCausalLM`'s: greedy, sampling, beam search,
 streaming and structured output work as they do for text.
+
+Qwen2-VL and Qwen2.5-VL (``hf/export/graphs/_qwen_vl.py``): the vision encoder takes one
+image's flat patches and grid at a time (and Qwen2.5-VL's windows, ``_mrope.py``), and
+the decoder (3, batch, length) M-RoPE position ids: the prompt's from the images' grids
+(transformers' ``get_rope_index``), each later step's its last position + 1 on all rows.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
+from onnx_export.hf.runtime._mrope import grids_per_prompt, rope_index, vision_window_index
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
@@ -95,6 +101,12 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         #: Gemma 3's decoder marks the image tokens (bidirectional attention in the prompt).
         self._typed = "token_type_ids" in session.input_names
         self._pending: list[npt.NDArray[Any]] | None = None
+        #: Qwen2-VL's decoder takes (3, batch, length) position ids (M-RoPE).
+        self._mrope = "image_grid_thw" in {i.name for i in vision.get_inputs()}
+        self._grids: list[list[tuple[int, int, int]]] | None = None
+        vision_config = folder.config.get("vision_config")
+        self._vision_config = dict(vision_config) if isinstance(vision_config, Mapping) else {}
+        self._merge = int(self._vision_config.get("spatial_merge_size", 1) or 1)
 
     @classmethod
     def from_pretrained(
@@ -141,17 +153,25 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
     def __repr__(self) -> str:
         return super().__repr__().replace("OrtModelForCausalLM", type(self).__name__, 1)
 
-    def image_features(self, pixel_values: Any) -> list[npt.NDArray[np.float32]]:
+    def image_features(
+        self, pixel_values: Any, image_grid_thw: Any = None
+    ) -> list[npt.NDArray[np.float32]]:
         """The projected features of each image: a (tokens, hidden) array per image.
 
         Args:
             pixel_values: (images, channels, height, width) float32 (or the processor's
-                (prompts, images, ...) with all-zero padding images, Idefics3's).
+                (prompts, images, ...) with all-zero padding images, Idefics3's); for
+                Qwen2-VL, all images' flat patches (patches, patch size).
+            image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them.
 
         Example:
             >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
             [(25, 32)]
         """
+        if self._mrope:
+            return self._patched_features(pixel_values, image_grid_thw)
+        if image_grid_thw is not None:
+            raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
         pixels = np.asarray(pixel_values, dtype=np.float32)
         if pixels.ndim == 3:
             pixels = pixels[None]
@@ -176,6 +196,39 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         (batch,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
         return [np.asarray(f, dtype=np.float32) for f in batch]
 
+    def _patched_features(self, pixel_values: Any, grid_thw: Any) -> list[npt.NDArray[Any]]:
+        """Qwen2-VL: each image's patches through the vision encoder, one image a run."""
+        if grid_thw is None:
+            raise GenerationError(
+                "This folder's vision encoder takes flat patches with their grids: pass "
+                "image_grid_thw with pixel_values (its processor gives both)."
+            )
+        grids = np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3)
+        pixels = np.asarray(pixel_values, dtype=np.float32)
+        sizes = grids.prod(axis=1)
+        if pixels.ndim != 2 or pixels.shape[0] != int(sizes.sum()):
+            raise GenerationError(
+                f"pixel_values has shape {pixels.shape}; the grids {grids.tolist()} need "
+                f"({int(sizes.sum())}, patch size): the processor's flat patches."
+            )
+        names = {i.name for i in self.vision.get_inputs()}
+        dtype = ONNX_TO_NUMPY.get(self.vision.get_inputs()[0].type, np.float32)
+        features = []
+        for grid, part in zip(grids, np.split(pixels, np.cumsum(sizes)[:-1]), strict=True):
+            feed = {"pixel_values": part.astype(dtype), "image_grid_thw": grid[None]}
+            if "window_index" in names:
+                vision = self._vision_config
+                index, starts = vision_window_index(
+                    [grid.tolist()],
+                    self._merge,
+                    int(vision["window_size"]),
+                    int(vision["patch_size"]),
+                )
+                feed |= {"window_index": index, "cu_window_seqlens": starts}
+            (out,) = self.vision.run(["image_features"], feed)
+            features.append(np.asarray(out[0], dtype=np.float32))
+        return features
+
     def embed(self, input_ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         """The language model's embeddings of ``input_ids`` (batch, length, hidden)."""
         (embeds,) = self.embedding.run(["inputs_embeds"], {"input_ids": input_ids})
@@ -188,6 +241,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         *,
         pixel_values: Any = None,
         image_features: Any = None,
+        image_grid_thw: Any = None,
         max_new_tokens: int,
         **kwargs: Any,
     ) -> npt.NDArray[np.int64]:
@@ -200,6 +254,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             pixel_values: (images, channels, height, width) float32, the images in the
                 order their tokens appear (row by row); none for a text-only prompt.
             image_features: Instead of ``pixel_values``: :meth:`image_features`' output.
+            image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them
+                (with ``pixel_values`` or ``image_features``); they place the image
+                tokens' M-RoPE positions.
             max_new_tokens: How many tokens to add at most.
             **kwargs: :meth:`OrtModelForCausalLM.generate`'s other arguments
                 (``do_sample``, ``num_beams``, ``streamer``, ``json_schema``...), but not
@@ -232,14 +289,39 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             return super().generate(input_ids, max_new_tokens=max_new_tokens, **kwargs)
         features = image_features
         if pixel_values is not None:
-            features = self.image_features(pixel_values)
-        self._pending = self._rows(self._ids(input_ids), features)
+            features = self.image_features(pixel_values, image_grid_thw)
+        ids = self._ids(input_ids)
+        self._pending = self._rows(ids, features)
+        self._grids = self._prompt_grids(ids, image_grid_thw)
         try:
             return super().generate(
                 input_ids, attention_mask, max_new_tokens=max_new_tokens, **kwargs
             )
         finally:
-            self._pending = None
+            self._pending, self._grids = None, None
+
+    def _prompt_grids(self, ids: npt.NDArray[np.int64], grid_thw: Any) -> Any:
+        """Qwen2-VL: each prompt's image grids (for its positions); ``None`` otherwise."""
+        if not self._mrope:
+            return None
+        grids = [] if grid_thw is None else np.asarray(grid_thw, np.int64).reshape(-1, 3)
+        counts = (ids == self.image_token_id).sum(axis=1).tolist()
+        if any(counts) and grid_thw is None:
+            raise GenerationError(
+                "The prompts hold image tokens but no image_grid_thw was given: pass the "
+                "processor's image_grid_thw with the images."
+            )
+        return grids_per_prompt(counts, grids, self._merge)
+
+    def _mrope_positions(
+        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """(3, rows, length) position ids; rows may repeat each prompt side by side."""
+        prompts = self._grids or [[]]
+        copies = ids.shape[0] // len(prompts)
+        grids = [grid for row in range(ids.shape[0]) for grid in prompts[row // copies]]
+        positions, _ = rope_index(ids, mask, grids, self.image_token_id, self._merge)
+        return positions
 
     def _rows(self, ids: npt.NDArray[np.int64], features: Any) -> list[npt.NDArray[Any]] | None:
         """Each prompt's image features, in the order of its image tokens."""
@@ -288,7 +370,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> dict[str, Any]:
         feed: dict[str, Any] = {"inputs_embeds": self._merged(ids), "attention_mask": mask}
-        if self._uses_positions:
+        if self._mrope:
+            feed["position_ids"] = self._mrope_positions(ids, mask)
+        elif self._uses_positions:
             feed["position_ids"] = _positions(mask)
         if self._typed:
             feed["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
@@ -298,7 +382,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> tuple[dict[str, Any], Any]:
         """The prompt's feed (images merged) and each next step's (the new token embedded)."""
-        state = {"mask": mask, "positions": _positions(mask)[:, -1:]}
+        first = self._prompt_feed(ids, mask)
+        last = first["position_ids"][..., -1:] if self._mrope else _positions(mask)[:, -1:]
+        state = {"mask": mask, "positions": last}
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
             state["mask"] = np.concatenate(
@@ -315,21 +401,29 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                 feed["token_type_ids"] = np.zeros_like(state["mask"])
             return feed
 
-        return self._prompt_feed(ids, mask), next_feed
+        return first, next_feed
 
     def logits(
-        self, input_ids: Any, attention_mask: Any = None, *, pixel_values: Any = None
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        pixel_values: Any = None,
+        image_grid_thw: Any = None,
     ) -> npt.NDArray[np.float32]:
         """The logits of a prompt (batch, length, vocab), with an empty cache."""
         from onnx_export.hf.runtime.generation._generate import as_mask
 
         ids = self._ids(input_ids)
-        features = None if pixel_values is None else self.image_features(pixel_values)
+        features = None
+        if pixel_values is not None:
+            features = self.image_features(pixel_values, image_grid_thw)
         self._pending = self._rows(ids, features)
+        self._grids = self._prompt_grids(ids, image_grid_thw)
         try:
             feed = self._prompt_feed(ids, as_mask(attention_mask, ids))
         finally:
-            self._pending = None
+            self._pending, self._grids = None, None
         results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
         return host_float32(results["logits"])
 
