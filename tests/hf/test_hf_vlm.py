@@ -21,6 +21,7 @@ import torch
 
 from onnx_export import hf
 from onnx_export.hf._tasks import VLM_FAMILIES, resolve_task
+from onnx_export.hf.export.graphs._qwen_vl import MROPE_FAMILIES
 from onnx_export.hf.export.graphs._vlm import VLM_FILES
 from onnx_export.hf.runtime._image_processor import ImageProcessor
 from tests.hf.torch_free import Call, run_without_torch
@@ -160,6 +161,25 @@ def test_pipeline_matches_transformers(vlm: Vlm) -> None:
     assert got == expected
     assert pipe(image, "kalo kami", max_new_tokens=_NEW) == expected
     assert "image-text-to-text" in repr(pipe)
+
+
+def test_two_images_in_one_prompt_match_transformers(vlm: Vlm) -> None:
+    """Qwen2-VL: each image's grid places its M-RoPE positions; logits and tokens."""
+    if vlm.name not in MROPE_FAMILIES:
+        pytest.skip("M-RoPE families: the grids of several images in one prompt")
+    images = _images((40, 52), (17, 33))
+    prompt = vlm.processor.apply_chat_template(_messages("kalo", 2), add_generation_prompt=True)
+    inputs = vlm.processor(images=[images], text=[prompt], return_tensors="pt")
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    ids = inputs["input_ids"].numpy()
+    got = model.generate(ids, **_images_of(inputs), max_new_tokens=_NEW)
+    np.testing.assert_array_equal(got, _theirs(vlm, inputs))
+    logits = model.logits(ids, **_images_of(inputs))
+    with torch.no_grad():
+        expected = vlm.model(**inputs).logits.numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(hf.GenerationError, match="image_grid_thw"):
+        model.generate(ids, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
 
 
 def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
