@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
+from onnx_export.hf._errors import CheckpointError, GenerationError
 from onnx_export.hf.runtime._image_processor import ImageProcessor
 from onnx_export.hf.runtime._mrope import grids_per_prompt, rope_index, vision_window_index
-from onnx_export.hf._errors import CheckpointError, GenerationError
 
 transformers = pytest.importorskip("transformers")
 PIL = pytest.importorskip("PIL.Image")

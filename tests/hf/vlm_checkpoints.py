@@ -166,7 +166,7 @@ def _idefics3() -> tuple[Any, Any]:
     return tf.Idefics3ForConditionalGeneration(config), processor
 
 
-def _images_only(processor: type) -> type:
+def images_only(processor: type) -> type:
     """``processor`` without its video processor (transformers' needs torchvision)."""
 
     class ImagesOnly(processor):  # type: ignore[misc, valid-type]
@@ -195,12 +195,12 @@ def _qwen_vl(version: str) -> tuple[Any, Any]:
         vision["fullatt_block_indexes"] = [1]
         config: Any = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
         model: Any = tf.Qwen2_5_VLForConditionalGeneration(config)
-        processor = _images_only(tf.Qwen2_5_VLProcessor)
+        processor = images_only(tf.Qwen2_5_VLProcessor)
     else:
         vision |= {"embed_dim": 32, "mlp_ratio": 2}
         config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
         model = tf.Qwen2VLForConditionalGeneration(config)
-        processor = _images_only(tf.Qwen2VLProcessor)
+        processor = images_only(tf.Qwen2VLProcessor)
     images = tf.Qwen2VLImageProcessorPil(
         patch_size=4,
         merge_size=2,

@@ -17,6 +17,7 @@ hold as transformers writes them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,7 +48,7 @@ def _runs(is_image: npt.NDArray[np.bool_]) -> list[tuple[bool, int, int]]:
     """The runs of equal values in ``is_image``: (image?, start, end)."""
     edges = np.flatnonzero(np.diff(is_image.astype(np.int8))) + 1
     bounds = [0, *edges.tolist(), len(is_image)]
-    return [(bool(is_image[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return [(bool(is_image[a]), a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def rope_index(
@@ -108,8 +109,8 @@ def vision_window_index(
     unit = merge_size * merge_size
     order: list[Int64Array] = []
     starts, offset = [0], 0
-    for frames, rows, columns in grid_thw:
-        frames, rows, columns = int(frames), int(rows) // merge_size, int(columns) // merge_size
+    for grid in grid_thw:
+        frames, rows, columns = int(grid[0]), int(grid[1]) // merge_size, int(grid[2]) // merge_size
         index = np.arange(frames * rows * columns).reshape(frames, rows, columns)
         tall, wide = rows + side - rows % side, columns + side - columns % side
         padded = np.full((frames, tall, wide), -1, np.int64)
@@ -135,11 +136,12 @@ def grids_per_prompt(
     at = 0
     for count in counts:
         mine: list[tuple[int, int, int]] = []
-        while count > 0 and at < len(grids):
+        left = count
+        while left > 0 and at < len(grids):
             mine.append(grids[at])
-            count -= image_token_count(grids[at], merge_size)
+            left -= image_token_count(grids[at], merge_size)
             at += 1
-        if count != 0:
+        if left != 0:
             raise GenerationError(
                 f"A prompt's image tokens do not add up to its images' grids {mine} (merge "
                 f"{merge_size}): give image_grid_thw as the processor wrote it, one row per "

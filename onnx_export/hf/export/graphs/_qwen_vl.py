@@ -49,7 +49,7 @@ class PatchedImageEncoder(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.visual = model.model.visual  # type: ignore[union-attr]
+        self.visual: Any = model.model.visual  # type: ignore[union-attr]
 
     def forward(
         self,

@@ -9,9 +9,10 @@ The decoding loop is :class:`OrtModelForCausalLM`'s: greedy, sampling, beam sear
 streaming and structured output work as they do for text.
 
 Qwen2-VL and Qwen2.5-VL (``hf/export/graphs/_qwen_vl.py``): the vision encoder takes one
-image's flat patches and grid at a time (and Qwen2.5-VL's windows, ``_mrope.py``), and
+image's flat patches and grid at a time (and Qwen2.5-VL's windows), and
 the decoder (3, batch, length) M-RoPE position ids: the prompt's from the images' grids
-(transformers' ``get_rope_index``), each later step's its last position + 1 on all rows.
+(transformers' ``get_rope_index``), each later step's its last position + 1 on all rows
+(``_patched_vision.py``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
-from onnx_export.hf.runtime._mrope import grids_per_prompt, rope_index, vision_window_index
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
+from onnx_export.hf.runtime.generation._patched_vision import Grids, PatchedVision
 
 __all__ = ["OrtModelForImageTextToText", "image_token_id"]
 
@@ -101,12 +102,11 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         #: Gemma 3's decoder marks the image tokens (bidirectional attention in the prompt).
         self._typed = "token_type_ids" in session.input_names
         self._pending: list[npt.NDArray[Any]] | None = None
-        #: Qwen2-VL's decoder takes (3, batch, length) position ids (M-RoPE).
-        self._mrope = "image_grid_thw" in {i.name for i in vision.get_inputs()}
-        self._grids: list[list[tuple[int, int, int]]] | None = None
-        vision_config = folder.config.get("vision_config")
-        self._vision_config = dict(vision_config) if isinstance(vision_config, Mapping) else {}
-        self._merge = int(self._vision_config.get("spatial_merge_size", 1) or 1)
+        #: Qwen2-VL: flat patches and grids in, (3, batch, length) position ids (M-RoPE).
+        self._patched = None
+        if "image_grid_thw" in {i.name for i in vision.get_inputs()}:
+            self._patched = PatchedVision(vision, folder.config, self.image_token_id)
+        self._grids: Grids | None = None
 
     @classmethod
     def from_pretrained(
@@ -168,8 +168,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
             [(25, 32)]
         """
-        if self._mrope:
-            return self._patched_features(pixel_values, image_grid_thw)
+        if self._patched is not None:
+            return self._patched.features(pixel_values, image_grid_thw)
         if image_grid_thw is not None:
             raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
         pixels = np.asarray(pixel_values, dtype=np.float32)
@@ -195,39 +195,6 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)  # float16 exports
         (batch,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
         return [np.asarray(f, dtype=np.float32) for f in batch]
-
-    def _patched_features(self, pixel_values: Any, grid_thw: Any) -> list[npt.NDArray[Any]]:
-        """Qwen2-VL: each image's patches through the vision encoder, one image a run."""
-        if grid_thw is None:
-            raise GenerationError(
-                "This folder's vision encoder takes flat patches with their grids: pass "
-                "image_grid_thw with pixel_values (its processor gives both)."
-            )
-        grids = np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3)
-        pixels = np.asarray(pixel_values, dtype=np.float32)
-        sizes = grids.prod(axis=1)
-        if pixels.ndim != 2 or pixels.shape[0] != int(sizes.sum()):
-            raise GenerationError(
-                f"pixel_values has shape {pixels.shape}; the grids {grids.tolist()} need "
-                f"({int(sizes.sum())}, patch size): the processor's flat patches."
-            )
-        names = {i.name for i in self.vision.get_inputs()}
-        dtype = ONNX_TO_NUMPY.get(self.vision.get_inputs()[0].type, np.float32)
-        features = []
-        for grid, part in zip(grids, np.split(pixels, np.cumsum(sizes)[:-1]), strict=True):
-            feed = {"pixel_values": part.astype(dtype), "image_grid_thw": grid[None]}
-            if "window_index" in names:
-                vision = self._vision_config
-                index, starts = vision_window_index(
-                    [grid.tolist()],
-                    self._merge,
-                    int(vision["window_size"]),
-                    int(vision["patch_size"]),
-                )
-                feed |= {"window_index": index, "cu_window_seqlens": starts}
-            (out,) = self.vision.run(["image_features"], feed)
-            features.append(np.asarray(out[0], dtype=np.float32))
-        return features
 
     def embed(self, input_ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         """The language model's embeddings of ``input_ids`` (batch, length, hidden)."""
@@ -300,28 +267,13 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         finally:
             self._pending, self._grids = None, None
 
-    def _prompt_grids(self, ids: npt.NDArray[np.int64], grid_thw: Any) -> Any:
+    def _prompt_grids(self, ids: npt.NDArray[np.int64], grid_thw: Any) -> Grids | None:
         """Qwen2-VL: each prompt's image grids (for its positions); ``None`` otherwise."""
-        if not self._mrope:
+        if self._patched is None:
+            if grid_thw is not None:
+                raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
             return None
-        grids = [] if grid_thw is None else np.asarray(grid_thw, np.int64).reshape(-1, 3)
-        counts = (ids == self.image_token_id).sum(axis=1).tolist()
-        if any(counts) and grid_thw is None:
-            raise GenerationError(
-                "The prompts hold image tokens but no image_grid_thw was given: pass the "
-                "processor's image_grid_thw with the images."
-            )
-        return grids_per_prompt(counts, grids, self._merge)
-
-    def _mrope_positions(
-        self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
-        """(3, rows, length) position ids; rows may repeat each prompt side by side."""
-        prompts = self._grids or [[]]
-        copies = ids.shape[0] // len(prompts)
-        grids = [grid for row in range(ids.shape[0]) for grid in prompts[row // copies]]
-        positions, _ = rope_index(ids, mask, grids, self.image_token_id, self._merge)
-        return positions
+        return self._patched.prompt_grids(ids, grid_thw)
 
     def _rows(self, ids: npt.NDArray[np.int64], features: Any) -> list[npt.NDArray[Any]] | None:
         """Each prompt's image features, in the order of its image tokens."""
@@ -370,8 +322,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> dict[str, Any]:
         feed: dict[str, Any] = {"inputs_embeds": self._merged(ids), "attention_mask": mask}
-        if self._mrope:
-            feed["position_ids"] = self._mrope_positions(ids, mask)
+        if self._patched is not None:
+            feed["position_ids"] = self._patched.positions(ids, mask, self._grids)
         elif self._uses_positions:
             feed["position_ids"] = _positions(mask)
         if self._typed:
@@ -383,7 +335,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
     ) -> tuple[dict[str, Any], Any]:
         """The prompt's feed (images merged) and each next step's (the new token embedded)."""
         first = self._prompt_feed(ids, mask)
-        last = first["position_ids"][..., -1:] if self._mrope else _positions(mask)[:, -1:]
+        mrope = self._patched is not None
+        last = first["position_ids"][..., -1:] if mrope else _positions(mask)[:, -1:]
         state = {"mask": mask, "positions": last}
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
