@@ -166,6 +166,29 @@ def _idefics3() -> tuple[Any, Any]:
     return tf.Idefics3ForConditionalGeneration(config), processor
 
 
+def _smolvlm() -> tuple[Any, Any]:
+    """Idefics3's architecture (SmolVLM's config and processor): as ``_idefics3``."""
+    config = tf.SmolVLMConfig(
+        text_config={**_TEXT, "model_type": "llama"},
+        vision_config={**_VISION, "image_size": 16, "patch_size": 4},
+        image_token_id=4,
+        scale_factor=2,
+        initializer_range=0.2,
+    )
+    specials = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+    images = tf.SmolVLMImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 16}
+    )
+    processor = images_only(tf.SmolVLMProcessor)(
+        image_processor=images,
+        tokenizer=tokenizer("<image>", specials),
+        video_processor=None,
+        image_seq_len=4,
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.SmolVLMForConditionalGeneration(config), processor
+
+
 def images_only(processor: type) -> type:
     """``processor`` without its video processor (transformers' needs torchvision)."""
 
@@ -173,6 +196,10 @@ def images_only(processor: type) -> type:
         @classmethod
         def get_attributes(cls) -> list[str]:
             return ["image_processor", "tokenizer"]
+
+        def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+            """The base class's: SmolVLM's only adds its video processor's frame settings."""
+            return tf.ProcessorMixin.apply_chat_template(self, conversation, *args, **kwargs)
 
     ImagesOnly.__name__ = ImagesOnly.__qualname__ = processor.__name__
     return ImagesOnly
@@ -222,6 +249,7 @@ VLM_CASES = {
         VlmCase("llava", _llava),
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
+        VlmCase("smolvlm", _smolvlm),
         VlmCase("qwen2_vl", lambda: _qwen_vl("2")),
         VlmCase("qwen2_5_vl", lambda: _qwen_vl("2.5")),
     )

@@ -59,6 +59,7 @@ _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "llava": (None, _repeat),
     "gemma3": ("boi_token", _gemma3),
     "idefics3": (None, _idefics3),
+    "smolvlm": (None, _idefics3),  # one view of an image: as Idefics3
 }
 
 
@@ -96,7 +97,7 @@ class ImageTextToTextPipeline:
         placeholder, self._expand = _LAYOUTS.get(model_type, (None, _repeat))
         token = tokenizer.config.get(placeholder) if placeholder else None
         token = token or processor.get("image_token") or tokenizer.config.get("image_token")
-        if not isinstance(token, str) and model_type == "idefics3":
+        if not isinstance(token, str) and model_type in ("idefics3", "smolvlm"):
             token = "<image>"  # Idefics3's processor names it in code
         if not isinstance(token, str):
             token = tokenizer.tokenizer.id_to_token(model.image_token_id)

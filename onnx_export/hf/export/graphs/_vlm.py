@@ -84,6 +84,7 @@ def _idefics3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
 _FEATURES = {
     "llava": _llava_features,
     "idefics3": _idefics3_features,
+    "smolvlm": _idefics3_features,  # Idefics3's architecture
 }
 
 
