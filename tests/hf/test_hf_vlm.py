@@ -81,8 +81,9 @@ def _inputs(vlm: Vlm, texts: list[str], images: list[np.ndarray]) -> Any:
 
 
 def _images_of(inputs: Any) -> dict[str, np.ndarray]:
-    """The processor's ``pixel_values`` (and Qwen2-VL's ``image_grid_thw``), for our generate()."""
-    names = ("pixel_values", "image_grid_thw")
+    """The processor's ``pixel_values`` (Qwen2-VL's ``image_grid_thw``, Mistral 3's
+    ``image_sizes``), for our generate()."""
+    names = ("pixel_values", "image_grid_thw", "image_sizes")
     return {name: inputs[name].numpy() for name in names if name in inputs}
 
 

@@ -189,6 +189,33 @@ def _smolvlm() -> tuple[Any, Any]:
     return tf.SmolVLMForConditionalGeneration(config), processor
 
 
+def _mistral3() -> tuple[Any, Any]:
+    """Pixtral tower (4x4 patches, merged 2x2) on images up to 48 pixels a side; a Mistral
+    decoder. Its processor needs torchvision: the reference is ``pixtral_reference.py``."""
+    from tests.hf.pixtral_reference import TOKENS, PixtralReference
+
+    vision = {
+        **_VISION, "model_type": "pixtral", "image_size": 48, "patch_size": 4, "head_dim": 8,
+    }  # fmt: skip
+    config = tf.Mistral3Config(
+        text_config={**_TEXT, "model_type": "mistral", "head_dim": 8},
+        vision_config=vision,
+        image_token_index=4,
+        spatial_merge_size=2,
+        vision_feature_layer=-1,
+        initializer_range=0.2,
+    )
+    specials = (TOKENS["image_break_token"], TOKENS["image_end_token"])
+    processor = PixtralReference(
+        tf.PixtralImageProcessorPil(size={"longest_edge": 48}, patch_size=4),
+        tokenizer(TOKENS["image_token"], specials),
+        patch_size=4,
+        merge=2,
+        chat_template=TEMPLATE.replace("{image}", TOKENS["image_token"]),
+    )
+    return tf.Mistral3ForConditionalGeneration(config), processor
+
+
 def images_only(processor: type) -> type:
     """``processor`` without its video processor (transformers' needs torchvision)."""
 
@@ -250,6 +277,7 @@ VLM_CASES = {
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
         VlmCase("smolvlm", _smolvlm),
+        VlmCase("mistral3", _mistral3),
         VlmCase("qwen2_vl", lambda: _qwen_vl("2")),
         VlmCase("qwen2_5_vl", lambda: _qwen_vl("2.5")),
     )

@@ -34,6 +34,27 @@ __all__ = ["ImageProcessor", "VISION_EXTRA"]
 VISION_EXTRA = "pip install 'onnx-export[vision]'"
 
 
+def _merged_patch(folder: pathlib.Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """Pixtral's processor resizes to its patch size times its ``spatial_merge_size``."""
+    path = folder / "processor_config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return settings
+    patch, merge = data.get("patch_size"), data.get("spatial_merge_size")
+    if not (isinstance(patch, int) and isinstance(merge, int)):
+        return settings
+    return {**settings, "patch_size": {"height": patch * merge, "width": patch * merge}}
+
+
+def _pixtral_size(height: int, width: int, longest: int, patch: int) -> tuple[int, int]:
+    """Pixtral's size: within ``longest`` a side (floored), then up to multiples of ``patch``."""
+    ratio = max(height / longest, width / longest)
+    if ratio > 1:
+        height, width = math.floor(height / ratio), math.floor(width / ratio)
+    return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
+
+
 def _settings(folder: pathlib.Path) -> dict[str, Any]:
     """The image processor's settings: preprocessor_config.json, else processor_config.json's."""
     for name, key in (
@@ -169,7 +190,8 @@ class ImageProcessor:
     @classmethod
     def from_folder(cls, path: str | os.PathLike[str]) -> ImageProcessor:
         """Read the settings from an exported (or checkpoint) folder."""
-        return cls(_settings(pathlib.Path(path)))
+        folder = pathlib.Path(path)
+        return cls(_merged_patch(folder, _settings(folder)))
 
     def _image(self, image: Any) -> Any:
         """``image`` (a PIL image, or an (H, W, C) uint8 array) as a PIL image."""
@@ -200,6 +222,11 @@ class ImageProcessor:
             height, width = _longest_edge_size(picture.height, picture.width, longest)
             picture = picture.resize((max(width, 1), max(height, 1)), resample=resample)
             picture = picture.resize((int(square), int(square)), resample=resample)
+        elif settings.get("do_resize", True) and isinstance(settings.get("patch_size"), dict):
+            patch = int(settings["patch_size"]["height"])  # Pixtral (Mistral 3)
+            longest = int((settings.get("size") or {})["longest_edge"])
+            height, width = _pixtral_size(picture.height, picture.width, longest, patch)
+            picture = picture.resize((width, height), resample=resample)
         elif settings.get("do_resize", True) and self.patched:
             size = settings.get("size") or {}
             factor = int(settings["patch_size"]) * int(settings["merge_size"])
@@ -251,6 +278,10 @@ class ImageProcessor:
         cut = [_patchify(self._one(image), patch, merge, temporal) for image in images]
         grids = np.asarray([grid for _, grid in cut], np.int64).reshape(-1, 3)
         return np.concatenate([flat for flat, _ in cut]), grids
+
+    def one_by_one(self, images: Sequence[Any]) -> list[npt.NDArray[np.float32]]:
+        """Each image's ``pixel_values`` (1, channels, height, width), sizes of their own."""
+        return [self._one(image)[None] for image in images]
 
     def __call__(self, images: Sequence[Any]) -> npt.NDArray[np.float32]:
         """``pixel_values`` (images, channels, height, width) float32 of ``images``."""

@@ -10,6 +10,7 @@ image's tokens (one per feature the vision encoder gives), and
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,17 @@ def _idefics3(token: str, count: int, texts: Mapping[str, Any]) -> str:
     return f"<fake_token_around_image><global-img>{token * count}<fake_token_around_image>"
 
 
+def _pixtral(token: str, count: int, texts: Mapping[str, Any]) -> str:
+    """Mistral 3: a row of image tokens per merged patch row, each ended by a break token,
+    the last by the end-of-image token (``texts["image_shape"]``: the image's pixels)."""
+    height, width = texts["image_shape"]
+    side = round(math.sqrt(height * width / count))  # the processor's patch * merge
+    rows, columns = height // side, width // side
+    breaks = str(texts.get("image_break_token") or "[IMG_BREAK]")
+    end = str(texts.get("image_end_token") or "[IMG_END]")
+    return (token * columns + breaks) * (rows - 1) + token * columns + end
+
+
 #: model_type -> (the tokenizer config's name of the placeholder a prompt writes, or
 #: ``None`` for the image token itself; the text that stands for one image of ``count``
 #: features, as the family's processor writes it).
@@ -60,6 +72,7 @@ _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "gemma3": ("boi_token", _gemma3),
     "idefics3": (None, _idefics3),
     "smolvlm": (None, _idefics3),  # one view of an image: as Idefics3
+    "mistral3": (None, _pixtral),
 }
 
 
@@ -184,16 +197,21 @@ class ImageTextToTextPipeline:
                 f"{len(batch)} image(s) given: one placeholder per image."
             )
         grids: dict[str, Any] = {}
+        shapes: list[Any] = [None] * len(batch)
         if self.image_processor.patched:  # Qwen2-VL: flat patches and their grids
             pixels, grid_thw = self.image_processor.patches(batch)
             grids["image_grid_thw"] = grid_thw
             features = self.model.image_features(pixels, grid_thw)
+        elif self.model.vision.get_inputs()[0].shape[0] == 1:  # Mistral 3: sizes of their own
+            arrays = self.image_processor.one_by_one(batch)
+            shapes = [a.shape[2:] for a in arrays]
+            features = [self.model.image_features(a)[0] for a in arrays]
         else:
             features = self.model.image_features(self.image_processor(batch))
         pieces = text.split(self.image_token)
         expanded = pieces[0]
-        for piece, feature in zip(pieces[1:], features, strict=True):
-            texts = {**self.tokenizer.config, **self.processor}
+        for piece, feature, shape in zip(pieces[1:], features, shapes, strict=True):
+            texts = {**self.tokenizer.config, **self.processor, "image_shape": shape}
             expanded += self._expand(self.image_token, feature.shape[0], texts) + piece
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
         sequences = self.model.generate(

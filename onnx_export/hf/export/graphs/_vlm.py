@@ -80,12 +80,28 @@ def _idefics3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
     return inner.connector(out.last_hidden_state)  # type: ignore[no-any-return]
 
 
+def _mistral3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+    """Mistral 3's Pixtral tower and patch merger on one image of any size (no padding)."""
+    inner, layers = model.model, model.config.vision_feature_layer
+    sizes = [(pixel_values.shape[2], pixel_values.shape[3])]  # symbolic: from the shape
+    out = inner.vision_tower(
+        pixel_values, image_sizes=sizes, output_hidden_states=True, return_dict=True
+    )
+    picked = [out.hidden_states[i] for i in ([layers] if isinstance(layers, int) else layers)]
+    features = inner.multi_modal_projector(torch.cat(picked, dim=-1).squeeze(0), sizes)
+    return features.unsqueeze(0)  # type: ignore[no-any-return]
+
+
 #: model_type -> how the family computes its image features, one row per image.
 _FEATURES = {
     "llava": _llava_features,
     "idefics3": _idefics3_features,
     "smolvlm": _idefics3_features,  # Idefics3's architecture
+    "mistral3": _mistral3_features,
 }
+
+#: Families whose vision encoder takes one image of any size (height, width dynamic).
+_SIZED = ("mistral3",)
 
 
 class ImageEncoder(nn.Module):
@@ -182,9 +198,12 @@ def vlm_graphs(model: Any) -> list[GraphSpec]:
     if str(getattr(config, "model_type", "")) in MROPE_FAMILIES:
         return qwen_vl_graphs(model, EmbedsDecoderWithPast(model), embed)
     pixels = example_pixels(config)
-    encoder = GraphSpec(
-        "vision_encoder.onnx", ImageEncoder(model), (pixels,), {"pixel_values": {0: "batch"}}
-    )
+    images: dict[str, Any] = {"pixel_values": {0: "batch"}}
+    if str(getattr(config, "model_type", "")) in _SIZED:  # 2 x 3 merged patches, any size
+        side = int(config.vision_config.patch_size) * int(config.spatial_merge_size)
+        pixels = torch.randn(1, pixels.shape[1], 2 * side, 3 * side)
+        images = {"pixel_values": {2: "height", 3: "width"}}
+    encoder = GraphSpec("vision_encoder.onnx", ImageEncoder(model), (pixels,), images)
     typed = accepts(model, "token_type_ids")
     decoder = EmbedsDecoderWithTypes(model) if typed else EmbedsDecoderWithPast(model)
     with torch.no_grad():

@@ -1,8 +1,9 @@
-"""Qwen2-VL's side of :class:`OrtModelForImageTextToText`: flat patches and M-RoPE.
+"""Vision encoders that take one image a run, for :class:`OrtModelForImageTextToText`.
 
-Its vision encoder (``hf/export/graphs/_qwen_vl.py``) takes one image's flat patches and
-grid a run (and Qwen2.5-VL's windows); its decoder takes (3, batch, length) position ids,
-computed here from each prompt's image grids (``hf/runtime/_mrope.py``).
+Qwen2-VL's (``hf/export/graphs/_qwen_vl.py``) takes one image's flat patches and grid
+(and Qwen2.5-VL's windows); its decoder takes (3, batch, length) position ids, computed
+here from each prompt's image grids (``hf/runtime/_mrope.py``). Mistral 3's takes one
+image of any size (:func:`one_by_one`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._mrope import grids_per_prompt, rope_index, vision_window_index
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY
 
-__all__ = ["PatchedVision", "Grids"]
+__all__ = ["PatchedVision", "Grids", "one_by_one"]
 
 #: Each prompt's images' (frames, rows, columns), in the order of its image tokens.
 Grids = list[list[tuple[int, int, int]]]
@@ -93,3 +94,27 @@ class PatchedVision:
         grids = [grid for row in range(ids.shape[0]) for grid in prompts[row // copies]]
         positions, _ = rope_index(ids, mask, grids, self.image_token_id, self.merge)
         return positions
+
+
+def one_by_one(
+    vision: Any, pixels: npt.NDArray[Any], image_sizes: Any, config: Mapping[str, Any]
+) -> list[npt.NDArray[np.float32]]:
+    """Each image cropped to its size (the processor pads a batch) and encoded alone."""
+    sizes = [tuple(pixels.shape[2:])] * len(pixels)
+    if image_sizes is not None:
+        sizes = [tuple(s) for s in np.asarray(image_sizes, np.int64).reshape(-1, 2).tolist()]
+    found = config.get("vision_config")
+    patch = int(found.get("patch_size", 1)) if isinstance(found, Mapping) else 1
+    side = patch * int(config.get("spatial_merge_size", 1) or 1)
+    if len(sizes) != len(pixels) or any(min(h, w) < 2 * side for h, w in sizes):
+        raise GenerationError(
+            f"image_sizes {sizes} must give each of the {len(pixels)} images its height and "
+            f"width, at least {2 * side} pixels a side (two merged patches): give the "
+            "processor's image_sizes, and larger images."
+        )
+    features = []
+    for image, (height, width) in zip(pixels, sizes, strict=True):
+        crop = np.ascontiguousarray(image[None, :, :height, :width])
+        (out,) = vision.run(["image_features"], {"pixel_values": crop})
+        features.append(np.asarray(out[0], dtype=np.float32))
+    return features

@@ -29,7 +29,7 @@ from onnx_export.hf._errors import CheckpointError, GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
-from onnx_export.hf.runtime.generation._patched_vision import Grids, PatchedVision
+from onnx_export.hf.runtime.generation._patched_vision import Grids, PatchedVision, one_by_one
 
 __all__ = ["OrtModelForImageTextToText", "image_token_id"]
 
@@ -154,7 +154,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         return super().__repr__().replace("OrtModelForCausalLM", type(self).__name__, 1)
 
     def image_features(
-        self, pixel_values: Any, image_grid_thw: Any = None
+        self, pixel_values: Any, image_grid_thw: Any = None, image_sizes: Any = None
     ) -> list[npt.NDArray[np.float32]]:
         """The projected features of each image: a (tokens, hidden) array per image.
 
@@ -163,6 +163,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                 (prompts, images, ...) with all-zero padding images, Idefics3's); for
                 Qwen2-VL, all images' flat patches (patches, patch size).
             image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them.
+            image_sizes: Mistral 3's (images, 2) heights and widths in the padded
+                ``pixel_values``, as its processor gives them: each image is cropped to
+                its size and encoded alone.
 
         Example:
             >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
@@ -193,6 +196,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                     "as the folder's image processor says (hf.pipeline does)."
                 )
         dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)  # float16 exports
+        if image_sizes is not None or meta.shape[0] == 1:  # Mistral 3: one image a run
+            return one_by_one(self.vision, pixels.astype(dtype), image_sizes, self.folder.config)
         (batch,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
         return [np.asarray(f, dtype=np.float32) for f in batch]
 
@@ -209,6 +214,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         pixel_values: Any = None,
         image_features: Any = None,
         image_grid_thw: Any = None,
+        image_sizes: Any = None,
         max_new_tokens: int,
         **kwargs: Any,
     ) -> npt.NDArray[np.int64]:
@@ -224,6 +230,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them
                 (with ``pixel_values`` or ``image_features``); they place the image
                 tokens' M-RoPE positions.
+            image_sizes: Mistral 3's (images, 2) sizes in the padded ``pixel_values``.
             max_new_tokens: How many tokens to add at most.
             **kwargs: :meth:`OrtModelForCausalLM.generate`'s other arguments
                 (``do_sample``, ``num_beams``, ``streamer``, ``json_schema``...), but not
@@ -256,7 +263,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             return super().generate(input_ids, max_new_tokens=max_new_tokens, **kwargs)
         features = image_features
         if pixel_values is not None:
-            features = self.image_features(pixel_values, image_grid_thw)
+            features = self.image_features(pixel_values, image_grid_thw, image_sizes)
         ids = self._ids(input_ids)
         self._pending = self._rows(ids, features)
         self._grids = self._prompt_grids(ids, image_grid_thw)
@@ -363,6 +370,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         *,
         pixel_values: Any = None,
         image_grid_thw: Any = None,
+        image_sizes: Any = None,
     ) -> npt.NDArray[np.float32]:
         """The logits of a prompt (batch, length, vocab), with an empty cache."""
         from onnx_export.hf.runtime.generation._generate import as_mask
@@ -370,7 +378,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         ids = self._ids(input_ids)
         features = None
         if pixel_values is not None:
-            features = self.image_features(pixel_values, image_grid_thw)
+            features = self.image_features(pixel_values, image_grid_thw, image_sizes)
         self._pending = self._rows(ids, features)
         self._grids = self._prompt_grids(ids, image_grid_thw)
         try:
