@@ -20,7 +20,11 @@ from typing import Any
 
 import transformers as tf
 
-TOKENS = {"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"}
+TOKENS = {
+    "image_token": "[IMG]",
+    "image_break_token": "[IMG_BREAK]",
+    "image_end_token": "[IMG_END]",
+}
 
 
 class _MergedPatch:

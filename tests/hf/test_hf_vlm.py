@@ -183,6 +183,27 @@ def test_two_images_in_one_prompt_match_transformers(vlm: Vlm) -> None:
         model.generate(ids, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
 
 
+def test_images_of_their_own_sizes_are_cropped_and_checked(vlm: Vlm) -> None:
+    """Mistral 3: each image of a padded batch is cropped to its size; too small refused."""
+    if vlm.name != "mistral3":
+        pytest.skip("the family whose vision encoder takes one image of any size")
+    inputs = _inputs(vlm, ["kalo", "posu"], _images((40, 52), (17, 23)))
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    images = _images_of(inputs)
+    got = model.image_features(images["pixel_values"], image_sizes=images["image_sizes"])
+    with torch.no_grad():
+        expected = vlm.model.get_image_features(
+            inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=-1
+        ).pooler_output
+    assert [g.shape for g in got] == [tuple(e.shape) for e in expected]
+    for ours, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(hf.GenerationError, match="at least 16 pixels"):
+        model.image_features(np.zeros((1, 3, 8, 48), np.float32))
+    with pytest.raises(hf.GenerationError, match="image_sizes"):
+        model.image_features(images["pixel_values"], image_sizes=[[40, 48]])
+
+
 def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
     inputs = _inputs(vlm, ["kalo"], _images((30, 30)))
     model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)

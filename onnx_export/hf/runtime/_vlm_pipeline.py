@@ -54,14 +54,18 @@ def _idefics3(token: str, count: int, texts: Mapping[str, Any]) -> str:
 
 
 def _pixtral(token: str, count: int, texts: Mapping[str, Any]) -> str:
-    """Mistral 3: a row of image tokens per merged patch row, each ended by a break token,
-    the last by the end-of-image token (``texts["image_shape"]``: the image's pixels)."""
-    height, width = texts["image_shape"]
+    """Mistral 3: a row of image tokens per merged patch row, ended by a break token.
+
+    The last row ends with the end-of-image token; ``texts["image_shape"]`` is the
+    image's (height, width) in pixels.
+    """
+    height, width = (int(v) for v in texts["image_shape"])
     side = round(math.sqrt(height * width / count))  # the processor's patch * merge
     rows, columns = height // side, width // side
     breaks = str(texts.get("image_break_token") or "[IMG_BREAK]")
     end = str(texts.get("image_end_token") or "[IMG_END]")
-    return (token * columns + breaks) * (rows - 1) + token * columns + end
+    row: str = token * columns
+    return (row + breaks) * (rows - 1) + row + end
 
 
 #: model_type -> (the tokenizer config's name of the placeholder a prompt writes, or
