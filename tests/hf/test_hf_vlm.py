@@ -112,6 +112,10 @@ def test_pixel_values_match_the_image_processor(vlm: Vlm, shape: tuple[int, int]
     if processor.patched:  # Qwen2-VL: (patches, patch size) and the grid
         got, grid = processor.patches([PIL.fromarray(image)])
         np.testing.assert_array_equal(grid, theirs["image_grid_thw"])
+    elif processor.is_tiled:  # LLaVA-NeXT: (1, tiles, ...) and the image's size
+        tiles, sizes = processor.tiled([PIL.fromarray(image)])
+        np.testing.assert_array_equal(sizes, theirs["image_sizes"])
+        got = np.stack(tiles)
     else:
         expected = expected.reshape(-1, *expected.shape[-3:])  # Idefics3: (1, images, ...)
         got = processor([PIL.fromarray(image)])
@@ -181,6 +185,44 @@ def test_two_images_in_one_prompt_match_transformers(vlm: Vlm) -> None:
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(hf.GenerationError, match="image_grid_thw"):
         model.generate(ids, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
+
+
+def test_images_of_any_resolution_match_transformers(vlm: Vlm) -> None:
+    """LLaVA-NeXT: two images of other sizes and aspect ratios (other tile grids and token
+    counts) in one prompt; packed features, token counts, logits and tokens."""
+    if vlm.name != "llava_next":
+        pytest.skip("the family whose image tokens are sized from the image")
+    images = _images((52, 40), (70, 20))
+    prompt = vlm.processor.apply_chat_template(_messages("kalo", 2), add_generation_prompt=True)
+    inputs = vlm.processor(images=[images], text=[prompt], return_tensors="pt")
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    arrays = _images_of(inputs)
+    got = model.image_features(arrays["pixel_values"], image_sizes=arrays["image_sizes"])
+    with torch.no_grad():
+        expected = vlm.model.model.get_image_features(
+            inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=-1,
+            vision_feature_select_strategy="default",
+        ).pooler_output  # fmt: skip
+    counts = [g.shape[0] for g in got]
+    assert counts == [e.shape[0] for e in expected] and counts[0] != counts[1], counts
+    for ours, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
+    ids = inputs["input_ids"].numpy()
+    assert int((ids == model.image_token_id).sum()) == sum(counts)
+    np.testing.assert_array_equal(
+        model.generate(ids, **arrays, max_new_tokens=_NEW), _theirs(vlm, inputs)
+    )
+    with torch.no_grad():
+        logits = vlm.model(**inputs).logits.numpy()
+    np.testing.assert_allclose(model.logits(ids, **arrays), logits, rtol=1e-4, atol=1e-4)
+    pipe = hf.pipeline("image-text-to-text", vlm.folder)
+    text = pipe([PIL.fromarray(i) for i in images], _messages("kalo", 2), max_new_tokens=_NEW)
+    width = ids.shape[1]
+    assert text == vlm.processor.decode(_theirs(vlm, inputs)[0, width:], skip_special_tokens=True)
+    with pytest.raises(hf.GenerationError, match="image_sizes"):
+        model.generate(ids, pixel_values=arrays["pixel_values"], max_new_tokens=2)
+    with pytest.raises(hf.GenerationError, match="tiles"):
+        model.image_features(arrays["pixel_values"][:, :2], image_sizes=arrays["image_sizes"])
 
 
 def test_images_of_their_own_sizes_are_cropped_and_checked(vlm: Vlm) -> None:

@@ -119,6 +119,35 @@ def _llava() -> tuple[Any, Any]:
     return tf.LlavaForConditionalGeneration(config), processor
 
 
+def _llava_next() -> tuple[Any, Any]:
+    """LLaVA's CLIP tower on 30x30 tiles; any resolution up to 60x60 (1 to 4 tiles and a base
+    image), so an image's token count depends on its size and aspect ratio."""
+    pinpoints = [[30, 60], [60, 30], [60, 60]]
+    config = tf.LlavaNextConfig(
+        text_config={"model_type": "llama", **_TEXT, "max_position_embeddings": 512},
+        vision_config={"model_type": "clip_vision_model", **_VISION, "projection_dim": 32},
+        image_token_index=4,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=pinpoints,
+        initializer_range=0.2,
+    )
+    images = tf.LlavaNextImageProcessorPil(
+        size={"shortest_edge": 30},
+        crop_size={"height": 30, "width": 30},
+        image_grid_pinpoints=pinpoints,
+    )
+    processor = tf.LlavaNextProcessor(
+        image_processor=images,
+        tokenizer=tokenizer("<image>"),
+        patch_size=6,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.LlavaNextForConditionalGeneration(config), processor
+
+
 def _gemma3() -> tuple[Any, Any]:
     """SigLIP tower on 24x24 images (6x6 patches), pooled to 9 image tokens per image."""
     text = {**_TEXT, "model_type": "gemma3_text", "head_dim": 8, "sliding_window": 4}
@@ -274,6 +303,7 @@ VLM_CASES = {
     case.name: case
     for case in (
         VlmCase("llava", _llava),
+        VlmCase("llava_next", _llava_next),
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
         VlmCase("smolvlm", _smolvlm),

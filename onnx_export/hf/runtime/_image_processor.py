@@ -13,6 +13,10 @@ each image to multiples of patch * merge within its minimum and maximum pixels
 image repeated over the temporal patch, flattened to (patches, channels * temporal
 patch * patch * patch) in merge-block order, with its grid (1, rows, columns)
 (:meth:`ImageProcessor.patches`).
+
+LLaVA-NeXT's (settings with ``image_grid_pinpoints``) cuts each image into a base image
+and the tiles of its best grid resolution, a number that depends on its size
+(:meth:`ImageProcessor.tiled`, ``_anyres.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
+from onnx_export.hf.runtime import _anyres
 
 __all__ = ["ImageProcessor", "VISION_EXTRA"]
 
@@ -278,6 +283,43 @@ class ImageProcessor:
         cut = [_patchify(self._one(image), patch, merge, temporal) for image in images]
         grids = np.asarray([grid for _, grid in cut], np.int64).reshape(-1, 3)
         return np.concatenate([flat for flat, _ in cut]), grids
+
+    @property
+    def is_tiled(self) -> bool:
+        """Whether images become tiles of a grid resolution (LLaVA-NeXT), see :meth:`tiled`."""
+        return bool(self.settings.get("image_grid_pinpoints"))
+
+    def tiled(
+        self, images: Sequence[Any]
+    ) -> tuple[list[npt.NDArray[np.float32]], npt.NDArray[np.int64]]:
+        """LLaVA-NeXT's tiles of each image (tiles, channels, tile, tile) and ``image_sizes``.
+
+        Example:
+            >>> tiles, sizes = processor.tiled([image])  # doctest: +SKIP
+            >>> tiles[0].shape, sizes.tolist()  # doctest: +SKIP
+            ((5, 3, 336, 336), [[480, 640]])
+        """
+        settings = self.settings
+        pinpoints = settings.get("image_grid_pinpoints")
+        if not pinpoints:
+            raise CheckpointError(
+                "The image processor has no image_grid_pinpoints: its images are whole (call "
+                "the processor itself), not tiles."
+            )
+        size, crop = settings.get("size") or {}, settings.get("crop_size") or {}
+        if size.get("height") and size.get("width"):
+            base = (int(size["height"]), int(size["width"]))
+        else:
+            base = (int(size["shortest_edge"]),) * 2
+        tile = int(crop.get("height") or size.get("height") or size["shortest_edge"])
+        resample = int(settings.get("resample", 3))
+        processed, sizes = [], []
+        for image in images:
+            picture = self._image(image)
+            cut = _anyres.tiles(picture, pinpoints, tile, base, resample)
+            processed.append(np.stack([self._one(part) for part in cut]))
+            sizes.append((picture.height, picture.width))
+        return processed, np.asarray(sizes, np.int64).reshape(-1, 2)
 
     def one_by_one(self, images: Sequence[Any]) -> list[npt.NDArray[np.float32]]:
         """Each image's ``pixel_values`` (1, channels, height, width), sizes of their own."""

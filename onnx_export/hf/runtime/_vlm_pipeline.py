@@ -73,6 +73,7 @@ def _pixtral(token: str, count: int, texts: Mapping[str, Any]) -> str:
 #: features, as the family's processor writes it).
 _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "llava": (None, _repeat),
+    "llava_next": (None, _repeat),  # as many as the packed features (any resolution)
     "gemma3": ("boi_token", _gemma3),
     "idefics3": (None, _idefics3),
     "smolvlm": (None, _idefics3),  # one view of an image: as Idefics3
@@ -206,6 +207,9 @@ class ImageTextToTextPipeline:
             pixels, grid_thw = self.image_processor.patches(batch)
             grids["image_grid_thw"] = grid_thw
             features = self.model.image_features(pixels, grid_thw)
+        elif self.image_processor.is_tiled:  # LLaVA-NeXT: tiles by size, packed features
+            tiles, sizes = self.image_processor.tiled(batch)
+            features = self.model.image_features(tiles, image_sizes=sizes)
         elif self.model.vision.get_inputs()[0].shape[0] == 1:  # Mistral 3: sizes of their own
             arrays = self.image_processor.one_by_one(batch)
             shapes = [a.shape[2:] for a in arrays]

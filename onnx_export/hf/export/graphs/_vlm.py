@@ -95,6 +95,7 @@ def _mistral3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
 #: model_type -> how the family computes its image features, one row per image.
 _FEATURES = {
     "llava": _llava_features,
+    "llava_next": _llava_features,  # per tile; the runtime packs the tiles (any resolution)
     "idefics3": _idefics3_features,
     "smolvlm": _idefics3_features,  # Idefics3's architecture
     "mistral3": _mistral3_features,
@@ -115,7 +116,11 @@ class ImageEncoder(nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> dict[str, Any]:
         """The projected features of each image, one row per image."""
         if self.features is not None:
-            return {"image_features": self.features(self.model, pixel_values)}
+            out = {"image_features": self.features(self.model, pixel_values)}
+            newline = getattr(getattr(self.model, "model", None), "image_newline", None)
+            if newline is not None:  # LLaVA-NeXT: the row the runtime ends each line with
+                out["image_newline"] = newline
+            return out
         out = self.model.get_image_features(pixel_values=pixel_values, return_dict=True)  # type: ignore[operator]
         return {"image_features": _as_batch(getattr(out, "pooler_output", out))}
 

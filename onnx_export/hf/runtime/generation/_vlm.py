@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf._errors import CheckpointError, GenerationError
+from onnx_export.hf.runtime._anyres import AnyResolution
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
@@ -107,6 +108,10 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         if "image_grid_thw" in {i.name for i in vision.get_inputs()}:
             self._patched = PatchedVision(vision, folder.config, self.image_token_id)
         self._grids: Grids | None = None
+        #: LLaVA-NeXT: tiles by image size in, packed with the encoder's image_newline.
+        self._anyres = None
+        if "image_newline" in {o.name for o in vision.get_outputs()}:
+            self._anyres = AnyResolution(vision, folder.config)
 
     @classmethod
     def from_pretrained(
@@ -165,7 +170,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them.
             image_sizes: Mistral 3's (images, 2) heights and widths in the padded
                 ``pixel_values``, as its processor gives them: each image is cropped to
-                its size and encoded alone.
+                its size and encoded alone. LLaVA-NeXT's: each image's size before
+                processing, which fixes its tiles (``pixel_values`` (images, tiles,
+                channels, height, width)) and how their features are packed.
 
         Example:
             >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
@@ -175,6 +182,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             return self._patched.features(pixel_values, image_grid_thw)
         if image_grid_thw is not None:
             raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
+        if self._anyres is not None:
+            return self._anyres.features(pixel_values, image_sizes)
         pixels = np.asarray(pixel_values, dtype=np.float32)
         if pixels.ndim == 3:
             pixels = pixels[None]
@@ -230,7 +239,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them
                 (with ``pixel_values`` or ``image_features``); they place the image
                 tokens' M-RoPE positions.
-            image_sizes: Mistral 3's (images, 2) sizes in the padded ``pixel_values``.
+            image_sizes: Mistral 3's (images, 2) sizes in the padded ``pixel_values``;
+                LLaVA-NeXT's sizes of the images before processing.
             max_new_tokens: How many tokens to add at most.
             **kwargs: :meth:`OrtModelForCausalLM.generate`'s other arguments
                 (``do_sample``, ``num_beams``, ``streamer``, ``json_schema``...), but not
