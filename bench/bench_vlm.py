@@ -1,11 +1,13 @@
-"""Vision-language models (LLaVA, Qwen2-VL) generating: ours against transformers eager.
+"""Vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL) generating: ours against transformers eager.
 
 One random-weight LLaVA (a CLIP vision tower of hidden 64 on 84x84 images, 36 image
 tokens; a Llama decoder of hidden 128, 4 layers) and one random-weight Qwen2-VL of the
 same sizes (a vision tower of hidden 64, 4 blocks, 14-pixel patches merged 2x2 on a
 168x168 image: 144 patches, 36 image tokens; a Qwen2 decoder of hidden 128, 4 layers,
-M-RoPE), one image and a chat prompt, greedy, 1 thread each (torch and ONNX Runtime),
-batch 1; rounds alternate between the tools, best of ``--repeat``:
+M-RoPE), and one random-weight LLaVA-NeXT (LLaVA's towers on 84x84 tiles, grid
+resolutions up to 168x168: the 96x120 image becomes a base image and 2x2 tiles, packed to
+166 image tokens by the numpy runtime), one image and a chat prompt, greedy, 1 thread each
+(torch and ONNX Runtime), batch 1; rounds alternate between the tools, best of ``--repeat``:
 
 - **first token**: ``generate(max_new_tokens=1)`` from ``pixel_values`` and ``input_ids``
   (the vision encoder, the embedding, the merge and the prompt's decoder step);
@@ -16,7 +18,7 @@ builder makes no vision encoder (LLaVA is not in it; for Gemma 3, Mistral 3 and 
 writes the text decoder only, the vision graph coming from each model's own export
 scripts, which need the real checkpoints).
 
-    python bench/bench_vlm.py [--repeat 5] [--new 32] [--family llava qwen2_vl]
+    python bench/bench_vlm.py [--repeat 5] [--new 32] [--family llava llava_next qwen2_vl]
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ _TEXT = {
 }
 
 
-def llava(folder: pathlib.Path) -> tuple[Any, Any, np.ndarray]:
-    """The random LLaVA, its processor (saved into ``folder``) and the image."""
+def llava(folder: pathlib.Path, next_: bool = False) -> tuple[Any, Any, np.ndarray]:
+    """The random LLaVA (LLaVA-NeXT's), its processor (saved into ``folder``) and the image."""
     text = {"model_type": "llama", **_TEXT}
     vision = {
         "model_type": "clip_vision_model",
@@ -69,15 +71,26 @@ def llava(folder: pathlib.Path) -> tuple[Any, Any, np.ndarray]:
         "image_size": 84,
         "patch_size": 14,
     }
-    config = tf.LlavaConfig(
-        text_config=text, vision_config=vision, image_token_index=4, image_seq_length=36
-    )
+    pinpoints = [[84, 168], [168, 84], [168, 168]]
+    sizes: dict[str, Any] = {
+        "size": {"shortest_edge": 84},
+        "crop_size": {"height": 84, "width": 84},
+    }
     torch.manual_seed(0)
-    model = tf.LlavaForConditionalGeneration(config).eval()
-    images = tf.CLIPImageProcessorPil(
-        size={"shortest_edge": 84}, crop_size={"height": 84, "width": 84}
-    )
-    processor = tf.LlavaProcessor(
+    if next_:
+        config: Any = tf.LlavaNextConfig(
+            text_config=text, vision_config=vision, image_token_index=4,
+            image_grid_pinpoints=pinpoints,
+        )  # fmt: skip
+        model: Any = tf.LlavaNextForConditionalGeneration(config).eval()
+        images: Any = tf.LlavaNextImageProcessorPil(**sizes, image_grid_pinpoints=pinpoints)
+    else:
+        config = tf.LlavaConfig(
+            text_config=text, vision_config=vision, image_token_index=4, image_seq_length=36
+        )
+        model = tf.LlavaForConditionalGeneration(config).eval()
+        images = tf.CLIPImageProcessorPil(**sizes)
+    processor = (tf.LlavaNextProcessor if next_ else tf.LlavaProcessor)(
         image_processor=images,
         tokenizer=tokenizer("<image>"),
         patch_size=14,
@@ -118,7 +131,11 @@ def _image(height: int, width: int) -> np.ndarray:
     return (np.random.default_rng(0).random((height, width, 3)) * 255).astype(np.uint8)
 
 
-FAMILIES = {"llava": (llava, "LLaVA"), "qwen2_vl": (qwen2_vl, "Qwen2-VL")}
+FAMILIES = {
+    "llava": (llava, "LLaVA"),
+    "llava_next": (lambda folder: llava(folder, next_=True), "LLaVA-NeXT"),
+    "qwen2_vl": (qwen2_vl, "Qwen2-VL"),
+}
 
 
 def _timed(run: Any) -> tuple[float, np.ndarray]:
@@ -138,7 +155,8 @@ def bench(family: str, root: pathlib.Path, repeat: int, new: int) -> dict[str, A
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
     inputs = processor(images=image, text=prompt, return_tensors="pt", add_special_tokens=False)
     ids = inputs["input_ids"].numpy()
-    images = {k: inputs[k].numpy() for k in ("pixel_values", "image_grid_thw") if k in inputs}
+    names = ("pixel_values", "image_grid_thw", "image_sizes")
+    images = {k: inputs[k].numpy() for k in names if k in inputs}
 
     def run_ours(count: int) -> np.ndarray:
         return ours.generate(ids, **images, max_new_tokens=count)
@@ -176,21 +194,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(
-        f"vision hidden 64, 36 image tokens; text hidden 128, 4 layers; {args.new} new "
-        f"tokens, 1 thread, best of {args.repeat}"
+        f"vision hidden 64, 36 image tokens (LLaVA-NeXT: 5 tiles, 166); text hidden 128, "
+        f"4 layers; {args.new} new tokens, 1 thread, best of {args.repeat}"
     )
-    print(f"{'model':<9} {'tool':<6} {'prompt':>6} {'first token ms':>14} {'decode ms/token':>15}")
+    print(f"{'model':<10} {'tool':<6} {'prompt':>6} {'first token ms':>14} {'decode ms/token':>15}")
     for family in args.family:
         root = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-vlm-{family}-"))
         result = bench(family, root, args.repeat, args.new)
         first, step = result["first"], result["step"]
         for name in ("ours", "eager"):
             print(
-                f"{FAMILIES[family][1]:<9} {name:<6} {result['prompt']:>6} "
+                f"{FAMILIES[family][1]:<10} {name:<6} {result['prompt']:>6} "
                 f"{first[name] * 1e3:>14.2f} {step[name] * 1e3:>15.3f}"
             )
         print(
-            f"{FAMILIES[family][1]:<9} eager/ours: first token "
+            f"{FAMILIES[family][1]:<10} eager/ours: first token "
             f"{first['eager'] / first['ours']:.2f}x, decode step "
             f"{step['eager'] / step['ours']:.2f}x; same tokens: {result['same']}"
         )
