@@ -107,7 +107,8 @@ _REFUSED: Mapping[tuple[str, str], str] = {
 #: Vision-language families that ``image-text-to-text`` exports (``hf/export/graphs/_vlm.py``);
 #: the other families of transformers' image-text-to-text mapping are refused by name.
 VLM_FAMILIES = (
-    "llava", "llava_next", "gemma3", "idefics3", "smolvlm", "mistral3", "qwen2_vl", "qwen2_5_vl",
+    "llava", "llava_next", "llava_onevision", "gemma3", "idefics3", "smolvlm", "mistral3",
+    "qwen2_vl", "qwen2_5_vl",
 )  # fmt: skip
 
 

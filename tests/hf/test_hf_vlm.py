@@ -189,22 +189,27 @@ def test_two_images_in_one_prompt_match_transformers(vlm: Vlm) -> None:
 
 def test_images_of_any_resolution_match_transformers(vlm: Vlm) -> None:
     """LLaVA-NeXT: two images of other sizes and aspect ratios (other tile grids and token
-    counts) in one prompt; packed features, token counts, logits and tokens."""
-    if vlm.name != "llava_next":
-        pytest.skip("the family whose image tokens are sized from the image")
+    counts) in one prompt; packed features, token counts, logits and tokens. LLaVA-OneVision
+    makes the images of such a prompt one square tile each."""
+    if vlm.name not in ("llava_next", "llava_onevision"):
+        pytest.skip("the families whose image tokens are sized from the image")
     images = _images((52, 40), (70, 20))
     prompt = vlm.processor.apply_chat_template(_messages("kalo", 2), add_generation_prompt=True)
-    inputs = vlm.processor(images=[images], text=[prompt], return_tensors="pt")
+    inputs = vlm.processor(
+        images=[images], text=[prompt], return_tensors="pt", add_special_tokens=False
+    )
     model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
     arrays = _images_of(inputs)
     got = model.image_features(arrays["pixel_values"], image_sizes=arrays["image_sizes"])
     with torch.no_grad():
         expected = vlm.model.model.get_image_features(
             inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=-1,
-            vision_feature_select_strategy="default",
+            vision_feature_select_strategy=vlm.model.config.vision_feature_select_strategy,
+            **{k: inputs[k] for k in ("batch_num_images",) if k in inputs},
         ).pooler_output  # fmt: skip
     counts = [g.shape[0] for g in got]
-    assert counts == [e.shape[0] for e in expected] and counts[0] != counts[1], counts
+    assert counts == [e.shape[0] for e in expected], counts
+    assert (counts[0] != counts[1]) == (vlm.name == "llava_next"), counts
     for ours, theirs in zip(got, expected, strict=True):
         np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
     ids = inputs["input_ids"].numpy()
@@ -221,8 +226,27 @@ def test_images_of_any_resolution_match_transformers(vlm: Vlm) -> None:
     assert text == vlm.processor.decode(_theirs(vlm, inputs)[0, width:], skip_special_tokens=True)
     with pytest.raises(hf.GenerationError, match="image_sizes"):
         model.generate(ids, pixel_values=arrays["pixel_values"], max_new_tokens=2)
-    with pytest.raises(hf.GenerationError, match="tiles"):
-        model.image_features(arrays["pixel_values"][:, :2], image_sizes=arrays["image_sizes"])
+    if vlm.name == "llava_next":
+        with pytest.raises(hf.GenerationError, match="tiles"):
+            model.image_features(arrays["pixel_values"][:, :2], image_sizes=arrays["image_sizes"])
+
+
+def test_large_grids_are_downsampled_as_transformers_does(vlm: Vlm) -> None:
+    """LLaVA-OneVision: a grid of more than anyres_max_N tiles' features is interpolated."""
+    if vlm.name != "llava_onevision":
+        pytest.skip("the family that downsamples large grids")
+    images = _images((40, 52), (70, 20))
+    inputs = _inputs(vlm, ["kalo", "posu"], images)
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    got = model.image_features(**_images_of(inputs))
+    with torch.no_grad():
+        expected = vlm.model.model.get_image_features(
+            inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=-1,
+            vision_feature_select_strategy="full", batch_num_images=inputs["batch_num_images"],
+        ).pooler_output  # fmt: skip
+    assert [g.shape[0] for g in got] == [49, 65]  # 10x10 -> 7x7 (+ newlines); 6x10 kept
+    for ours, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_images_of_their_own_sizes_are_cropped_and_checked(vlm: Vlm) -> None:
@@ -331,12 +355,12 @@ def test_cli_refuses_a_family_it_cannot_export(
 
 def test_float16_export_matches_eager_logits(vlm: Vlm, tmp_path: pathlib.Path) -> None:
     """A float16 folder: the vision encoder takes float16 pixels, logits near eager's."""
-    if vlm.name != "llava":
-        pytest.skip("one family is enough for the half-precision path")
+    if vlm.name not in ("llava", "llava_next"):  # LLaVA-NeXT: its float16 image_newline
+        pytest.skip("LLaVA and its tiled kind are enough for the half-precision path")
     hf.export_pretrained(vlm.checkpoint, tmp_path / "f16", dtype="float16")
     model = hf.OrtModelForImageTextToText.from_pretrained(tmp_path / "f16")
     inputs = _inputs(vlm, ["kalo kami"], _images((40, 52)))
-    got = model.logits(inputs["input_ids"].numpy(), pixel_values=inputs["pixel_values"].numpy())
+    got = model.logits(inputs["input_ids"].numpy(), **_images_of(inputs))
     with torch.no_grad():
         expected = vlm.model(**inputs).logits.numpy()
     np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)

@@ -148,6 +148,37 @@ def _llava_next() -> tuple[Any, Any]:
     return tf.LlavaNextForConditionalGeneration(config), processor
 
 
+def _llava_onevision() -> tuple[Any, Any]:
+    """LLaVA-NeXT's tiling on a SigLIP tower (25 tokens a tile); at most 1 tile's worth of
+    features a grid ("anyres_max_1"), so larger grids are downsampled; one image a prompt is
+    tiled, several are padded square, one tile each."""
+    pinpoints = [[30, 60], [60, 30], [60, 60]]
+    vision = {**_VISION, "model_type": "siglip_vision_model"}
+    config = tf.LlavaOnevisionConfig(
+        text_config={"model_type": "qwen2", **_TEXT, "max_position_embeddings": 512},
+        vision_config=vision,
+        image_token_index=4,
+        video_token_index=5,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_1",
+        image_grid_pinpoints=pinpoints,
+        initializer_range=0.2,
+    )
+    images = tf.LlavaOnevisionImageProcessorPil(
+        size={"height": 30, "width": 30}, image_grid_pinpoints=pinpoints
+    )
+    processor = images_only(tf.LlavaOnevisionProcessor)(
+        image_processor=images,
+        tokenizer=tokenizer("<image>", ("<video>",)),
+        num_image_tokens=25,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_1",
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.LlavaOnevisionForConditionalGeneration(config), processor
+
+
 def _gemma3() -> tuple[Any, Any]:
     """SigLIP tower on 24x24 images (6x6 patches), pooled to 9 image tokens per image."""
     text = {**_TEXT, "model_type": "gemma3_text", "head_dim": 8, "sliding_window": 4}
@@ -304,6 +335,7 @@ VLM_CASES = {
     for case in (
         VlmCase("llava", _llava),
         VlmCase("llava_next", _llava_next),
+        VlmCase("llava_onevision", _llava_onevision),
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
         VlmCase("smolvlm", _smolvlm),

@@ -13,6 +13,12 @@ with numpy, as transformers' ``LlavaNextImageProcessor`` and ``LlavaNextModel`` 
 - packing (:func:`pack`): the tiles' features laid out as the grid, the padding rows or
   columns cut off (back to the image's aspect ratio), an ``image_newline`` at the end of
   every row, after the base image's features. Their count is the image's token count.
+
+LLaVA-OneVision tiles the same way, but downsamples a grid of more than
+``anyres_max_N`` (its ``vision_aspect_ratio``) tiles' worth of features with a bilinear
+interpolation (:func:`bilinear`, torch's ``interpolate`` without corner alignment), and
+the images of a prompt with several are padded square with the mean colour (:func:`square`)
+and encoded as one tile each.
 """
 
 from __future__ import annotations
@@ -27,7 +33,16 @@ import numpy.typing as npt
 from onnx_export.hf._errors import CheckpointError, GenerationError
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY
 
-__all__ = ["best_resolution", "fitted_size", "tiles", "tile_count", "pack", "AnyResolution"]
+__all__ = [
+    "best_resolution",
+    "fitted_size",
+    "tiles",
+    "square",
+    "tile_count",
+    "bilinear",
+    "pack",
+    "AnyResolution",
+]
 
 
 def best_resolution(
@@ -80,6 +95,34 @@ def tiles(
     return [whole, *cut]
 
 
+def square(image: npt.NDArray[np.uint8], mean: Sequence[float]) -> npt.NDArray[np.uint8]:
+    """An (H, W, C) image centred on a square of its longest side, filled with ``mean``."""
+    height, width, channels = image.shape
+    side = max(height, width)
+    out = np.empty((side, side, channels), np.uint8)
+    out[:] = np.asarray([int(m * 255) for m in mean], np.uint8)[:channels]
+    top, left = (side - height) // 2, (side - width) // 2
+    out[top : top + height, left : left + width] = image
+    return out
+
+
+def bilinear(grid: npt.NDArray[np.float32], height: int, width: int) -> npt.NDArray[np.float32]:
+    """(H, W, hidden) resized to (height, width): torch's bilinear, corners not aligned."""
+    for axis, size in ((0, height), (1, width)):
+        old = grid.shape[axis]
+        source = np.maximum((np.arange(size, dtype=np.float32) + 0.5) * (old / size) - 0.5, 0)
+        low = np.minimum(np.floor(source).astype(np.int64), old - 1)
+        high = np.minimum(low + 1, old - 1)
+        weight = (source - low).astype(np.float32)
+        shape = [1, 1, 1]
+        shape[axis] = size
+        weight = weight.reshape(shape)
+        grid = (
+            np.take(grid, low, axis=axis) * (1 - weight) + np.take(grid, high, axis=axis) * weight
+        )
+    return grid.astype(np.float32)
+
+
 def tile_count(height: int, width: int, pinpoints: Sequence[Sequence[int]], tile: int) -> int:
     """How many tiles (with the base image) an image of ``height`` x ``width`` becomes."""
     rows, columns = best_resolution(height, width, pinpoints)
@@ -103,8 +146,12 @@ def pack(
     pinpoints: Sequence[Sequence[int]],
     tile: int,
     newline: npt.NDArray[np.float32],
+    most: int | None = None,
 ) -> npt.NDArray[np.float32]:
-    """One image's tiles' features (tiles, side * side, hidden) -> its (tokens, hidden)."""
+    """One image's tiles' features (tiles, side * side, hidden) -> its (tokens, hidden).
+
+    ``most``: LLaVA-OneVision's tiles' worth of features a grid keeps (``anyres_max_N``).
+    """
     hidden = features.shape[-1]
     if features.shape[0] == 1:  # the base image alone
         return np.concatenate([features[0], newline[None]])
@@ -114,6 +161,9 @@ def pack(
     grid = features[1:].reshape(rows, columns, side, side, hidden)
     grid = grid.transpose(0, 2, 1, 3, 4).reshape(rows * side, columns * side, hidden)
     grid = grid[_unpadded(rows * side, columns * side, size[0], size[1])]
+    ratio = math.sqrt(grid.shape[0] * grid.shape[1] / (most * side**2)) if most else 0.0
+    if ratio > 1.1:
+        grid = bilinear(grid, int(grid.shape[0] // ratio), int(grid.shape[1] // ratio))
     ends = np.broadcast_to(newline, (grid.shape[0], 1, hidden))
     lines = np.concatenate([grid, ends], axis=1).reshape(-1, hidden)
     return np.concatenate([features[0], lines])
@@ -140,13 +190,25 @@ class AnyResolution:
                 "a LLaVA-NeXT folder's images of any resolution need: re-export the checkpoint."
             )
         self._dtype = ONNX_TO_NUMPY.get(vision.get_inputs()[0].type, np.float32)
+        aspect = str(config.get("vision_aspect_ratio") or "")  # LLaVA-OneVision's
+        self.most = (
+            int(aspect.removeprefix("anyres_max_")) if aspect.startswith("anyres_max_") else None
+        )
+
+    @classmethod
+    def of(cls, vision: Any, config: Mapping[str, Any]) -> AnyResolution | None:
+        """The folder's, when its vision encoder gives ``image_newline``; else ``None``."""
+        names = {o.name for o in vision.get_outputs()}
+        return cls(vision, config) if "image_newline" in names else None
 
     def features(self, pixel_values: Any, image_sizes: Any) -> list[npt.NDArray[np.float32]]:
         """Each image's packed (tokens, hidden) features.
 
         ``pixel_values``: the processor's (images, tiles, channels, tile, tile), padded
         with zero tiles to the most tiles, or a list of (tiles, ...) arrays;
-        ``image_sizes``: each image's (height, width) before processing.
+        ``image_sizes``: each image's (height, width) before processing. An image with
+        one tile and zeros after it is one of several in a prompt (LLaVA-OneVision's
+        processor does not tile those).
         """
         if image_sizes is None:
             raise GenerationError(
@@ -160,6 +222,7 @@ class AnyResolution:
             pixels = np.asarray(pixel_values)
             images = list(pixels) if pixels.ndim == 5 else [pixels]
         counts = [tile_count(h, w, self.pinpoints, self.tile) for h, w in sizes]
+        counts = [1 if _one_tile(i) else n for i, n in zip(images, counts, strict=False)]
         if len(images) != len(sizes) or any(
             np.ndim(i) != 4 or len(i) < n for i, n in zip(images, counts, strict=False)
         ):
@@ -173,7 +236,12 @@ class AnyResolution:
             feed = {"pixel_values": np.asarray(image[:count], dtype=self._dtype)}
             out, newline = self.vision.run(["image_features", "image_newline"], feed)
             feats = np.asarray(out, dtype=np.float32)
-            packed.append(
-                pack(feats, size, self.pinpoints, self.tile, np.asarray(newline, np.float32))
-            )
+            ends = np.asarray(newline, np.float32)
+            packed.append(pack(feats, size, self.pinpoints, self.tile, ends, self.most))
         return packed
+
+
+def _one_tile(image: Any) -> bool:
+    """Whether ``image`` (tiles, ...) is one tile, or one followed by zero (padding) tiles."""
+    tiles = np.asarray(image)
+    return tiles.ndim == 4 and (len(tiles) == 1 or not tiles[1:].any())

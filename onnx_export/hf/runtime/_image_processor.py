@@ -290,9 +290,12 @@ class ImageProcessor:
         return bool(self.settings.get("image_grid_pinpoints"))
 
     def tiled(
-        self, images: Sequence[Any]
+        self, images: Sequence[Any], whole: bool = False
     ) -> tuple[list[npt.NDArray[np.float32]], npt.NDArray[np.int64]]:
         """LLaVA-NeXT's tiles of each image (tiles, channels, tile, tile) and ``image_sizes``.
+
+        ``whole``: LLaVA-OneVision's images of a prompt with several, each padded square
+        with the mean colour and made one tile.
 
         Example:
             >>> tiles, sizes = processor.tiled([image])  # doctest: +SKIP
@@ -316,7 +319,11 @@ class ImageProcessor:
         processed, sizes = [], []
         for image in images:
             picture = self._image(image)
-            cut = _anyres.tiles(picture, pinpoints, tile, base, resample)
+            if whole:
+                mean = settings.get("image_mean") or (0.5, 0.5, 0.5)
+                cut = [_anyres.square(np.asarray(picture), mean)]
+            else:
+                cut = _anyres.tiles(picture, pinpoints, tile, base, resample)
             processed.append(np.stack([self._one(part) for part in cut]))
             sizes.append((picture.height, picture.width))
         return processed, np.asarray(sizes, np.int64).reshape(-1, 2)

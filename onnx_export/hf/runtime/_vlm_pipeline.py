@@ -74,6 +74,7 @@ def _pixtral(token: str, count: int, texts: Mapping[str, Any]) -> str:
 _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "llava": (None, _repeat),
     "llava_next": (None, _repeat),  # as many as the packed features (any resolution)
+    "llava_onevision": (None, _repeat),
     "gemma3": ("boi_token", _gemma3),
     "idefics3": (None, _idefics3),
     "smolvlm": (None, _idefics3),  # one view of an image: as Idefics3
@@ -111,7 +112,7 @@ class ImageTextToTextPipeline:
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.processor = dict(processor)
-        model_type = str(model.folder.config.get("model_type"))
+        model_type = self.model_type = str(model.folder.config.get("model_type"))
         placeholder, self._expand = _LAYOUTS.get(model_type, (None, _repeat))
         token = tokenizer.config.get(placeholder) if placeholder else None
         token = token or processor.get("image_token") or tokenizer.config.get("image_token")
@@ -208,7 +209,8 @@ class ImageTextToTextPipeline:
             grids["image_grid_thw"] = grid_thw
             features = self.model.image_features(pixels, grid_thw)
         elif self.image_processor.is_tiled:  # LLaVA-NeXT: tiles by size, packed features
-            tiles, sizes = self.image_processor.tiled(batch)
+            several = len(batch) > 1 and self.model_type == "llava_onevision"  # not tiled
+            tiles, sizes = self.image_processor.tiled(batch, whole=several)
             features = self.model.image_features(tiles, image_sizes=sizes)
         elif self.model.vision.get_inputs()[0].shape[0] == 1:  # Mistral 3: sizes of their own
             arrays = self.image_processor.one_by_one(batch)

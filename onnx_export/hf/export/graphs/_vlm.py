@@ -96,6 +96,7 @@ def _mistral3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
 _FEATURES = {
     "llava": _llava_features,
     "llava_next": _llava_features,  # per tile; the runtime packs the tiles (any resolution)
+    "llava_onevision": _llava_features,
     "idefics3": _idefics3_features,
     "smolvlm": _idefics3_features,  # Idefics3's architecture
     "mistral3": _mistral3_features,

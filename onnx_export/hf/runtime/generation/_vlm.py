@@ -109,9 +109,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             self._patched = PatchedVision(vision, folder.config, self.image_token_id)
         self._grids: Grids | None = None
         #: LLaVA-NeXT: tiles by image size in, packed with the encoder's image_newline.
-        self._anyres = None
-        if "image_newline" in {o.name for o in vision.get_outputs()}:
-            self._anyres = AnyResolution(vision, folder.config)
+        self._anyres = AnyResolution.of(vision, folder.config)
 
     @classmethod
     def from_pretrained(
