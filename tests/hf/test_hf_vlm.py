@@ -231,6 +231,18 @@ def test_images_of_any_resolution_match_transformers(vlm: Vlm) -> None:
             model.image_features(arrays["pixel_values"][:, :2], image_sizes=arrays["image_sizes"])
 
 
+@pytest.mark.parametrize("shape", [(130, 47), (47, 130), (61, 59), (300, 200)], ids=str)
+def test_tiles_of_larger_images_match_the_image_processor(vlm: Vlm, shape: tuple[int, int]) -> None:
+    """Images larger than every grid resolution (resized down into it, then padded)."""
+    if vlm.name not in ("llava_next", "llava_onevision"):
+        pytest.skip("the families that tile images by their size")
+    (image,) = _images(shape)
+    theirs = vlm.processor.image_processor(image, return_tensors="np")
+    tiles, sizes = ImageProcessor.from_folder(vlm.folder).tiled([PIL.fromarray(image)])
+    np.testing.assert_array_equal(sizes, theirs["image_sizes"])
+    np.testing.assert_allclose(np.stack(tiles), theirs["pixel_values"], rtol=0, atol=1e-5)
+
+
 def test_large_grids_are_downsampled_as_transformers_does(vlm: Vlm) -> None:
     """LLaVA-OneVision: a grid of more than anyres_max_N tiles' features is interpolated."""
     if vlm.name != "llava_onevision":
