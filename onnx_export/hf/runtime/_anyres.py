@@ -82,7 +82,7 @@ def tiles(
     """The base image (resized to ``base``) and the tiles of the padded best resolution."""
     target = best_resolution(picture.height, picture.width, pinpoints)
     height, width = fitted_size(picture.height, picture.width, target)
-    resized = np.asarray(picture.resize((width, height), resample=resample))
+    resized = np.atleast_3d(np.asarray(picture.resize((width, height), resample=resample)))
     top, left = (target[0] - height) // 2, (target[1] - width) // 2
     padded = np.zeros((*target, resized.shape[2]), np.uint8)
     padded[top : top + height, left : left + width] = resized
@@ -97,6 +97,7 @@ def tiles(
 
 def square(image: npt.NDArray[np.uint8], mean: Sequence[float]) -> npt.NDArray[np.uint8]:
     """An (H, W, C) image centred on a square of its longest side, filled with ``mean``."""
+    image = np.atleast_3d(image)
     height, width, channels = image.shape
     side = max(height, width)
     out = np.empty((side, side, channels), np.uint8)
@@ -170,12 +171,14 @@ def pack(
 
 
 class AnyResolution:
-    """A LLaVA-NeXT folder's vision encoder: each image's tiles encoded, then packed.
+    """A LLaVA-NeXT (-OneVision) folder's vision encoder: each image's tiles encoded, packed.
 
     Attributes:
         vision: The vision encoder's ``onnxruntime.InferenceSession``.
         pinpoints: The config's ``image_grid_pinpoints``.
         tile: The vision tower's image size (one tile's side, in pixels).
+        several: LLaVA-OneVision: an image of one tile then zero tiles is not tiled.
+        most: LLaVA-OneVision's ``anyres_max_N``: tiles' worth of features a grid keeps.
     """
 
     def __init__(self, vision: Any, config: Mapping[str, Any]) -> None:
@@ -190,6 +193,8 @@ class AnyResolution:
                 "a LLaVA-NeXT folder's images of any resolution need: re-export the checkpoint."
             )
         self._dtype = ONNX_TO_NUMPY.get(vision.get_inputs()[0].type, np.float32)
+        #: LLaVA-OneVision: images of multi-image prompts come as one tile each.
+        self.several = config.get("model_type") == "llava_onevision"
         aspect = str(config.get("vision_aspect_ratio") or "")  # LLaVA-OneVision's
         self.most = (
             int(aspect.removeprefix("anyres_max_")) if aspect.startswith("anyres_max_") else None
@@ -222,7 +227,8 @@ class AnyResolution:
             pixels = np.asarray(pixel_values)
             images = list(pixels) if pixels.ndim == 5 else [pixels]
         counts = [tile_count(h, w, self.pinpoints, self.tile) for h, w in sizes]
-        counts = [1 if _one_tile(i) else n for i, n in zip(images, counts, strict=False)]
+        if self.several:
+            counts = [1 if _one_tile(i) else n for i, n in zip(images, counts, strict=False)]
         if len(images) != len(sizes) or any(
             np.ndim(i) != 4 or len(i) < n for i, n in zip(images, counts, strict=False)
         ):

@@ -91,6 +91,7 @@ class ImageTextToTextPipeline:
         tokenizer: The folder's tokenizer and chat template.
         image_processor: The folder's image processor settings, applied with Pillow.
         image_token: The placeholder's text (``"<image>"`` for LLaVA).
+        model_type: The folder's ``config.json`` ``model_type``.
 
     Example:
         >>> from onnx_export import hf
