@@ -1,4 +1,4 @@
-"""Vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL) generating: ours against transformers eager.
+"""Vision-language models (LLaVA, LLaVA-NeXT, -OneVision, Qwen2-VL): ours against eager.
 
 One random-weight LLaVA (a CLIP vision tower of hidden 64 on 84x84 images, 36 image
 tokens; a Llama decoder of hidden 128, 4 layers) and one random-weight Qwen2-VL of the
@@ -6,7 +6,8 @@ same sizes (a vision tower of hidden 64, 4 blocks, 14-pixel patches merged 2x2 o
 168x168 image: 144 patches, 36 image tokens; a Qwen2 decoder of hidden 128, 4 layers,
 M-RoPE), and one random-weight LLaVA-NeXT (LLaVA's towers on 84x84 tiles, grid
 resolutions up to 168x168: the 96x120 image becomes a base image and 2x2 tiles, packed to
-166 image tokens by the numpy runtime), one image and a chat prompt, greedy, 1 thread each
+166 image tokens by the numpy runtime; LLaVA-OneVision's the same on a SigLIP tower, a
+Qwen2 decoder), one image and a chat prompt, greedy, 1 thread each
 (torch and ONNX Runtime), batch 1; rounds alternate between the tools, best of ``--repeat``:
 
 - **first token**: ``generate(max_new_tokens=1)`` from ``pixel_values`` and ``input_ids``
@@ -18,7 +19,7 @@ builder makes no vision encoder (LLaVA is not in it; for Gemma 3, Mistral 3 and 
 writes the text decoder only, the vision graph coming from each model's own export
 scripts, which need the real checkpoints).
 
-    python bench/bench_vlm.py [--repeat 5] [--new 32] [--family llava llava_next qwen2_vl]
+    python bench/bench_vlm.py [--repeat 5] [--new 32] [--family llava llava_next ...]
 """
 
 from __future__ import annotations
@@ -103,6 +104,35 @@ def llava(folder: pathlib.Path, next_: bool = False) -> tuple[Any, Any, np.ndarr
     return model, processor, _image(96, 120)
 
 
+def onevision(folder: pathlib.Path) -> tuple[Any, Any, np.ndarray]:
+    """The random LLaVA-OneVision (LLaVA-NeXT's tiling on a SigLIP tower, anyres_max_9)."""
+    vision = {
+        "model_type": "siglip_vision_model", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "image_size": 84, "patch_size": 14,
+    }  # fmt: skip
+    pinpoints = [[84, 168], [168, 84], [168, 168]]
+    config = tf.LlavaOnevisionConfig(
+        text_config={**_TEXT, "model_type": "qwen2"}, vision_config=vision,
+        image_token_index=4, video_token_index=5, vision_feature_select_strategy="full",
+        vision_feature_layer=-1, image_grid_pinpoints=pinpoints,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = tf.LlavaOnevisionForConditionalGeneration(config).eval()
+    images = tf.LlavaOnevisionImageProcessorPil(
+        size={"height": 84, "width": 84}, image_grid_pinpoints=pinpoints
+    )
+    processor = images_only(tf.LlavaOnevisionProcessor)(
+        image_processor=images,
+        tokenizer=tokenizer("<image>", ("<video>",)),
+        num_image_tokens=36,
+        vision_feature_select_strategy="full",
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return model, processor, _image(96, 120)
+
+
 def qwen2_vl(folder: pathlib.Path) -> tuple[Any, Any, np.ndarray]:
     """The random Qwen2-VL, its processor (saved into ``folder``) and the image."""
     text = {**_TEXT, "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6]}}
@@ -134,6 +164,7 @@ def _image(height: int, width: int) -> np.ndarray:
 FAMILIES = {
     "llava": (llava, "LLaVA"),
     "llava_next": (lambda folder: llava(folder, next_=True), "LLaVA-NeXT"),
+    "llava_onevision": (onevision, "OneVision"),
     "qwen2_vl": (qwen2_vl, "Qwen2-VL"),
 }
 
