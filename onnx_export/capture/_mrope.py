@@ -68,7 +68,10 @@ def _source(function: Any) -> str:
 
 def _layout_reader(cls: type) -> Callable[[Any], RopeLayout] | None:
     """How to read the layout of ``cls``'s modules, when its positions follow the scheme."""
-    index, grid = getattr(cls, "get_rope_index", None), getattr(cls, "get_vision_position_ids", None)
+    index, grid = (
+        getattr(cls, "get_rope_index", None),
+        getattr(cls, "get_vision_position_ids", None),
+    )
     code, helper = _source(index), _source(grid)
     if not all(m in code for m in _SCHEME) or not all(m in helper for m in _GRID):
         return None

@@ -82,8 +82,10 @@ def _video_grids(layout: RopeLayout, grid: torch.Tensor | None, run: torch.Tenso
 
 
 def _compacted(kinds: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's modalities with padding removed (-1 after the row's tokens) and each
-    valid token's index in that compacted row."""
+    """Each row's modalities without padding (-1 after the row's tokens), token indices.
+
+    The second result is each valid token's index in its compacted row.
+    """
     order = valid.long().cumsum(-1) - 1
     length = kinds.shape[1]
     slot = order.masked_fill(~valid, length)  # padding goes to a slot that is dropped

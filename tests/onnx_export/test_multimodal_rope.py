@@ -87,9 +87,11 @@ def _inputs(rows: list[list[Any]], length: int) -> dict[str, torch.Tensor]:
 
 _DYNAMIC = onnx_export.ExportOptions(
     dynamic_shapes={
-        "input_ids": {1: "length"}, "attention_mask": {1: "length"},
-        "mm_token_type_ids": {1: "length"}, "pixel_values": {0: "patches"},
-    }  # fmt: skip
+        "input_ids": {1: "length"},
+        "attention_mask": {1: "length"},
+        "mm_token_type_ids": {1: "length"},
+        "pixel_values": {0: "patches"},
+    }
 )
 
 
@@ -130,8 +132,11 @@ def _random_batch(
                 row += [1] * tokens
             else:
                 videos.append([t, h, w])
-                frames = [[0] * rng.randint(1, 2) + [2] * tokens for _ in range(t)]
-                row += sum(frames, []) if split_videos else [2] * (t // temporal_merge * tokens)
+                if split_videos:  # each frame after its timestamp (text)
+                    for _ in range(t):
+                        row += [0] * rng.randint(1, 2) + [2] * tokens
+                else:
+                    row += [2] * (t // temporal_merge * tokens)
             row += [0] * rng.randint(1, 2)
         rows.append(row)
     length = max(len(r) for r in rows) + 3
