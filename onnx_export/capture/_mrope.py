@@ -161,7 +161,7 @@ def _classes_to_switch(model: torch.nn.Module) -> dict[type, Any]:
     switch: dict[type, Any] = {}
     for module in model.modules():
         cls = type(module)
-        if cls in switch or "get_rope_index" not in dir(cls):
+        if cls in switch or not hasattr(cls, "get_rope_index"):
             continue
         if cls not in _LAYOUTS:
             _LAYOUTS[cls] = _layout_reader(cls)
