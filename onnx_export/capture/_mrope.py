@@ -57,6 +57,8 @@ _SECONDS = "time_interval = tokens_per_second * next(second_per_grid_ts)"
 
 #: Layout reader of each class already read (``None``: not of this scheme).
 _LAYOUTS: dict[type, Callable[[Any], RopeLayout] | None] = {}
+#: Whether a class's code and ours agreed on the example of a layout.
+_AGREED: dict[tuple[type, RopeLayout], bool] = {}
 
 
 def _source(function: Any) -> str:
@@ -166,8 +168,12 @@ def _classes_to_switch(model: torch.nn.Module) -> dict[type, Any]:
         if cls not in _LAYOUTS:
             _LAYOUTS[cls] = _layout_reader(cls)
         read = _LAYOUTS[cls]
-        original = getattr(cls, "get_rope_index")  # noqa: B009  # any module class
-        if read is not None and _agrees(module, original, read(module)):
+        if read is None:
+            continue
+        original, layout = getattr(cls, "get_rope_index"), read(module)  # noqa: B009
+        if (cls, layout) not in _AGREED:
+            _AGREED[cls, layout] = _agrees(module, original, layout)
+        if _AGREED[cls, layout]:
             switch[cls] = _tensor_index(original, read)
     return switch
 

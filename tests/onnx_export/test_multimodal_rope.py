@@ -85,14 +85,13 @@ def _inputs(rows: list[list[Any]], length: int) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-_DYNAMIC = onnx_export.ExportOptions(
-    dynamic_shapes={
-        "input_ids": {1: "length"},
-        "attention_mask": {1: "length"},
-        "mm_token_type_ids": {1: "length"},
-        "pixel_values": {0: "patches"},
-    }
-)
+_AXES = {
+    "input_ids": {1: "length"},
+    "attention_mask": {1: "length"},
+    "mm_token_type_ids": {1: "length"},
+    "pixel_values": {0: "patches"},
+}
+_DYNAMIC = onnx_export.ExportOptions(dynamic_shapes=_AXES)
 
 
 @pytest.mark.parametrize("make", [_qwen2_vl, _glm4v], ids=["qwen2_vl", "glm4v"])
@@ -107,6 +106,55 @@ def test_positions_from_token_ids_follow_other_texts_and_images(make: Any) -> No
         assert_onnx_program_close(program, model, **other, rtol=1e-3, atol=1e-4)
     # Tracing stored a traced tensor in the model's cache of deltas; eager's values are there.
     assert type(model.rope_deltas) is torch.Tensor, type(model.rope_deltas)
+
+
+def _qwen2_5_vl_with_video(
+    texts: list[int], image: tuple[int, int], video: tuple[int, int, int], seconds: float, pad: int
+) -> dict[str, torch.Tensor]:
+    """One left-padded row: text, an image, text, a video (``seconds`` per grid), text."""
+    (hi, wi), (frames, hv, wv) = image, video
+
+    def text(n: int) -> list[int]:
+        return [random.randrange(10, 99) for _ in range(n)]
+
+    tokens = [*text(texts[0]), _START, *[_IMAGE] * (hi * wi // 4), *text(texts[1]), _START]
+    tokens += [_VIDEO] * (frames * hv * wv // 4) + text(texts[2])
+    ids = torch.zeros(1, len(tokens) + pad, dtype=torch.long)
+    ids[0, pad:] = torch.tensor(tokens)
+    return {
+        "input_ids": ids, "attention_mask": (torch.arange(ids.shape[1]) >= pad).long()[None],
+        "mm_token_type_ids": (ids == _IMAGE).long() + 2 * (ids == _VIDEO).long(),
+        "pixel_values": torch.randn(hi * wi, 3 * _TEMPORAL * _PATCH * _PATCH),
+        "image_grid_thw": torch.tensor([[1, hi, wi]]),
+        "pixel_values_videos": torch.randn(frames * hv * wv, 3 * _TEMPORAL * _PATCH * _PATCH),
+        "video_grid_thw": torch.tensor([[frames, hv, wv]]),
+        "second_per_grid_ts": torch.tensor([seconds]),
+    }  # fmt: skip
+
+
+def test_video_frames_spaced_by_seconds_follow_other_videos() -> None:
+    """Qwen2.5-VL: a video's temporal positions are frame * tokens_per_second * seconds,
+    truncated (a float product in the graph); its tower attends in windows."""
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+        "out_hidden_size": 32, "patch_size": _PATCH, "temporal_patch_size": _TEMPORAL,
+        "spatial_merge_size": 2, "window_size": 8, "fullatt_block_indexes": [1],
+        "tokens_per_second": 3,
+    }  # fmt: skip
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=_TEXT, vision_config=vision, vision_start_token_id=_START,
+        image_token_id=_IMAGE, video_token_id=_VIDEO,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Qwen2_5_VLModel(config).eval()
+    random.seed(0)
+    exported = _qwen2_5_vl_with_video([2, 1, 2], (4, 6), (2, 4, 4), 0.7, 2)
+    other = _qwen2_5_vl_with_video([3, 2, 1], (6, 4), (3, 4, 6), 1.3, 0)
+    axes = {**_AXES, "pixel_values_videos": {0: "video_patches"}}
+    options = onnx_export.ExportOptions(dynamic_shapes=axes)
+    with torch.no_grad():
+        program = export_and_check(model, **exported, options=options, rtol=1e-3, atol=1e-4)
+        assert_onnx_program_close(program, model, **other, rtol=1e-3, atol=1e-4)
 
 
 def _call_original(model: Any, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
