@@ -19,10 +19,13 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export.capture._anyres import anyres_tensor_sizes
 from onnx_export.capture._cdist import cdist_decided
+from onnx_export.capture._distributions import distribution_checks_off
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._mask_skip import bidirectional_skip_without_padding
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
@@ -178,7 +181,8 @@ def _torch_export(
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need.
+    # do not need; any-resolution image grids computed from image_sizes with tensor ops;
+    # distributions built without their value checks; no bidirectional mask without padding.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -191,6 +195,9 @@ def _torch_export(
         sdpa_causal_flag(),
         cdist_decided(),
         unfold_preconditions(),
+        anyres_tensor_sizes(),
+        distribution_checks_off(),
+        bidirectional_skip_without_padding(),
     ):
         return torch.export.export(
             model,
