@@ -31,6 +31,7 @@ from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
+from onnx_export.capture._small_constants import small_constants_kept
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._transformers_masks import masks_without_vmap
@@ -182,7 +183,8 @@ def _torch_export(
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
     # do not need; any-resolution image grids computed from image_sizes with tensor ops;
-    # distributions built without their value checks; no bidirectional mask without padding.
+    # distributions built without their value checks; no bidirectional mask without padding;
+    # small constant tensors (sizes in torch.tensor) keep their values.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -198,6 +200,7 @@ def _torch_export(
         anyres_tensor_sizes(),
         distribution_checks_off(),
         bidirectional_skip_without_padding(),
+        small_constants_kept(),
     ):
         return torch.export.export(
             model,
