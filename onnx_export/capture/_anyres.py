@@ -105,7 +105,8 @@ def crop_grid(
 
 
 def _as_float(value: int | torch.SymInt, like: torch.Tensor) -> torch.Tensor:
-    return torch.ones((), dtype=torch.float64, device=like.device) * value
+    one = torch.ones((), dtype=torch.float64, device=like.device)
+    return one * value  # type: ignore[return-value]  # stubs: Tensor * SymInt is a Tensor
 
 
 def unpadded(features: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
@@ -149,8 +150,8 @@ class _Grids:
     ) -> tuple[Any, Any]:
         exact = all(v % patch == 0 for p in pinpoints for v in p)  # ceil == floor
         base = size._base if size._base is not None else size
-        key = (id(base), size.storage_offset(), tuple(size.stride()), patch, str(pinpoints))
-        key = (*key, None if exact else ceil)
+        where = (id(base), size.storage_offset(), tuple(size.stride()))
+        key: tuple[Any, ...] = (*where, patch, str(pinpoints), None if exact else ceil)
         if key not in self._found:
             high, wide = crop_grid(size, pinpoints, patch, ceil)
             self._found[key] = (high, wide, base)  # the base kept: its id stays unique
@@ -195,7 +196,7 @@ _MAKERS = {
 
 @contextlib.contextmanager
 def anyres_tensor_sizes() -> Iterator[None]:
-    """transformers' any-resolution helpers take ``image_sizes`` as tensors, while active.
+    """Any-resolution helpers of transformers take ``image_sizes`` as tensors, while active.
 
     Example:
         >>> with anyres_tensor_sizes():

@@ -14,6 +14,8 @@ keep their values, and ops whose every input is such a constant compute theirs (
 own constant propagation, with a larger limit). A value is only read from tensors that
 depend on no input: they hold the same numbers at every call, so what the trace reads
 from them holds for every input. torch drops a constant's value when an op writes to it.
+Sizes that are dynamic (``torch.SymInt``) make no constant: read back, they are still
+unbacked, and such a capture is refused as before.
 """
 
 from __future__ import annotations
