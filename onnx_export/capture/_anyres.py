@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.utils._sympy.value_ranges import bound_sympy
 
 __all__ = ["anyres_tensor_sizes", "best_resolution", "unpadded", "crop_grid"]
 
@@ -128,11 +129,23 @@ def unpadded(features: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
     zero = torch.zeros((), dtype=torch.int64, device=features.device)
     pad_rows = torch.where(by_width, (rows_now - new_high) // 2, zero)
     pad_cols = torch.where(by_width, zero, (cols_now - new_wide) // 2)
-    top, left = pad_rows.item(), pad_cols.item()
-    for pad, length in ((top, rows), (left, cols)):
-        _check(pad >= 0, "expected padding of at least 0")
-        _check(2 * pad <= length, "expected padding of at most half the side")
-    return features[:, top : rows - top, left : cols - left]
+    # The kept rows and columns are counts of their own, bounded by the grid's largest
+    # side: what follows (OneVision's `math.sqrt(rows * cols / ...) > 1.1`) is decided on
+    # their bounds, which `rows - 2 * top` would lose once torch expands it.
+    kept = features
+    for axis, pad, length, now in ((1, pad_rows, rows, rows_now), (2, pad_cols, cols, cols_now)):
+        start, count = _count(pad, 0, _most(length) // 2), _count(now - 2 * pad, 0, _most(length))
+        kept = kept.narrow(axis, start, count)
+    return kept
+
+
+def _most(size: int | torch.SymInt) -> int:
+    """The largest value ``size`` can take, as torch.export knows it (a bound of the grid)."""
+    if isinstance(size, int):
+        return size
+    node = size.node
+    found = bound_sympy(node.expr, node.shape_env.var_to_range).upper
+    return int(found) if found.is_finite else sys.maxsize
 
 
 def _traced(value: Any) -> bool:

@@ -33,6 +33,7 @@ from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._small_constants import small_constants_kept
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
+from onnx_export.capture._sqrt import bounded_sqrt
 from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
@@ -184,7 +185,8 @@ def _torch_export(
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
     # do not need; any-resolution image grids computed from image_sizes with tensor ops;
     # distributions built without their value checks; no bidirectional mask without padding;
-    # small constant tensors (sizes in torch.tensor) keep their values.
+    # small constant tensors (sizes in torch.tensor) keep their values; math.sqrt of
+    # sizes read from data keeps their bounds.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -201,6 +203,7 @@ def _torch_export(
         distribution_checks_off(),
         bidirectional_skip_without_padding(),
         small_constants_kept(),
+        bounded_sqrt(),
     ):
         return torch.export.export(
             model,

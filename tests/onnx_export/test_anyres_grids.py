@@ -101,3 +101,40 @@ def test_without_the_tensor_forms_llava_next_is_refused(monkeypatch: pytest.Monk
         onnx_export.dynamo_export(model, **_inputs(model, [[8, 16], [20, 10]]))
     first = str(caught.value).splitlines()[0]
     assert "image_processing_utils.py:" in first and "scale = min(" in first
+
+
+def _llava_onevision() -> Any:
+    config = transformers.LlavaOnevisionConfig(
+        text_config={
+            "model_type": "qwen2", "vocab_size": 99, "hidden_size": 32, "intermediate_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+        },
+        vision_config={
+            "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 8,
+        },
+        image_grid_pinpoints=[[16, 16], [16, 32], [32, 16]], image_token_index=IMAGE_TOKEN,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.LlavaOnevisionModel(config).eval()
+
+
+def test_llava_onevision_features_follow_image_sizes() -> None:
+    """OneVision also asks ``math.sqrt(...) > 1.1`` of the unpadded grid: its bounds decide."""
+    model = _llava_onevision()
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randn(2, 3, 3, 16, 16, generator=generator)  # at most 1 + 2 crops
+
+    def inputs(sizes: list[list[int]]) -> dict[str, Any]:
+        image_sizes = torch.tensor(sizes)
+        with torch.no_grad():
+            features = model.get_image_features(pixels, image_sizes).pooler_output
+        ids = torch.randint(4, 99, (2, 40), generator=generator)
+        for row, feature in enumerate(features):
+            ids[row, : feature.shape[0]] = IMAGE_TOKEN
+        return {"input_ids": ids, "pixel_values": pixels, "image_sizes": image_sizes}
+
+    with torch.no_grad():
+        program = export_and_check(model, **inputs([[45, 45], [20, 50]]))
+        for sizes in ([[50, 20], [16, 16]], [[3, 90], [64, 31]]):
+            assert_onnx_program_close(program, model, **inputs(sizes))
