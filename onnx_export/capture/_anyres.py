@@ -22,11 +22,14 @@ back to Python with ``.item()``: unbacked sizes, bounded by the pinpoints, so th
 of image features follows ``image_sizes`` in the exported program as it does eagerly.
 Where every pinpoint gives the same count, it is a plain int. One image's crop grid is
 read once and shared by both helpers (they are called on ``image_sizes[i]`` twice), so
-that the features' ``view`` to that grid is known to fit.
+that the features' ``view`` to that grid is known to fit; the unpadded grid's rows and
+columns are counts of their own, bounded by the grid's largest side.
 
 A size given as a list, tuple or array goes to transformers' helper unchanged. Known
-difference: Python's ``round(x, 7)`` in ``unpad_image`` is taken as ``round(x * 1e7)``
-in float64, which can differ only within about 1e-9 of a half at the 7th decimal.
+differences: an image so thin that every pinpoint keeps none of its pixels makes
+transformers fail (no pinpoint is chosen), where the graph takes the first pinpoint; and
+Python's ``round(x, 7)`` in ``unpad_image`` is taken as ``round(x * 1e7)`` in float64,
+which can differ only within about 1e-9 of a half at the 7th decimal.
 """
 
 from __future__ import annotations
