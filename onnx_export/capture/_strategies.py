@@ -19,17 +19,22 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export.capture._anyres import anyres_tensor_sizes
 from onnx_export.capture._cdist import cdist_decided
+from onnx_export.capture._distributions import distribution_checks_off
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._mask_skip import bidirectional_skip_without_padding
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._mrope import multimodal_rope
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
+from onnx_export.capture._small_constants import small_constants_kept
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
+from onnx_export.capture._sqrt import bounded_sqrt
 from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
@@ -181,7 +186,10 @@ def _torch_export(
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need.
+    # do not need; any-resolution image grids computed from image_sizes with tensor ops;
+    # distributions built without their value checks; no bidirectional mask without padding;
+    # small constant tensors (sizes in torch.tensor) keep their values; math.sqrt of
+    # sizes read from data keeps their bounds.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -196,6 +204,11 @@ def _torch_export(
         sdpa_causal_flag(),
         cdist_decided(),
         unfold_preconditions(),
+        anyres_tensor_sizes(),
+        distribution_checks_off(),
+        bidirectional_skip_without_padding(),
+        small_constants_kept(),
+        bounded_sqrt(),
     ):
         return torch.export.export(
             model,
