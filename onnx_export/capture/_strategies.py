@@ -23,6 +23,7 @@ from onnx_export.capture._cdist import cdist_decided
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._global_attention import global_attention_flag
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._rnn import recurrent_ops
@@ -178,7 +179,7 @@ def _torch_export(
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need.
+    # do not need; Longformer's "any global token?" flag as its general branch.
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -191,6 +192,7 @@ def _torch_export(
         sdpa_causal_flag(),
         cdist_decided(),
         unfold_preconditions(),
+        global_attention_flag(model),
     ):
         return torch.export.export(
             model,

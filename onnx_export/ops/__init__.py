@@ -12,6 +12,7 @@ from onnx_export.ops import (
     complex,
     complex_scalars,
     core,
+    einsum,
     fft,
     gamma,
     histogram,
@@ -31,6 +32,7 @@ from onnx_export.ops import (
     scatter,
     sizes,
     spectral,
+    strided,
     tensor,
 )
 
@@ -41,6 +43,7 @@ __all__ = [
     "complex",
     "complex_scalars",
     "core",
+    "einsum",
     "fft",
     "gamma",
     "histogram",
@@ -60,5 +63,6 @@ __all__ = [
     "scatter",
     "sizes",
     "spectral",
+    "strided",
     "tensor",
 ]

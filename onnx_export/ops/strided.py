@@ -1,0 +1,73 @@
+"""``as_strided`` of a view whose memory is not in row-major order (Longformer's chunks).
+
+``as_strided(size, stride, offset)`` reads the input's storage: ``stride`` counts elements
+of memory, not of the input's row-major order. ONNX has values, not memory, so torchlib
+flattens the input in row-major order and gathers from it, which is right only when the
+input is contiguous. A transposed view is not: Longformer reshapes ``query.transpose(1,
+2)`` into ``[batch * heads, seq, dim]`` (a view, strides ``(dim, batch*heads*dim, 1)``) and
+then makes overlapping chunks of it with ``as_strided``; the row-major reading gathers
+the wrong rows (both exporters were 4e-3 off on a tiny model).
+
+When torch's record of the input (its FX value) shows a dense layout in another order (a
+permutation of the axes makes it contiguous), the input is first transposed into memory
+order, so that its row-major flattening is its storage, and the offset is taken relative
+to the input's own. Any other input (contiguous, a slice with gaps, symbolic strides) is
+torchlib's ``as_strided`` as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from onnx_export.ops._common import fx_input, op
+from onnx_export.ops._registration import onnx_op
+
+__all__ = ["aten_as_strided", "memory_order"]
+
+
+def memory_order(value: Any) -> list[int] | None:
+    """The axes of ``value`` (an FX tensor value) from the largest stride to the smallest,
+    when that order makes it contiguous and differs from its own; ``None`` otherwise."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    sizes, strides = list(value.shape), list(value.stride())
+    if not all(isinstance(n, int) for n in [*sizes, *strides]) or not sizes:
+        return None
+    # size-1 axes may have any stride: place them where they do not break the order
+    order = sorted(range(len(sizes)), key=lambda a: (-strides[a] if sizes[a] != 1 else 0, a))
+    order = [a for a in order if sizes[a] != 1] + [a for a in order if sizes[a] == 1]
+    expected = 1
+    for axis in reversed([a for a in order if sizes[a] != 1]):
+        if strides[axis] != expected:
+            return None  # overlapping, or gaps: not a permuted dense layout
+        expected *= sizes[axis]
+    if order == list(range(len(sizes))):
+        return None
+    return order
+
+
+@onnx_op("aten::as_strided")
+def aten_as_strided(
+    self: ir.Value,
+    size: Sequence[Any],
+    stride: Sequence[Any],
+    storage_offset: Any = None,
+) -> ir.Value:
+    """as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)."""
+    from onnxscript.function_libs.torch_lib.ops.core import (
+        aten_as_strided as torchlib_as_strided,
+    )
+
+    value = fx_input(0)
+    order = memory_order(value)
+    own = value.storage_offset() if order is not None else 0
+    if order is not None and isinstance(own, int) and isinstance(storage_offset or 0, int):
+        # the input's storage starts at its own offset: its transposed flattening is it
+        self = op.Transpose(self, perm=order)
+        storage_offset = (storage_offset or 0) - own
+    result: ir.Value = torchlib_as_strided(self, size, stride, storage_offset)
+    return result
