@@ -26,11 +26,13 @@ from onnx_export.capture._finite_branches import finite_branches, has_float16_te
 from onnx_export.capture._global_attention import global_attention_flag
 from onnx_export.capture._module_casts import unchanged_module_casts
 from onnx_export.capture._packed_attention import packed_attention
+from onnx_export.capture._quant_frexp import torch_frexp
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
 from onnx_export.capture._stack_traces import every_user_frame
+from onnx_export.capture._tensor_data import data_as_detach
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
 
@@ -179,7 +181,8 @@ def _torch_export(
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need; Longformer's "any global token?" flag as its general branch.
+    # do not need; Longformer's "any global token?" flag as its general branch; I-BERT's numpy
+    # frexp in torch ops, and its weights' `.data` as detach().
     with (
         every_user_frame(not strict),
         forget_compiled_code(),
@@ -193,6 +196,8 @@ def _torch_export(
         cdist_decided(),
         unfold_preconditions(),
         global_attention_flag(model),
+        torch_frexp(),
+        data_as_detach(),
     ):
         return torch.export.export(
             model,
