@@ -20,6 +20,12 @@ value it cannot decide (an unbacked ``SymBool``); the program then computes eage
 numbers for inputs with and without global tokens. A flag that is a plain ``bool``
 (eager, or an example torch.export already decided) is unchanged.
 
+Two lines of the global branch need sizes that torch.export can compare: the maximum
+number of global tokens (a 0-d tensor that ``_get_global_attn_indices`` returns and an
+``assert`` compares with a shape) is returned as the size it is, and ``len()`` in the
+attention's module file returns a tensor's traced first size as itself
+(``len(is_local_index_global_attn_nonzero[0])``; ``len`` must otherwise return an int).
+
 Modules concerned: those whose ``forward`` takes both ``is_index_global_attn`` and
 ``is_global_attn`` (transformers' ``LongformerSelfAttention``, ``LEDEncoderSelfAttention``
 and the layers that pass the flag on). An output whose structure depends on the flag
@@ -83,7 +89,7 @@ def _sized_indices(find: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(found, tuple) or not isinstance(found[0], torch.Tensor):
             return found
         count = found[0].item()
-        torch._check(count >= 0)
+        torch._check(count >= 0)  # type: ignore[no-untyped-call]  # no stubs
         return (count, *found[1:])
 
     return wrapper
@@ -91,7 +97,11 @@ def _sized_indices(find: Callable[..., Any]) -> Callable[..., Any]:
 
 def _symbolic_len(value: Any) -> Any:
     """``len(value)``; a tensor's traced first size as itself (``len`` would need an int)."""
-    if isinstance(value, torch.Tensor) and value.dim() > 0 and isinstance(value.shape[0], torch.SymInt):
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dim() > 0
+        and isinstance(value.shape[0], torch.SymInt)
+    ):
         return value.shape[0]
     return builtins.len(value)
 

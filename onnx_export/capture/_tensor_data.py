@@ -41,8 +41,8 @@ def data_as_detach() -> Iterator[None]:
         result: torch.Tensor = original.__get__(self, type(self))
         return result
 
-    torch.Tensor.data = property(data, original.__set__)  # type: ignore[assignment, method-assign]  # restored below
+    torch.Tensor.data = property(data, original.__set__)  # type: ignore[assignment]  # restored below
     try:
         yield
     finally:
-        torch.Tensor.data = original  # type: ignore[method-assign]  # the descriptor, restored
+        torch.Tensor.data = original  # the descriptor, restored

@@ -30,7 +30,9 @@ def _floor_divide_floating(a: ir.Value, b: ir.Value) -> ir.Value:
     wrong_side = op.And(op.Not(op.Equal(mod, zero)), sign_differs)
     div = op.Where(wrong_side, op.Sub(div, const(1.0, a)), div)
     floor = op.Floor(div)
-    floor = op.Where(op.Greater(op.Sub(div, floor), const(0.5, a)), op.Add(floor, const(1.0, a)), floor)
+    floor = op.Where(
+        op.Greater(op.Sub(div, floor), const(0.5, a)), op.Add(floor, const(1.0, a)), floor
+    )
     quotient = op.Div(a, b)
     signed_zero = op.Mul(zero, quotient)  # copysign(0, a / b)
     result = op.Where(op.Equal(div, zero), signed_zero, floor)

@@ -30,11 +30,11 @@ __all__ = ["aten_einsum"]
 
 
 def _operand_shapes() -> list[Sequence[Any]] | None:
-    """torch's shapes of the current ``einsum`` node's operands, when known."""
+    """The shapes torch gives the current ``einsum`` node's operands, when known."""
     node = _fx_node()
     if node is None or len(node.args) < 2 or not isinstance(node.args[1], (list, tuple)):
         return None
-    shapes = []
+    shapes: list[Sequence[Any]] = []
     for arg in node.args[1]:
         val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor):
@@ -74,10 +74,8 @@ def aten_einsum(
     operands = []
     for term, tensor in zip(terms, tensors, strict=True):
         axes = [axis for axis, letter in enumerate(term) if letter in padded]
-        if axes:
-            pads = [0] * len(axes) + [1] * len(axes)
-            tensor = op.Pad(tensor, ints(pads), None, ints(axes))
-        operands.append(tensor)
+        pads = [0] * len(axes) + [1] * len(axes)
+        operands.append(op.Pad(tensor, ints(pads), None, ints(axes)) if axes else tensor)
     result = op.Einsum(*operands, equation=compact)
     for axis, letter in enumerate(output):
         if letter not in padded:

@@ -30,8 +30,11 @@ __all__ = ["aten_as_strided", "memory_order"]
 
 
 def memory_order(value: Any) -> list[int] | None:
-    """The axes of ``value`` (an FX tensor value) from the largest stride to the smallest,
-    when that order makes it contiguous and differs from its own; ``None`` otherwise."""
+    """The order of axes that makes ``value`` (an FX tensor value) contiguous, if not its own.
+
+    From the largest stride to the smallest; ``None`` when the layout is already
+    contiguous, overlaps, has gaps, or has symbolic sizes or strides.
+    """
     if not isinstance(value, torch.Tensor):
         return None
     sizes, strides = list(value.shape), list(value.stride())

@@ -36,7 +36,11 @@ def _inputs(global_tokens: int) -> dict[str, torch.Tensor]:
     ids = torch.randint(1, 99, (2, 8), generator=torch.Generator().manual_seed(1))
     marks = torch.zeros_like(ids)
     marks[0, :global_tokens] = 1  # the second row has none: both kinds in one batch
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "global_attention_mask": marks}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "global_attention_mask": marks,
+    }
 
 
 @pytest.mark.parametrize("example_globals", [0, 2], ids=["local-example", "global-example"])
