@@ -22,6 +22,7 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from onnx_export.ops._common import fx_input, op
 from onnx_export.ops._registration import onnx_op
@@ -29,28 +30,37 @@ from onnx_export.ops._registration import onnx_op
 __all__ = ["aten_as_strided", "memory_order"]
 
 
+def _hint(size: Any) -> int | None:
+    """An int, or the example's value of a symbolic size (``None`` without one)."""
+    if isinstance(size, int):
+        return size
+    hint = getattr(getattr(size, "node", None), "hint", None)
+    return hint if isinstance(hint, int) else None
+
+
 def memory_order(value: Any) -> list[int] | None:
     """The order of axes that makes ``value`` (an FX tensor value) contiguous, if not its own.
 
-    From the largest stride to the smallest; ``None`` when the layout is already
-    contiguous, overlaps, has gaps, or has symbolic sizes or strides.
+    From the largest stride to the smallest (as the example's sizes have them; symbolic
+    strides must then equal the contiguous ones for every size); ``None`` when the layout
+    is already contiguous, overlaps, has gaps, or cannot be decided.
     """
-    if not isinstance(value, torch.Tensor):
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
         return None
     sizes, strides = list(value.shape), list(value.stride())
-    if not all(isinstance(n, int) for n in [*sizes, *strides]) or not sizes:
+    size_hints, stride_hints = [_hint(n) for n in sizes], [_hint(n) for n in strides]
+    if None in size_hints or None in stride_hints:
         return None
-    # size-1 axes may have any stride: place them where they do not break the order
-    order = sorted(range(len(sizes)), key=lambda a: (-strides[a] if sizes[a] != 1 else 0, a))
-    order = [a for a in order if sizes[a] != 1] + [a for a in order if sizes[a] == 1]
-    expected = 1
-    for axis in reversed([a for a in order if sizes[a] != 1]):
-        if strides[axis] != expected:
-            return None  # overlapping, or gaps: not a permuted dense layout
-        expected *= sizes[axis]
-    if order == list(range(len(sizes))):
-        return None
-    return order
+    # size-1 axes may have any stride: they go last, where they do not break the order
+    long = [a for a in range(len(sizes)) if size_hints[a] != 1]
+    long.sort(key=lambda a: (-(stride_hints[a] or 0), a))
+    order = long + [a for a in range(len(sizes)) if size_hints[a] == 1]
+    expected: Any = 1
+    for axis in reversed(long):
+        if not statically_known_true(strides[axis] == expected):
+            return None  # overlapping, gaps, or not so for every size
+        expected = expected * sizes[axis]
+    return None if order == list(range(len(sizes))) else order
 
 
 @onnx_op("aten::as_strided")
@@ -67,10 +77,13 @@ def aten_as_strided(
 
     value = fx_input(0)
     order = memory_order(value)
-    own = value.storage_offset() if order is not None else 0
-    if order is not None and isinstance(own, int) and isinstance(storage_offset or 0, int):
+    if order is not None:
         # the input's storage starts at its own offset: its transposed flattening is it
-        self = op.Transpose(self, perm=order)
-        storage_offset = (storage_offset or 0) - own
+        own = value.storage_offset()
+        if statically_known_true(own == 0):
+            self = op.Transpose(self, perm=order)
+        elif isinstance(own, int) and isinstance(storage_offset or 0, int):
+            self = op.Transpose(self, perm=order)
+            storage_offset = (storage_offset or 0) - own
     result: ir.Value = torchlib_as_strided(self, size, stride, storage_offset)
     return result
