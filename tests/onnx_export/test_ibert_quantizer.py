@@ -37,6 +37,25 @@ def test_batch_frexp_in_torch_ops_gives_numpys_integers() -> None:
             assert have.dtype == want.dtype and torch.equal(have.view(want.shape), want)
 
 
+class _Frexp(torch.nn.Module):
+    def forward(self, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch_frexp(scales)
+
+
+def test_batch_frexp_in_onnx_runtime_gives_the_same_integers() -> None:
+    """ONNX's frexp (a logarithm, then a correction by one) gives exact mantissas."""
+    generator = torch.Generator().manual_seed(2)
+    values = torch.rand(2000, generator=generator, dtype=torch.float64)
+    values = values * 10.0 ** torch.randint(-12, 4, (2000,), generator=generator).double()
+    powers = 2.0 ** torch.arange(-40, 20, dtype=torch.float64)
+    example = torch.cat([values, powers, powers * (1 - 2**-53), -values])
+    with torch.no_grad():
+        program = export_and_check(_Frexp(), example)
+    got, expected = program(example), quant_modules.batch_frexp(example)
+    for have, want in zip(got, expected, strict=True):
+        assert have.dtype == want.dtype and torch.equal(have, want)
+
+
 def test_ibert_quantized_model_matches_eager_exactly() -> None:
     config = transformers.IBertConfig(
         vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
