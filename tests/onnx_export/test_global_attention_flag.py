@@ -84,3 +84,14 @@ def test_a_plain_flag_is_left_to_the_model() -> None:
         with global_attention_flag(model):
             assert torch.equal(model(**_inputs(0)).last_hidden_state, expected)
     assert "forward" not in model.encoder.layer[0].attention.self.__dict__  # restored
+
+
+def test_global_attentions_as_outputs_stay_refused_at_the_encoders_line() -> None:
+    """With ``output_attentions=True`` the outputs' structure depends on the flag (global
+    attentions only when a token is global): no single program has it, capture refuses."""
+    torch.manual_seed(0)
+    model = _longformer().eval()
+    with pytest.raises(onnx_export.OnnxExportError) as caught:
+        onnx_export.dynamo_export(model, **_inputs(0), output_attentions=True)
+    first = str(caught.value).splitlines()[0]
+    assert "modeling_longformer.py" in first and "is_global_attn" in first
