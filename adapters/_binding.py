@@ -189,7 +189,7 @@ class Binder:
         self, args: Sequence[object], kwargs: Mapping[str, object]
     ) -> tuple[tuple[object, ...], dict[str, object]]:
         bound, extra_args = self._bind_positional(args)
-        extra_kwargs = self._bind_keywords(kwargs, bound)
+        extra_kwargs = self._bind_keywords(args, kwargs, bound)
         for p in self._params:
             if p.name not in bound and not p.kind.startswith("var_"):
                 if p.default is _NO_DEFAULT:
@@ -215,23 +215,23 @@ class Binder:
         return bound, tuple(args[n:])
 
     def _bind_keywords(
-        self, kwargs: Mapping[str, object], bound: dict[str, object]
+        self, args: Sequence[object], kwargs: Mapping[str, object], bound: dict[str, object]
     ) -> dict[str, object]:
         extra: dict[str, object] = {}
         for name, value in kwargs.items():
             p = self._by_name.get(name)
             if p is not None and p.kind != "positional_only":
                 if name in bound:
-                    raise self._error(f"got multiple values for argument {name!r}", (), kwargs)
+                    raise self._error(f"got multiple values for argument {name!r}", args, kwargs)
                 bound[name] = value
             elif self._var_keyword:
                 extra[name] = value
             elif p is not None:
                 raise self._error(
-                    f"argument {name!r} is positional-only; pass it by position", (), kwargs
+                    f"argument {name!r} is positional-only; pass it by position", args, kwargs
                 )
             else:
-                raise self._error(f"got an unexpected keyword argument {name!r}", (), kwargs)
+                raise self._error(f"got an unexpected keyword argument {name!r}", args, kwargs)
         return extra
 
     def _error(

@@ -357,6 +357,19 @@ def _check_side(side: str, leaves: Sequence[LeafSpec], graph_args: Sequence[Any]
             )
 
 
+def quiet_session_options(ort: Any) -> Any:
+    """``SessionOptions`` under which creating a session logs errors only.
+
+    For the sessions an export opens to check itself (the parity check, the culprit
+    search's debug models with their extra outputs): ONNX Runtime's warnings there
+    ("Removing initializer ... not used", "can't constant fold CastLike") are about graphs
+    the user never sees, and would reach the terminal as raw log lines.
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only
+    return options
+
+
 def quiet_run_options(ort: Any) -> Any:
     """``RunOptions`` under which a failing run logs nothing to stderr.
 

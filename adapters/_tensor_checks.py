@@ -5,6 +5,7 @@ Split from :mod:`.input_steps` to keep modules small; both are re-exported there
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,9 +208,56 @@ def _check_dims(
                 f"{seen[1]} (axis {seen[2]}), got {shape[axis]} (shape {shape}). Inputs sharing "
                 "a dimension name must agree on its size."
             )
+        formula = _formula(name)
+        if formula is not None:
+            _check_formula(exp, shape, axis, name, formula, dims)
     for bounds in exp.ranges:
         if not bounds.holds(shape[bounds.axis]):
             raise _range_error(exp, shape, bounds)
+
+
+#: A derived dimension's name, as torch writes ``2 * Dim("h") + 1``: ``2*h + 1``.
+_FORMULA = re.compile(r"^(?:(\d+)\*)?([A-Za-z_][\w.]*)(?: ([+-]) (\d+))?$")
+
+
+def _formula(name: str) -> tuple[int, str, int] | None:
+    """``(scale, root, shift)`` of a derived dimension's name (``2*h + 1``), else ``None``."""
+    if "*" not in name and " + " not in name and " - " not in name:
+        return None
+    found = _FORMULA.match(name)
+    if found is None:
+        return None
+    scale, root, sign, shift = found.groups()
+    offset = int(shift or 0) * (-1 if sign == "-" else 1)
+    return int(scale or 1), root, offset
+
+
+def _check_formula(
+    exp: _Expected,
+    shape: tuple[int, ...],
+    axis: int,
+    name: str,
+    formula: tuple[int, str, int],
+    dims: dict[str, tuple[int, str, int]],
+) -> None:
+    """A derived axis (``2*h``) takes only the sizes its formula gives, one ``h`` per call."""
+    scale, root, shift = formula
+    size = shape[axis]
+    value, rest = divmod(size - shift, scale)
+    if rest or value < 0:
+        raise InputShapeError(
+            f"{exp.path}: expected dimension {name!r} (axis {axis}) to be {name} for a whole "
+            f"{root} >= 0, got {size} (shape {shape}). The export tied this axis to {root} by "
+            f"that formula; pass a size it gives (e.g. {scale * max(value, 0) + shift} or "
+            f"{scale * (max(value, 0) + 1) + shift}), or re-export without the formula."
+        )
+    seen = dims.setdefault(root, (value, exp.path, axis))
+    if seen[0] != value:
+        raise InputShapeError(
+            f"{exp.path}: expected dimension {name!r} (axis {axis}) to agree with {root} = "
+            f"{seen[0]} as in {seen[1]} (axis {seen[2]}), got {size}, which gives {root} = "
+            f"{value} (shape {shape}). Axes tied to one dimension must agree on its size."
+        )
 
 
 def _range_error(exp: _Expected, shape: tuple[int, ...], bounds: AxisRange) -> InputShapeError:

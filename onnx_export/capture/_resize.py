@@ -98,10 +98,26 @@ def _new_sizes(
     taken.update(int(tensors[p].shape[a]) for p, a in dims)
     chosen: dict[Any, int] = {}
     sizes: dict[tuple[str, int], tuple[int, int]] = {}
-    for (path, axis), dim in dims.items():
+    # Derived dims (``2 * Dim("h")``) first take their root's size, so an axis the user
+    # tied to another by a formula keeps that formula at the new size (an even height
+    # stays even), and the root's own axes then share it.
+    ordered = sorted(dims.items(), key=lambda item: _derived(item[1]) is None)
+    for (path, axis), dim in ordered:
         old = int(tensors[path].shape[axis])
         if old == 0:
             return None  # nothing to repeat
+        derived = _derived(dim)
+        if derived is not None:
+            root, fn = derived
+            key = _group(root, -1)
+            if key not in chosen:
+                root_size = _pick_root(root, fn, taken, ranges.get((path, axis)))
+                if root_size is None:
+                    return None
+                chosen[key] = root_size
+                taken.update({root_size, fn(root_size)})
+            sizes[(path, axis)] = (old, fn(chosen[key]))
+            continue
         key = _group(dim, old)
         if key not in chosen:
             low, high = _bounds(dim)
@@ -113,6 +129,27 @@ def _new_sizes(
             taken.add(new)
         sizes[(path, axis)] = (old, chosen[key])
     return sizes
+
+
+def _derived(dim: Any) -> tuple[Any, Any] | None:
+    """``(root dim, size formula)`` of a derived ``Dim`` (``2 * Dim("h")``), else ``None``."""
+    root, fn = getattr(dim, "root", None), getattr(dim, "fn", None)
+    if root is None or not callable(fn):
+        return None
+    return root, fn
+
+
+def _pick_root(root: Any, fn: Any, taken: set[int], given: tuple[int, float] | None) -> int | None:
+    """A size of ``root`` whose derived size is new and inside the bounds of both."""
+    low, high = _bounds(root)
+    given_low, given_high = given or (0, float("inf"))
+    for size in itertools.chain(_SIZES, range(2, 10_000)):
+        if not low <= size <= high or size in taken:
+            continue
+        derived = fn(size)
+        if derived not in taken and given_low <= derived <= given_high and derived >= 2:
+            return int(size)
+    return None
 
 
 def _resize(tensor: torch.Tensor, axes: Mapping[int, int]) -> torch.Tensor:

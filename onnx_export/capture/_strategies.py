@@ -25,6 +25,7 @@ from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
 from onnx_export.capture._global_attention import global_attention_flag
 from onnx_export.capture._module_casts import unchanged_module_casts
+from onnx_export.capture._mrope import multimodal_rope
 from onnx_export.capture._packed_attention import packed_attention
 from onnx_export.capture._quant_frexp import torch_frexp
 from onnx_export.capture._rnn import recurrent_ops
@@ -35,6 +36,7 @@ from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._tensor_data import data_as_detach
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
+from onnx_export.capture._vision_windows import vision_windows
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -178,6 +180,7 @@ def _torch_export(
     guards = not strict and has_float16_tensors(model, (args, kwargs))
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
     # images packed in one sequence attend as one masked attention, not chunk by chunk;
+    # multimodal rotary positions and vision windows computed with tensor ops, not loops;
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
@@ -190,6 +193,8 @@ def _torch_export(
         finite_branches(guards),
         every_expert(),
         packed_attention(model),
+        multimodal_rope(model),
+        vision_windows(),
         unchanged_module_casts(),
         masks_without_vmap(),
         sdpa_causal_flag(),

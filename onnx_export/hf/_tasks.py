@@ -106,7 +106,9 @@ _REFUSED: Mapping[tuple[str, str], str] = {
 
 #: Vision-language families that ``image-text-to-text`` exports (``hf/export/graphs/_vlm.py``);
 #: the other families of transformers' image-text-to-text mapping are refused by name.
-VLM_FAMILIES = ("llava", "gemma3", "idefics3")
+VLM_FAMILIES = (
+    "llava", "gemma3", "idefics3", "smolvlm", "mistral3", "qwen2_vl", "qwen2_5_vl",
+)  # fmt: skip
 
 
 def _vlm_refusal(model_type: str) -> str:

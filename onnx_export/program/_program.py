@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import pathlib
@@ -39,6 +40,7 @@ from onnx_export.adapters import (
     canonicalize_inputs,
 )
 from onnx_export.adapters._runtime import describe_leaf, shape_text, short_list
+from onnx_export.adapters._session_checks import quiet_session_options
 from onnx_export.adapters._upcast import UPCAST_DTYPES
 from onnx_export.capture._strategies import CaptureAttempt, captured_call
 from onnx_export.diagnostics import DiagnosticContext, rules
@@ -61,6 +63,7 @@ from onnx_export.program._modes import (
 from onnx_export.program._save_errors import save_advice, save_cause
 from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
 from onnx_export.program._structure import structure_difference
+from onnx_export.program._ties import TIES_CAUSE, has_topk, lowest_index_topk
 from onnx_export.program._verify import (
     OnnxRuntimeRunError,
     VerificationResult,
@@ -310,6 +313,7 @@ class ONNXProgram:
                     self.model_proto.SerializeToString(),
                     self.adapter_spec,
                     allowed_classes=self._allowed_classes,
+                    session_options=quiet_session_options(importlib.import_module("onnxruntime")),
                 )
             return self._module
 
@@ -421,6 +425,13 @@ class ONNXProgram:
             return VerificationResult(outputs, None, note, reference, cause, structure)
         if all(o.ok for o in outputs):
             return VerificationResult(outputs, None, note, reference)
+        if self._eager_model is not None and has_topk(program):
+            with lowest_index_topk():
+                tied, _, _ = self._reference(args, kwargs, len(got))
+            if tied is not None and all(
+                o.ok for o in compare(module.output_names, tied, got, rtol, atol)
+            ):
+                return VerificationResult(outputs, None, note, reference, TIES_CAUSE)
         if traced is None:
             traced = self._traced(canonical)
         if expected is not traced and all(
@@ -503,7 +514,11 @@ class ONNXProgram:
         while True:  # a model may lack kernels for both bfloat16 and float16
             try:
                 module = OnnxModule(
-                    data, self.adapter_spec, allowed_classes=self._allowed_classes, upcast=narrow
+                    data,
+                    self.adapter_spec,
+                    allowed_classes=self._allowed_classes,
+                    upcast=narrow,
+                    session_options=quiet_session_options(importlib.import_module("onnxruntime")),
                 )
                 break
             except MissingKernelError as error:

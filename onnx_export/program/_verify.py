@@ -8,6 +8,7 @@ an FX interpreter's; the first node beyond tolerance is the culprit.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
 from onnx_export.adapters import InputShapeError, OnnxModule
+from onnx_export.adapters._session_checks import quiet_session_options
 from onnx_export.translation._dispatch import Dispatch
 from onnx_export.translation._source import NodeOrigin, node_origin
 from onnx_export.translation._translate import decision_key, translate
@@ -330,10 +332,14 @@ def find_culprit(
     return None
 
 
+def _quiet_options() -> Any:
+    return quiet_session_options(importlib.import_module("onnxruntime"))
+
+
 def run_model(model: ir.Model, feed: dict[str, Any], upcast: Sequence[str]) -> list[Any]:
     """Run a (debug) model on flat inputs by graph input name; flat outputs."""
     data = ir.serde.serialize_model(model).SerializeToString()
-    module = OnnxModule(data, upcast=upcast)
+    module = OnnxModule(data, upcast=upcast, session_options=_quiet_options())
     return module._run_flat([feed[name] for name in module.input_names])
 
 

@@ -302,13 +302,34 @@ def axis_ranges(
     """``(axis, symbol, low, high)`` of each axis of an input that is a symbol of ``program``."""
     found: list[tuple[int, str, int | None, int | None]] = []
     for axis, size in enumerate(val.shape):
-        if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
+        if not isinstance(size, torch.SymInt):
             continue
-        bounds = program.range_constraints.get(size.node.expr)
-        if bounds is not None:
-            low, high = _finite(bounds.lower), _finite(bounds.upper)
-            found.append((axis, str(size.node.expr), low, high))
+        expr = size.node.expr
+        if expr.is_Symbol:
+            bounds = program.range_constraints.get(expr)
+            if bounds is not None:
+                low, high = _finite(bounds.lower), _finite(bounds.upper)
+                found.append((axis, str(expr), low, high))
+            continue
+        derived = _linear_bounds(program, expr)
+        if derived is not None:
+            found.append((axis, str(expr), *derived))
     return tuple(found)
+
+
+def _linear_bounds(program: ExportedProgram, expr: Any) -> tuple[int | None, int | None] | None:
+    """Bounds of ``a*s + b`` (a derived ``Dim``, ``2 * Dim("h")``) from ``s``'s range."""
+    symbols = expr.free_symbols
+    if len(symbols) != 1:
+        return None
+    (symbol,) = symbols
+    bounds = program.range_constraints.get(symbol)
+    scale, shift = expr.diff(symbol), expr.subs(symbol, 0)
+    if bounds is None or not (scale.is_Integer and shift.is_Integer) or int(scale) <= 0:
+        return None
+    low, high = _finite(bounds.lower), _finite(bounds.upper)
+    a, b = int(scale), int(shift)
+    return (None if low is None else a * low + b), (None if high is None else a * high + b)
 
 
 def check_int_bounds(

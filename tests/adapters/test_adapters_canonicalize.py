@@ -138,6 +138,8 @@ def test_binding_errors_name_the_argument(
     assert isinstance(info.value, TypeError)
     assert "Expected a call matching forward(" in str(info.value)
     assert "Call the model the way it was called at export" in str(info.value)
+    # The count of positional arguments is the call's, for keyword errors too.
+    assert f"got {len(args)} positional and keywords {list(kwargs)}" in str(info.value)
 
 
 def test_error_shows_the_signature_with_markers() -> None:

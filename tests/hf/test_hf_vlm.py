@@ -21,6 +21,7 @@ import torch
 
 from onnx_export import hf
 from onnx_export.hf._tasks import VLM_FAMILIES, resolve_task
+from onnx_export.hf.export.graphs._qwen_vl import MROPE_FAMILIES
 from onnx_export.hf.export.graphs._vlm import VLM_FILES
 from onnx_export.hf.runtime._image_processor import ImageProcessor
 from tests.hf.torch_free import Call, run_without_torch
@@ -80,8 +81,10 @@ def _inputs(vlm: Vlm, texts: list[str], images: list[np.ndarray]) -> Any:
 
 
 def _images_of(inputs: Any) -> dict[str, np.ndarray]:
-    """The processor's ``pixel_values``, for our generate()."""
-    return {"pixel_values": inputs["pixel_values"].numpy()}
+    """The processor's ``pixel_values`` (Qwen2-VL's ``image_grid_thw``, Mistral 3's
+    ``image_sizes``), for our generate()."""
+    names = ("pixel_values", "image_grid_thw", "image_sizes")
+    return {name: inputs[name].numpy() for name in names if name in inputs}
 
 
 def _theirs(vlm: Vlm, inputs: Any, **kwargs: Any) -> np.ndarray:
@@ -103,9 +106,15 @@ def test_export_writes_three_graphs_and_the_processor(vlm: Vlm) -> None:
 @pytest.mark.parametrize("shape", [(40, 52), (52, 40), (30, 30), (17, 23)], ids=str)
 def test_pixel_values_match_the_image_processor(vlm: Vlm, shape: tuple[int, int]) -> None:
     (image,) = _images(shape)
-    expected = vlm.processor.image_processor(image, return_tensors="np")["pixel_values"]
-    expected = expected.reshape(-1, *expected.shape[-3:])  # Idefics3: (1, images, ...)
-    got = ImageProcessor.from_folder(vlm.folder)([PIL.fromarray(image)])
+    theirs = vlm.processor.image_processor(image, return_tensors="np")
+    expected = theirs["pixel_values"]
+    processor = ImageProcessor.from_folder(vlm.folder)
+    if processor.patched:  # Qwen2-VL: (patches, patch size) and the grid
+        got, grid = processor.patches([PIL.fromarray(image)])
+        np.testing.assert_array_equal(grid, theirs["image_grid_thw"])
+    else:
+        expected = expected.reshape(-1, *expected.shape[-3:])  # Idefics3: (1, images, ...)
+        got = processor([PIL.fromarray(image)])
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
@@ -155,6 +164,46 @@ def test_pipeline_matches_transformers(vlm: Vlm) -> None:
     assert "image-text-to-text" in repr(pipe)
 
 
+def test_two_images_in_one_prompt_match_transformers(vlm: Vlm) -> None:
+    """Qwen2-VL: each image's grid places its M-RoPE positions; logits and tokens."""
+    if vlm.name not in MROPE_FAMILIES:
+        pytest.skip("M-RoPE families: the grids of several images in one prompt")
+    images = _images((40, 52), (17, 33))
+    prompt = vlm.processor.apply_chat_template(_messages("kalo", 2), add_generation_prompt=True)
+    inputs = vlm.processor(images=[images], text=[prompt], return_tensors="pt")
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    ids = inputs["input_ids"].numpy()
+    got = model.generate(ids, **_images_of(inputs), max_new_tokens=_NEW)
+    np.testing.assert_array_equal(got, _theirs(vlm, inputs))
+    logits = model.logits(ids, **_images_of(inputs))
+    with torch.no_grad():
+        expected = vlm.model(**inputs).logits.numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(hf.GenerationError, match="image_grid_thw"):
+        model.generate(ids, pixel_values=inputs["pixel_values"].numpy(), max_new_tokens=2)
+
+
+def test_images_of_their_own_sizes_are_cropped_and_checked(vlm: Vlm) -> None:
+    """Mistral 3: each image of a padded batch is cropped to its size; too small refused."""
+    if vlm.name != "mistral3":
+        pytest.skip("the family whose vision encoder takes one image of any size")
+    inputs = _inputs(vlm, ["kalo", "posu"], _images((40, 52), (17, 23)))
+    model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
+    images = _images_of(inputs)
+    got = model.image_features(images["pixel_values"], image_sizes=images["image_sizes"])
+    with torch.no_grad():
+        expected = vlm.model.get_image_features(
+            inputs["pixel_values"], inputs["image_sizes"], vision_feature_layer=-1
+        ).pooler_output
+    assert [g.shape for g in got] == [tuple(e.shape) for e in expected]
+    for ours, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(hf.GenerationError, match="at least 16 pixels"):
+        model.image_features(np.zeros((1, 3, 8, 48), np.float32))
+    with pytest.raises(hf.GenerationError, match="image_sizes"):
+        model.image_features(images["pixel_values"], image_sizes=[[40, 48]])
+
+
 def test_image_tokens_must_match_the_images(vlm: Vlm) -> None:
     inputs = _inputs(vlm, ["kalo"], _images((30, 30)))
     model = hf.OrtModelForImageTextToText.from_pretrained(vlm.folder)
@@ -202,7 +251,7 @@ def test_vlm_checkpoints_resolve_to_the_task(vlm: Vlm) -> None:
 @pytest.mark.parametrize(
     ("model_type", "architecture", "other"),
     [
-        ("qwen2_vl", "Qwen2VLForConditionalGeneration", "feature-extraction"),
+        ("qwen3_vl", "Qwen3VLForConditionalGeneration", "feature-extraction"),
         ("gemma3n", "Gemma3nForConditionalGeneration", "text-generation"),
         ("paligemma", "PaliGemmaForConditionalGeneration", None),
     ],
@@ -230,12 +279,12 @@ def test_cli_refuses_a_family_it_cannot_export(
     from onnx_export.cli import main
 
     (tmp_path / "qwen").mkdir()
-    config = {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}
+    config = {"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"]}
     (tmp_path / "qwen" / "config.json").write_text(json.dumps(config))
     argv = ["hf", str(tmp_path / "qwen"), "-o", str(tmp_path / "out")]
     assert main([*argv, "--task", "image-text-to-text"]) == 2
     err = capsys.readouterr().err
-    assert "qwen2_vl" in err and "llava" in err and "gemma3" in err
+    assert "qwen3_vl" in err and "llava" in err and "qwen2_vl" in err
 
 
 def test_float16_export_matches_eager_logits(vlm: Vlm, tmp_path: pathlib.Path) -> None:

@@ -166,11 +166,119 @@ def _idefics3() -> tuple[Any, Any]:
     return tf.Idefics3ForConditionalGeneration(config), processor
 
 
+def _smolvlm() -> tuple[Any, Any]:
+    """Idefics3's architecture (SmolVLM's config and processor): as ``_idefics3``."""
+    config = tf.SmolVLMConfig(
+        text_config={**_TEXT, "model_type": "llama"},
+        vision_config={**_VISION, "image_size": 16, "patch_size": 4},
+        image_token_id=4,
+        scale_factor=2,
+        initializer_range=0.2,
+    )
+    specials = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+    images = tf.SmolVLMImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 16}
+    )
+    processor = images_only(tf.SmolVLMProcessor)(
+        image_processor=images,
+        tokenizer=tokenizer("<image>", specials),
+        video_processor=None,
+        image_seq_len=4,
+        chat_template=TEMPLATE.replace("{image}", "<image>"),
+    )
+    return tf.SmolVLMForConditionalGeneration(config), processor
+
+
+def _mistral3() -> tuple[Any, Any]:
+    """Pixtral tower (4x4 patches, merged 2x2) on images up to 48 pixels a side; a Mistral
+    decoder. Its processor needs torchvision: the reference is ``pixtral_reference.py``."""
+    from tests.hf.pixtral_reference import TOKENS, PixtralReference
+
+    vision = {
+        **_VISION, "model_type": "pixtral", "image_size": 48, "patch_size": 4, "head_dim": 8,
+    }  # fmt: skip
+    config = tf.Mistral3Config(
+        text_config={**_TEXT, "model_type": "mistral", "head_dim": 8},
+        vision_config=vision,
+        image_token_index=4,
+        spatial_merge_size=2,
+        vision_feature_layer=-1,
+        initializer_range=0.2,
+    )
+    specials = (TOKENS["image_break_token"], TOKENS["image_end_token"])
+    processor = PixtralReference(
+        tf.PixtralImageProcessorPil(size={"longest_edge": 48}, patch_size=4),
+        tokenizer(TOKENS["image_token"], specials),
+        patch_size=4,
+        merge=2,
+        chat_template=TEMPLATE.replace("{image}", TOKENS["image_token"]),
+    )
+    return tf.Mistral3ForConditionalGeneration(config), processor
+
+
+def images_only(processor: type) -> type:
+    """``processor`` without its video processor (transformers' needs torchvision)."""
+
+    class ImagesOnly(processor):  # type: ignore[misc, valid-type]
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return ["image_processor", "tokenizer"]
+
+        def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+            """The base class's: SmolVLM's only adds its video processor's frame settings."""
+            return tf.ProcessorMixin.apply_chat_template(self, conversation, *args, **kwargs)
+
+    ImagesOnly.__name__ = ImagesOnly.__qualname__ = processor.__name__
+    return ImagesOnly
+
+
+def _qwen_vl(version: str) -> tuple[Any, Any]:
+    """4x4 patches merged 2x2 (8-pixel multiples, 16x16 to 48x48 pixels): M-RoPE of 2+1+1."""
+    text = {
+        **_TEXT,
+        "rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e4},
+    }
+    vision = {
+        "depth": 2, "hidden_size": 32, "num_heads": 4, "patch_size": 4, "in_channels": 3,
+        "temporal_patch_size": 2, "spatial_merge_size": 2, "initializer_range": 0.2,
+    }  # fmt: skip
+    ids = {"image_token_id": 4, "vision_start_token_id": 5, "vision_end_token_id": 6}
+    ids["video_token_id"] = 7
+    if version == "2.5":  # windows of 2x2 merged patches; the second block attends fully
+        vision |= {"out_hidden_size": 32, "intermediate_size": 64, "window_size": 16}
+        vision["fullatt_block_indexes"] = [1]
+        config: Any = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+        model: Any = tf.Qwen2_5_VLForConditionalGeneration(config)
+        processor = images_only(tf.Qwen2_5_VLProcessor)
+    else:
+        vision |= {"embed_dim": 32, "mlp_ratio": 2}
+        config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+        model = tf.Qwen2VLForConditionalGeneration(config)
+        processor = images_only(tf.Qwen2VLProcessor)
+    images = tf.Qwen2VLImageProcessorPil(
+        patch_size=4,
+        merge_size=2,
+        temporal_patch_size=2,
+        size={"shortest_edge": 16 * 16, "longest_edge": 48 * 48},
+    )
+    specials = ("<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
+    placeholder = "<|vision_start|><|image_pad|><|vision_end|>"
+    return model, processor(
+        image_processor=images,
+        tokenizer=tokenizer("<|image_pad|>", specials),
+        chat_template=TEMPLATE.replace("{image}", placeholder),
+    )
+
+
 VLM_CASES = {
     case.name: case
     for case in (
         VlmCase("llava", _llava),
         VlmCase("gemma3", _gemma3),
         VlmCase("idefics3", _idefics3),
+        VlmCase("smolvlm", _smolvlm),
+        VlmCase("mistral3", _mistral3),
+        VlmCase("qwen2_vl", lambda: _qwen_vl("2")),
+        VlmCase("qwen2_5_vl", lambda: _qwen_vl("2.5")),
     )
 }

@@ -386,3 +386,36 @@ def test_bitwise_dunders_promote_mixed_dtypes_so_the_graph_is_valid(tmp_path: pa
     loaded = onnx_export.load(program.save(tmp_path / "or.onnx"))  # type: ignore[attr-defined]  # an ONNXProgram
     c, y = torch.randint(0, 2, (2, 3), dtype=torch.int32), torch.randn(2, 3)
     torch.testing.assert_close(loaded(c, y), _MixedOr()(c, y))
+
+
+class TiedTopK(torch.nn.Module):
+    """Top-3 of rows that are all equal (a fully masked row's uniform softmax)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = x.masked_fill(x > -1e9, -1e4).softmax(-1)
+        return scores.topk(3, dim=-1)
+
+
+def test_indices_that_differ_only_among_tied_values_say_so() -> None:
+    # torch's topk gives indices 6, 5, 4 for eight equal scores; ONNX's TopK gives 0, 1, 2.
+    # The warning names the ties, not a graph that "accumulates" a difference.
+    x = torch.randn(2, 8)
+    with pytest.warns(ParityWarning, match="differ only where top-k values tie") as record:
+        program = onnx_export.dynamo_export(TiedTopK(), x)
+    assert "accumulates" not in str(record[0].message)
+    values, indices = program(x)
+    want_values, want_indices = TiedTopK()(x)
+    torch.testing.assert_close(values, want_values)
+    assert indices.tolist() == [[0, 1, 2], [0, 1, 2]] != want_indices.tolist()
+
+
+def test_top_k_without_ties_is_not_warned() -> None:
+    class Distinct(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.topk(3, dim=-1).indices
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParityWarning)
+        program = onnx_export.dynamo_export(Distinct(), torch.randn(2, 8))
+    x = torch.randn(2, 8)
+    assert program(x).tolist() == Distinct()(x).tolist()

@@ -198,3 +198,47 @@ def test_allow_static_fallback_keeps_a_coinciding_batch_dynamic(tmp_path: Path) 
         program = onnx_export.dynamo_export(_View(), torch.randn(10, 10, 3), export_options=options)
     assert [str(v.shape) for v in program.model.graph.inputs] == ["[batch,10,3]"]
     assert_onnx_program_close(_loaded(program, tmp_path), _View(), torch.randn(7, 10, 3))
+
+
+class EvenUNet(nn.Module):
+    """Down by a strided conv, up by a transposed conv, joined at the input's height."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
+        self.out = nn.Conv2d(7, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.cat([x, self.up(torch.relu(self.down(x)))], 1))
+
+
+def test_derived_dims_keep_their_formula_at_other_sizes_and_at_call_time(tmp_path: Path) -> None:
+    # ``2 * Dim("h")``: the check at a second size takes even heights (odd ones broke
+    # ORT's buffer reuse, and refused the export), and the file refuses odd ones and
+    # heights below the bound with an InputShapeError instead of ORT's failure.
+    model = EvenUNet().eval()
+    shapes = ({0: Dim("batch"), 2: 2 * Dim("h", min=4), 3: 2 * Dim("w", min=2)},)
+    program = _export(model, (torch.randn(2, 3, 16, 12),), shapes)
+    loaded = _loaded(program, tmp_path)
+    for shape in [(1, 3, 10, 6), (3, 3, 22, 30)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(torch.from_numpy(loaded(x.numpy())), model(x).detach())
+    with pytest.raises(InputShapeError, match=r"'2\*h' \(axis 2\) to be 2\*h for a whole h"):
+        loaded(torch.randn(1, 3, 11, 6).numpy())
+    with pytest.raises(InputShapeError, match=r"'2\*h' \(axis 2\) in \[8, inf\)"):
+        loaded(torch.randn(1, 3, 6, 6).numpy())
+
+
+def test_axes_tied_to_one_root_agree_on_it(tmp_path: Path) -> None:
+    class Halves(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x.reshape(x.shape[0] // 2, 2).sum(1) + y
+
+    n = Dim("n", min=2)
+    program = _export(Halves(), (torch.randn(8), torch.randn(4)), ({0: 2 * n}, {0: n}))
+    loaded = _loaded(program, tmp_path)
+    x, y = torch.randn(14), torch.randn(7)
+    torch.testing.assert_close(torch.from_numpy(loaded(x.numpy(), y.numpy())), Halves()(x, y))
+    with pytest.raises(InputShapeError, match="must agree on its size"):
+        loaded(torch.randn(14).numpy(), torch.randn(6).numpy())

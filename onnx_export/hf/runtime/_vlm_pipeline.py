@@ -10,6 +10,7 @@ image's tokens (one per feature the vision encoder gives), and
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,21 @@ def _idefics3(token: str, count: int, texts: Mapping[str, Any]) -> str:
     return f"<fake_token_around_image><global-img>{token * count}<fake_token_around_image>"
 
 
+def _pixtral(token: str, count: int, texts: Mapping[str, Any]) -> str:
+    """Mistral 3: a row of image tokens per merged patch row, ended by a break token.
+
+    The last row ends with the end-of-image token; ``texts["image_shape"]`` is the
+    image's (height, width) in pixels.
+    """
+    height, width = (int(v) for v in texts["image_shape"])
+    side = round(math.sqrt(height * width / count))  # the processor's patch * merge
+    rows, columns = height // side, width // side
+    breaks = str(texts.get("image_break_token") or "[IMG_BREAK]")
+    end = str(texts.get("image_end_token") or "[IMG_END]")
+    row: str = token * columns
+    return (row + breaks) * (rows - 1) + row + end
+
+
 #: model_type -> (the tokenizer config's name of the placeholder a prompt writes, or
 #: ``None`` for the image token itself; the text that stands for one image of ``count``
 #: features, as the family's processor writes it).
@@ -59,6 +75,8 @@ _LAYOUTS: dict[str, tuple[str | None, Any]] = {
     "llava": (None, _repeat),
     "gemma3": ("boi_token", _gemma3),
     "idefics3": (None, _idefics3),
+    "smolvlm": (None, _idefics3),  # one view of an image: as Idefics3
+    "mistral3": (None, _pixtral),
 }
 
 
@@ -96,7 +114,7 @@ class ImageTextToTextPipeline:
         placeholder, self._expand = _LAYOUTS.get(model_type, (None, _repeat))
         token = tokenizer.config.get(placeholder) if placeholder else None
         token = token or processor.get("image_token") or tokenizer.config.get("image_token")
-        if not isinstance(token, str) and model_type == "idefics3":
+        if not isinstance(token, str) and model_type in ("idefics3", "smolvlm"):
             token = "<image>"  # Idefics3's processor names it in code
         if not isinstance(token, str):
             token = tokenizer.tokenizer.id_to_token(model.image_token_id)
@@ -182,15 +200,26 @@ class ImageTextToTextPipeline:
                 f"The prompt places {placed} image(s) ({self.image_token!r}) for "
                 f"{len(batch)} image(s) given: one placeholder per image."
             )
-        features = self.model.image_features(self.image_processor(batch))
+        grids: dict[str, Any] = {}
+        shapes: list[Any] = [None] * len(batch)
+        if self.image_processor.patched:  # Qwen2-VL: flat patches and their grids
+            pixels, grid_thw = self.image_processor.patches(batch)
+            grids["image_grid_thw"] = grid_thw
+            features = self.model.image_features(pixels, grid_thw)
+        elif self.model.vision.get_inputs()[0].shape[0] == 1:  # Mistral 3: sizes of their own
+            arrays = self.image_processor.one_by_one(batch)
+            shapes = [a.shape[2:] for a in arrays]
+            features = [self.model.image_features(a)[0] for a in arrays]
+        else:
+            features = self.model.image_features(self.image_processor(batch))
         pieces = text.split(self.image_token)
         expanded = pieces[0]
-        for piece, feature in zip(pieces[1:], features, strict=True):
-            texts = {**self.tokenizer.config, **self.processor}
+        for piece, feature, shape in zip(pieces[1:], features, shapes, strict=True):
+            texts = {**self.tokenizer.config, **self.processor, "image_shape": shape}
             expanded += self._expand(self.image_token, feature.shape[0], texts) + piece
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
         sequences = self.model.generate(
-            [ids], image_features=features, max_new_tokens=max_new_tokens, **kwargs
+            [ids], image_features=features, max_new_tokens=max_new_tokens, **grids, **kwargs
         )
         return self.tokenizer.decode(
             sequences[0][len(ids) :], skip_special_tokens=skip_special_tokens

@@ -1,5 +1,8 @@
 """The three graphs of a vision-language model (LLaVA & co.), for ``image-text-to-text``.
 
+Qwen2-VL and Qwen2.5-VL (M-RoPE) have the same three files with other inputs: see
+``_qwen_vl.py``.
+
 - ``vision_encoder.onnx``: ``pixel_values`` (images, channels, height, width) ->
   ``image_features`` (images, tokens per image, hidden): the vision tower, the layer and
   token selection the family does, and the projector into the language model's space.
@@ -32,6 +35,7 @@ from onnx_export.hf.export.graphs._base import (
     accepts,
     example_ids,
 )
+from onnx_export.hf.export.graphs._qwen_vl import MROPE_FAMILIES, qwen_vl_graphs
 from onnx_export.hf.export.graphs._vision import example_pixels
 
 __all__ = [
@@ -76,11 +80,28 @@ def _idefics3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
     return inner.connector(out.last_hidden_state)  # type: ignore[no-any-return]
 
 
+def _mistral3_features(model: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+    """Mistral 3's Pixtral tower and patch merger on one image of any size (no padding)."""
+    inner, layers = model.model, model.config.vision_feature_layer
+    sizes = [(pixel_values.shape[2], pixel_values.shape[3])]  # symbolic: from the shape
+    out = inner.vision_tower(
+        pixel_values, image_sizes=sizes, output_hidden_states=True, return_dict=True
+    )
+    picked = [out.hidden_states[i] for i in ([layers] if isinstance(layers, int) else layers)]
+    features = inner.multi_modal_projector(torch.cat(picked, dim=-1).squeeze(0), sizes)
+    return features.unsqueeze(0)  # type: ignore[no-any-return]
+
+
 #: model_type -> how the family computes its image features, one row per image.
 _FEATURES = {
     "llava": _llava_features,
     "idefics3": _idefics3_features,
+    "smolvlm": _idefics3_features,  # Idefics3's architecture
+    "mistral3": _mistral3_features,
 }
+
+#: Families whose vision encoder takes one image of any size (height, width dynamic).
+_SIZED = ("mistral3",)
 
 
 class ImageEncoder(nn.Module):
@@ -167,10 +188,6 @@ def vlm_graphs(model: Any) -> list[GraphSpec]:
     config = model.config
     text = _text_config(config)
     embedding = model.get_input_embeddings()
-    pixels = example_pixels(config)
-    encoder = GraphSpec(
-        "vision_encoder.onnx", ImageEncoder(model), (pixels,), {"pixel_values": {0: "batch"}}
-    )
     ids = example_ids(text, BATCH, PAST + SEQUENCE)
     embed = GraphSpec(
         "embed_tokens.onnx",
@@ -178,6 +195,15 @@ def vlm_graphs(model: Any) -> list[GraphSpec]:
         (ids,),
         {"input_ids": {0: "batch", 1: "sequence_length"}},
     )
+    if str(getattr(config, "model_type", "")) in MROPE_FAMILIES:
+        return qwen_vl_graphs(model, EmbedsDecoderWithPast(model), embed)
+    pixels = example_pixels(config)
+    images: dict[str, Any] = {"pixel_values": {0: "batch"}}
+    if str(getattr(config, "model_type", "")) in _SIZED:  # 2 x 3 merged patches, any size
+        side = int(config.vision_config.patch_size) * int(config.spatial_merge_size)
+        pixels = torch.randn(1, pixels.shape[1], 2 * side, 3 * side)
+        images = {"pixel_values": {2: "height", 3: "width"}}
+    encoder = GraphSpec("vision_encoder.onnx", ImageEncoder(model), (pixels,), images)
     typed = accepts(model, "token_type_ids")
     decoder = EmbedsDecoderWithTypes(model) if typed else EmbedsDecoderWithPast(model)
     with torch.no_grad():

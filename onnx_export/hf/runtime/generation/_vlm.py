@@ -7,6 +7,12 @@ embeddings get each image's features written over its image tokens, in order (wh
 transformers' ``masked_scatter`` does); every later step embeds the token just chosen.
 The decoding loop is :class:`OrtModelForCausalLM`'s: greedy, sampling, beam search,
 streaming and structured output work as they do for text.
+
+Qwen2-VL and Qwen2.5-VL (``hf/export/graphs/_qwen_vl.py``): the vision encoder takes one
+image's flat patches and grid at a time (and Qwen2.5-VL's windows), and
+the decoder (3, batch, length) M-RoPE position ids: the prompt's from the images' grids
+(transformers' ``get_rope_index``), each later step's its last position + 1 on all rows
+(``_patched_vision.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from onnx_export.hf._errors import CheckpointError, GenerationError
 from onnx_export.hf.runtime._pretrained import ExportedFolder, read_exported_folder
 from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM, _is_text, _positions
+from onnx_export.hf.runtime.generation._patched_vision import Grids, PatchedVision, one_by_one
 
 __all__ = ["OrtModelForImageTextToText", "image_token_id"]
 
@@ -95,6 +102,11 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         #: Gemma 3's decoder marks the image tokens (bidirectional attention in the prompt).
         self._typed = "token_type_ids" in session.input_names
         self._pending: list[npt.NDArray[Any]] | None = None
+        #: Qwen2-VL: flat patches and grids in, (3, batch, length) position ids (M-RoPE).
+        self._patched = None
+        if "image_grid_thw" in {i.name for i in vision.get_inputs()}:
+            self._patched = PatchedVision(vision, folder.config, self.image_token_id)
+        self._grids: Grids | None = None
 
     @classmethod
     def from_pretrained(
@@ -141,17 +153,28 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
     def __repr__(self) -> str:
         return super().__repr__().replace("OrtModelForCausalLM", type(self).__name__, 1)
 
-    def image_features(self, pixel_values: Any) -> list[npt.NDArray[np.float32]]:
+    def image_features(
+        self, pixel_values: Any, image_grid_thw: Any = None, image_sizes: Any = None
+    ) -> list[npt.NDArray[np.float32]]:
         """The projected features of each image: a (tokens, hidden) array per image.
 
         Args:
             pixel_values: (images, channels, height, width) float32 (or the processor's
-                (prompts, images, ...) with all-zero padding images, Idefics3's).
+                (prompts, images, ...) with all-zero padding images, Idefics3's); for
+                Qwen2-VL, all images' flat patches (patches, patch size).
+            image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them.
+            image_sizes: Mistral 3's (images, 2) heights and widths in the padded
+                ``pixel_values``, as its processor gives them: each image is cropped to
+                its size and encoded alone.
 
         Example:
             >>> [f.shape for f in model.image_features(pixels)]  # doctest: +SKIP
             [(25, 32)]
         """
+        if self._patched is not None:
+            return self._patched.features(pixel_values, image_grid_thw)
+        if image_grid_thw is not None:
+            raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
         pixels = np.asarray(pixel_values, dtype=np.float32)
         if pixels.ndim == 3:
             pixels = pixels[None]
@@ -173,6 +196,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                     "as the folder's image processor says (hf.pipeline does)."
                 )
         dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)  # float16 exports
+        if image_sizes is not None or meta.shape[0] == 1:  # Mistral 3: one image a run
+            return one_by_one(self.vision, pixels.astype(dtype), image_sizes, self.folder.config)
         (batch,) = self.vision.run(["image_features"], {"pixel_values": pixels.astype(dtype)})
         return [np.asarray(f, dtype=np.float32) for f in batch]
 
@@ -188,6 +213,8 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         *,
         pixel_values: Any = None,
         image_features: Any = None,
+        image_grid_thw: Any = None,
+        image_sizes: Any = None,
         max_new_tokens: int,
         **kwargs: Any,
     ) -> npt.NDArray[np.int64]:
@@ -200,6 +227,10 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             pixel_values: (images, channels, height, width) float32, the images in the
                 order their tokens appear (row by row); none for a text-only prompt.
             image_features: Instead of ``pixel_values``: :meth:`image_features`' output.
+            image_grid_thw: Qwen2-VL's (images, 3) grids, as its processor gives them
+                (with ``pixel_values`` or ``image_features``); they place the image
+                tokens' M-RoPE positions.
+            image_sizes: Mistral 3's (images, 2) sizes in the padded ``pixel_values``.
             max_new_tokens: How many tokens to add at most.
             **kwargs: :meth:`OrtModelForCausalLM.generate`'s other arguments
                 (``do_sample``, ``num_beams``, ``streamer``, ``json_schema``...), but not
@@ -232,14 +263,24 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
             return super().generate(input_ids, max_new_tokens=max_new_tokens, **kwargs)
         features = image_features
         if pixel_values is not None:
-            features = self.image_features(pixel_values)
-        self._pending = self._rows(self._ids(input_ids), features)
+            features = self.image_features(pixel_values, image_grid_thw, image_sizes)
+        ids = self._ids(input_ids)
+        self._pending = self._rows(ids, features)
+        self._grids = self._prompt_grids(ids, image_grid_thw)
         try:
             return super().generate(
                 input_ids, attention_mask, max_new_tokens=max_new_tokens, **kwargs
             )
         finally:
-            self._pending = None
+            self._pending, self._grids = None, None
+
+    def _prompt_grids(self, ids: npt.NDArray[np.int64], grid_thw: Any) -> Grids | None:
+        """Qwen2-VL: each prompt's image grids (for its positions); ``None`` otherwise."""
+        if self._patched is None:
+            if grid_thw is not None:
+                raise GenerationError("image_grid_thw is for Qwen2-VL's folders; drop it.")
+            return None
+        return self._patched.prompt_grids(ids, grid_thw)
 
     def _rows(self, ids: npt.NDArray[np.int64], features: Any) -> list[npt.NDArray[Any]] | None:
         """Each prompt's image features, in the order of its image tokens."""
@@ -288,7 +329,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> dict[str, Any]:
         feed: dict[str, Any] = {"inputs_embeds": self._merged(ids), "attention_mask": mask}
-        if self._uses_positions:
+        if self._patched is not None:
+            feed["position_ids"] = self._patched.positions(ids, mask, self._grids)
+        elif self._uses_positions:
             feed["position_ids"] = _positions(mask)
         if self._typed:
             feed["token_type_ids"] = (ids == self.image_token_id).astype(np.int64)
@@ -298,7 +341,10 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]
     ) -> tuple[dict[str, Any], Any]:
         """The prompt's feed (images merged) and each next step's (the new token embedded)."""
-        state = {"mask": mask, "positions": _positions(mask)[:, -1:]}
+        first = self._prompt_feed(ids, mask)
+        mrope = self._patched is not None
+        last = first["position_ids"][..., -1:] if mrope else _positions(mask)[:, -1:]
+        state = {"mask": mask, "positions": last}
 
         def next_feed(tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
             state["mask"] = np.concatenate(
@@ -315,21 +361,30 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                 feed["token_type_ids"] = np.zeros_like(state["mask"])
             return feed
 
-        return self._prompt_feed(ids, mask), next_feed
+        return first, next_feed
 
     def logits(
-        self, input_ids: Any, attention_mask: Any = None, *, pixel_values: Any = None
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        pixel_values: Any = None,
+        image_grid_thw: Any = None,
+        image_sizes: Any = None,
     ) -> npt.NDArray[np.float32]:
         """The logits of a prompt (batch, length, vocab), with an empty cache."""
         from onnx_export.hf.runtime.generation._generate import as_mask
 
         ids = self._ids(input_ids)
-        features = None if pixel_values is None else self.image_features(pixel_values)
+        features = None
+        if pixel_values is not None:
+            features = self.image_features(pixel_values, image_grid_thw, image_sizes)
         self._pending = self._rows(ids, features)
+        self._grids = self._prompt_grids(ids, image_grid_thw)
         try:
             feed = self._prompt_feed(ids, as_mask(attention_mask, ids))
         finally:
-            self._pending = None
+            self._pending, self._grids = None, None
         results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
         return host_float32(results["logits"])
 
