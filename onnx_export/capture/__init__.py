@@ -17,6 +17,11 @@ In the order an export runs them:
   expert (the number of hit experts is data);
 - ``_module_casts``: ``module.to(...)`` in ``forward`` that converts nothing, a no-op;
 - ``_transformers_masks``: transformers' masks with extra patterns built without ``vmap``;
+  ``_mask_skip``: no bidirectional mask without padding, as eagerly;
+- ``_anyres``: any-resolution image grids (LLaVA-NeXT's ``image_sizes``) in tensor ops;
+  ``_sqrt``: ``math.sqrt`` of sizes read from data, with their bounds;
+  ``_small_constants``: small constant tensors keep their values while traced;
+  ``_distributions``: ``torch.distributions`` built without argument validation;
 - ``_containers``: library containers (transformers caches) made flattenable;
 - ``_strategies``: the ``torch.export`` strategies, each attempt recorded;
 - ``_dynamo_caches``, ``_stack_traces``: a clean torch.compile cache per capture, and

@@ -13,7 +13,8 @@ Numpy calls are not folded at export time even where their input derives from we
 only (I-BERT's scales): non-strict capture traces with fake weights, so the value is
 unknown where numpy is called, and strict capture refuses numpy functions that
 ``torch._numpy`` lacks (``frexp``). The fix is the model's: the torch op (``torch.frexp``)
-or a value computed before export.
+or a value computed before export (I-BERT's own ``batch_frexp`` is replaced
+while capturing: ``capture/_quant_frexp.py``).
 
 No rewrite to ``torch.cond`` is made automatically: the two branches of a Python ``if``
 may return different structures, mutate state or call code torch cannot trace twice,
@@ -28,6 +29,7 @@ import re
 import traceback
 from collections.abc import Sequence
 
+from onnx_export.capture._random_draws import random_draw_near
 from onnx_export.capture._specialized import model_file
 
 __all__ = ["DataDependentLine", "data_dependent_line", "failing_line"]
@@ -125,13 +127,26 @@ class DataDependentLine:
                 f"Python number at {self.path}:{self.line}{code} (data-dependent value); "
                 "take the number from a shape or a Python argument instead, or bound the "
                 "value with torch._check(...) right after it is read (.item())."
+                + _random_note(self.path, self.line)
             )
         return (
             "torch.export could not capture the model: it branches on a tensor's value at "
             f"{self.path}:{self.line}{code} (data-dependent control flow); write that `if` "
             "as torch.cond(pred, true_fn, false_fn, operands), make it branchless "
             "(torch.where), or bound the value with torch._check(...)."
+            + _random_note(self.path, self.line)
         )
+
+
+def _random_note(path: str, line: int) -> str:
+    draw = random_draw_near(path, line)
+    if draw is None:
+        return ""
+    return (
+        f" The same function draws random numbers ({path}:{draw[0]}: `{draw[1]}`): where "
+        "that runs in eval mode, eager's outputs differ from call to call and no export "
+        "can match them."
+    )
 
 
 def _cause(error: BaseException) -> str | None:

@@ -19,19 +19,29 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export.capture._anyres import anyres_tensor_sizes
 from onnx_export.capture._cdist import cdist_decided
+from onnx_export.capture._distributions import distribution_checks_off
 from onnx_export.capture._dynamo_caches import forget_compiled_code
 from onnx_export.capture._experts import every_expert
 from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
+from onnx_export.capture._global_attention import global_attention_flag
+from onnx_export.capture._mask_skip import bidirectional_skip_without_padding
 from onnx_export.capture._module_casts import unchanged_module_casts
+from onnx_export.capture._mrope import multimodal_rope
 from onnx_export.capture._packed_attention import packed_attention
+from onnx_export.capture._quant_frexp import torch_frexp
 from onnx_export.capture._rnn import recurrent_ops
 from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
+from onnx_export.capture._small_constants import small_constants_kept
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
+from onnx_export.capture._sqrt import bounded_sqrt
 from onnx_export.capture._stack_traces import every_user_frame
+from onnx_export.capture._tensor_data import data_as_detach
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
+from onnx_export.capture._vision_windows import vision_windows
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -175,23 +185,42 @@ def _torch_export(
     guards = not strict and has_float16_tensors(model, (args, kwargs))
     # a mixture of experts' loop over the experts that got tokens runs over every expert;
     # images packed in one sequence attend as one masked attention, not chunk by chunk;
+    # multimodal rotary positions and vision windows computed with tensor ops, not loops;
     # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
     # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
     # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need.
-    with (
+    # do not need; any-resolution image grids computed from image_sizes with tensor ops;
+    # distributions built without their value checks; no bidirectional mask without padding;
+    # small constant tensors (sizes in torch.tensor) keep their values; math.sqrt of
+    # sizes read from data keeps their bounds; Longformer's "any global token?" flag as its
+    # general branch; I-BERT's numpy frexp in torch ops, and its weights' `.data` as detach().
+    # Python allows at most 20 context managers in one `with`: an ExitStack holds them.
+    patches = (
         every_user_frame(not strict),
         forget_compiled_code(),
         recurrent_ops(),
         finite_branches(guards),
         every_expert(),
         packed_attention(model),
+        multimodal_rope(model),
+        vision_windows(),
         unchanged_module_casts(),
         masks_without_vmap(),
         sdpa_causal_flag(),
         cdist_decided(),
         unfold_preconditions(),
-    ):
+        anyres_tensor_sizes(),
+        distribution_checks_off(),
+        bidirectional_skip_without_padding(),
+        small_constants_kept(),
+        bounded_sqrt(),
+        global_attention_flag(model),
+        torch_frexp(),
+        data_as_detach(),
+    )
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
         return torch.export.export(
             model,
             args,

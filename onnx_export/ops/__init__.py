@@ -12,6 +12,8 @@ from onnx_export.ops import (
     complex,
     complex_scalars,
     core,
+    division,
+    einsum,
     fft,
     gamma,
     histogram,
@@ -31,6 +33,7 @@ from onnx_export.ops import (
     scatter,
     sizes,
     spectral,
+    strided,
     tensor,
 )
 
@@ -41,6 +44,8 @@ __all__ = [
     "complex",
     "complex_scalars",
     "core",
+    "division",
+    "einsum",
     "fft",
     "gamma",
     "histogram",
@@ -60,5 +65,6 @@ __all__ = [
     "scatter",
     "sizes",
     "spectral",
+    "strided",
     "tensor",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "aten_narrow_copy",
     "aten_permute_copy",
     "aten_unbind_copy",
+    "aten_squeeze_dim",
     "aten_squeeze_dims",
     "aten_as_strided_copy",
     "aten_as_strided_scatter",
@@ -148,6 +149,18 @@ def aten_squeeze_dims(self: ir.Value, dim: Sequence[int]) -> ir.Value:
     dims = known_shape(self)
     axes = sorted({d % r for d in dim if dims[d % r] == 1})
     return op.Squeeze(self, ints(axes)) if axes else op.Identity(self)
+
+
+@onnx_op("aten::squeeze.dim")
+def aten_squeeze_dim(self: ir.Value, dim: int) -> ir.Value:
+    """squeeze.dim(Tensor self, int dim): squeezes ``dim`` only where its size is 1.
+
+    torchlib squeezes always, but torch squeezes a symbolic size never (torch.export
+    takes its sizes to be other than 1: an unbacked count of image patches stays an
+    axis), and a static size other than 1 neither; an unconditional ``Squeeze`` there
+    was a file ONNX's checker refuses (rank 1 inferred where the program has 2).
+    """
+    return aten_squeeze_dims(self, [dim])
 
 
 def _strided_indices(size: Sequence[int], stride: Sequence[int], offset: int) -> np.ndarray:

@@ -126,3 +126,23 @@ def test_without_the_preconditions_the_unfold_line_is_refused(
         onnx_export.dynamo_export(PatchMerger(), torch.randn(50, 8), sizes)
     first = str(caught.value).splitlines()[0]
     assert "modeling_mistral3.py:" in first and "unfold" in first
+
+
+class SqueezeWhereOne(torch.nn.Module):
+    """``squeeze(0)`` of a data-sized count (Mistral3's projected image features) and of 3."""
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = x[keep > 0]  # (u0, 4): u0 is read from the data
+        return rows.squeeze(0) * 2, x.squeeze(0) + 1  # torch squeezes neither
+
+
+def test_squeeze_of_a_size_other_than_one_is_no_squeeze() -> None:
+    # torchlib's Squeeze was unconditional: the file's checker saw rank 1 where the
+    # program had 2, and refused the file (Mistral3: "invalid file").
+    model, x = SqueezeWhereOne(), torch.randn(3, 4)
+    program = onnx_export.dynamo_export(model, x, torch.tensor([1, 0, 1]))
+    for keep in ([1, 0, 1], [1, 1, 1], [0, 1, 1]):
+        got = program(x, torch.tensor(keep))
+        want = model(x, torch.tensor(keep))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)

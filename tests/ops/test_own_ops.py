@@ -219,6 +219,21 @@ _REDUCE = [
 
 _TENSOR = [
     _case("aten::as_strided_copy", lambda x: aten.as_strided_copy(x, [2, 2], [1, 2], 1), _x),
+    _case(  # a transposed view: strides count its memory (x's rows), not its row-major order
+        "aten::as_strided",
+        lambda x: aten.as_strided(x.t(), [3, 3], [2, 1], 1) * 1.0,
+        _x,
+    ),
+    _case(  # an output axis sized by the data (the rows the mask keeps)
+        "aten::einsum",
+        lambda x, m: aten.einsum("blhd,bshd->blhs", [x, x[:, m]]),
+        lambda: (_rand(2, 4, 2, 3), torch.tensor([True, False, True, False])),
+    ),
+    _case(  # 1.0 // 0.1 is 9.0 in torch and Python; floor(1.0 / 0.1) is 10.0
+        "aten::floor_divide",
+        lambda x: 1.0 // x,
+        lambda: (torch.tensor([0.1, 0.3, -0.7, 2.0, 0.2, 1.0 / 3.0]),),
+    ),
     _case(
         "aten::atleast_1d.Sequence",
         lambda a, b: aten.atleast_1d.Sequence([a.sum(), b]),
@@ -232,6 +247,11 @@ _TENSOR = [
     ),
     _case("aten::dist", lambda a, b: aten.dist(a, b, 3), _pair),
     _case("aten::narrow_copy", lambda x: aten.narrow_copy(x, 1, 1, 2), _x),
+    _case(
+        "aten::squeeze.dim",
+        lambda x: (aten.squeeze.dim(x, 0), aten.squeeze.dim(x, 1)),  # a size of 3, then 1
+        lambda: (_rand(3, 1, 4),),
+    ),
     _case(
         "aten::nonzero_static",
         lambda x: aten.nonzero_static(x, size=8),
