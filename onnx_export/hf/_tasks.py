@@ -95,11 +95,13 @@ _RECURRENT_WHY = (
 # measured on transformers' ModelTester configs (issue 21).
 _REFUSED: Mapping[tuple[str, str], str] = {
     **{(m, "text-generation"): _RECURRENT_WHY for m in _RECURRENT},
-    ("longformer", "*"): "its attention branches on a tensor's value (`if` on "
-    "is_global_attn.any()), which torch.export cannot capture; use roberta or bert",
-    ("led", "*"): "its Longformer attention branches on a tensor's value, which "
-    "torch.export cannot capture; use bart",
-    ("ibert", "*"): "its quantizer calls numpy (frexp) on tensors at run time; use roberta",
+    ("longformer", "*"): "with a dynamic sequence length its sliding-window attention sizes "
+    "views from tensor values (`_chunk`), which torch.export cannot capture; use roberta or "
+    "bert, or onnx_export.dynamo_export at a static sequence length (its global-attention "
+    "branch is exported)",
+    ("led", "*"): "with a dynamic sequence length its Longformer attention sizes views from "
+    "tensor values, which torch.export cannot capture; use bart, or onnx_export.dynamo_export "
+    "at a static sequence length",
     ("encodec", "*"): "its forward branches on a tensor's value, which torch.export cannot capture",
 }
 

@@ -181,6 +181,7 @@ _CASES = (
         "encoder",
     ),
     TaskCase("ernie", "fill-mask", _text("ernie"), "encoder"),
+    TaskCase("ibert", "fill-mask", _text("ibert", pad_token_id=1), "encoder"),
     TaskCase("megatron-bert", "fill-mask", _text("megatron-bert"), "encoder"),
     TaskCase("convbert", "fill-mask", _text("convbert", embedding_size=32), "encoder"),
     TaskCase("data2vec-text", "fill-mask", _text("data2vec-text", pad_token_id=1), "encoder"),

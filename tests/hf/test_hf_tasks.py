@@ -89,7 +89,7 @@ def test_architecture_table_is_current() -> None:
     ("config", "fragment"),
     [
         ({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}, "recurrent"),
-        ({"model_type": "longformer"}, "branches on a tensor's value"),
+        ({"model_type": "longformer"}, "sizes views from tensor values"),
         ({"model_type": "bert", "architectures": ["BertLMHeadModel"]}, "is_decoder=true"),
         ({"model_type": "vit"}, "does not fit"),
     ],
