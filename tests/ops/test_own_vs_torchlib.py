@@ -454,9 +454,27 @@ _FFT = [
          lambda: (_r(7, 2),), lambda: (_r(4, 2),), (_d(0),), atol=1e-4),
 ]  # fmt: skip
 
+_OWN_FORMS = [
+    # squeeze only a static size of 1: the dynamic axis stays, the 1 goes
+    Case("aten::squeeze.dim", "squeeze_dim_dynamic",
+         lambda x: (aten.squeeze.dim(x, 1), aten.squeeze.dim(x, 0)),
+         lambda: (_r(3, 1, 4),), lambda: (_r(5, 1, 2, seed=1),), (_d(0, 2),)),
+    Case("aten::as_strided", "as_strided_dynamic_batch",
+         lambda x: aten.as_strided(x, (x.shape[0], 2, 3), (x.stride(0), 3, 1)),
+         lambda: (_r(3, 4, 6),), lambda: (_r(5, 4, 6, seed=1),), (_d(0),)),
+    Case("aten::einsum", "einsum_attention_scores_dynamic",
+         lambda a, b: torch.einsum("blhd,bshd->blhs", a, b),
+         lambda: (_r(2, 5, 2, 4), _r(2, 3, 2, 4, seed=1)),
+         lambda: (_r(3, 7, 2, 4), _r(3, 6, 2, 4, seed=1)),
+         (_d(0, 1), _d(0, 1)), atol=1e-4),
+    Case("aten::floor_divide", "floor_divide_float_dynamic",
+         lambda x: aten.floor_divide(x, 0.1),
+         lambda: (_r(3, 4) * 5,), lambda: (_r(6, 2, seed=1) * 5,), (_d(0, 1),)),
+]  # fmt: skip
+
 CASES = [
     *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_SUM, *_ATTENTION,
-    *_ROLL, *_FFT,
+    *_ROLL, *_FFT, *_OWN_FORMS,
 ]  # fmt: skip
 
 
