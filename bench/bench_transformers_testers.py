@@ -325,36 +325,14 @@ def _worker_arch(arch: str, exporter: str, out: Any) -> None:
         out.flush()
 
 
-@contextlib.contextmanager
-def _lowest_index_topk() -> Any:
-    """``torch.topk`` that breaks ties by the lowest index, as ONNX's ``TopK`` does.
-
-    torch's CPU ``topk`` returns equal values in an order its algorithm happens to give
-    (of four equal scores, indices 2 and 3); a router whose scores tie exactly (a
-    zero-initialised router, a padding token's zero embedding) then picks experts that
-    no other implementation reproduces, and the model's output itself is unspecified.
-    """
-    import torch
-
-    original, method = torch.topk, torch.Tensor.topk
-
-    def topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
-        values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
-        return torch.return_types.topk((values.narrow(dim, 0, k), indices.narrow(dim, 0, k)))
-
-    torch.topk, torch.Tensor.topk = topk, topk  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        torch.topk, torch.Tensor.topk = original, method  # type: ignore[assignment]
-
-
 def _matches_with_lowest_index_ties(model: Any, inputs: Any, actual: list[Any]) -> bool:
-    """Whether the export matches eager once top-k ties go to the lowest index."""
+    """Whether the export matches eager once top-k ties go to the lowest index (ONNX's TopK)."""
     import torch
 
+    from onnx_export.program._ties import lowest_index_topk
+
     try:
-        with torch.no_grad(), _lowest_index_topk():
+        with torch.no_grad(), lowest_index_topk():
             reference = _tensor_leaves(model(**_clone(inputs)))
         return _compare(actual, reference)[0] == 0.0
     except Exception:  # the reference cannot be made: the mismatch stands
