@@ -204,9 +204,15 @@ def _gemma3() -> tuple[Any, Any]:
     return tf.Gemma3ForConditionalGeneration(config), processor
 
 
-def _idefics3() -> tuple[Any, Any]:
-    """16x16 images (4x4 patches; 1/4 is exact in float32, see the report on arange), 4 tokens."""
-    config = tf.Idefics3Config(
+def _idefics3_like(
+    config_class: Any, images_class: Any, processor_class: Any, model_class: Any, **extra: Any
+) -> tuple[Any, Any]:
+    """16x16 images (4x4 patches; 1/4 is exact in float32, see the report on arange), 4 tokens.
+
+    Idefics3's architecture, under its own classes or SmolVLM's (``extra``: processor
+    arguments only SmolVLM's takes).
+    """
+    config = config_class(
         text_config={**_TEXT, "model_type": "llama"},
         vision_config={**_VISION, "image_size": 16, "patch_size": 4},
         image_token_id=4,
@@ -214,39 +220,37 @@ def _idefics3() -> tuple[Any, Any]:
         initializer_range=0.2,
     )
     specials = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
-    images = tf.Idefics3ImageProcessorPil(
+    images = images_class(
         do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 16}
     )
-    processor = tf.Idefics3Processor(
+    processor = processor_class(
         image_processor=images,
         tokenizer=tokenizer("<image>", specials),
         image_seq_len=4,
         chat_template=TEMPLATE.replace("{image}", "<image>"),
+        **extra,
     )
-    return tf.Idefics3ForConditionalGeneration(config), processor
+    return model_class(config), processor
+
+
+def _idefics3() -> tuple[Any, Any]:
+    return _idefics3_like(
+        tf.Idefics3Config,
+        tf.Idefics3ImageProcessorPil,
+        tf.Idefics3Processor,
+        tf.Idefics3ForConditionalGeneration,
+    )
 
 
 def _smolvlm() -> tuple[Any, Any]:
-    """Idefics3's architecture (SmolVLM's config and processor): as ``_idefics3``."""
-    config = tf.SmolVLMConfig(
-        text_config={**_TEXT, "model_type": "llama"},
-        vision_config={**_VISION, "image_size": 16, "patch_size": 4},
-        image_token_id=4,
-        scale_factor=2,
-        initializer_range=0.2,
-    )
-    specials = ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
-    images = tf.SmolVLMImageProcessorPil(
-        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 16}
-    )
-    processor = images_only(tf.SmolVLMProcessor)(
-        image_processor=images,
-        tokenizer=tokenizer("<image>", specials),
+    """SmolVLM's config and processor (images only: its video processor needs torchvision)."""
+    return _idefics3_like(
+        tf.SmolVLMConfig,
+        tf.SmolVLMImageProcessorPil,
+        images_only(tf.SmolVLMProcessor),
+        tf.SmolVLMForConditionalGeneration,
         video_processor=None,
-        image_seq_len=4,
-        chat_template=TEMPLATE.replace("{image}", "<image>"),
     )
-    return tf.SmolVLMForConditionalGeneration(config), processor
 
 
 def _mistral3() -> tuple[Any, Any]:
