@@ -23,6 +23,7 @@ from onnx_export.errors import (
     UnsupportedOpInputError,
     UnsupportedOpsError,
 )
+from onnx_export.translation._dtype_mix import check_dtype_mix
 from onnx_export.translation._naming import (
     check_int_bounds,
     dim_names_from_program,
@@ -166,6 +167,7 @@ def translate_program(
         ConversionError: The graph uses something ONNX export does not support.
     """
     _check_float4_opset(program, opset_version)
+    check_dtype_mix(program)
     paths, input_names, output_names = graph_names(module, program)
     names = user_dynamic.names if user_dynamic is not None else None
     try:
