@@ -84,7 +84,7 @@ def fit_to_screen(message: str, lines: int = SCREEN_LINES, chars: int = SCREEN_C
     for i in order:
         text = _clip(middle[i], _LINE_WIDTH)
         if len(kept) >= room_lines or len(text) + 1 > room_chars:
-            continue
+            break  # no deeper line before every shallower one
         kept.add(i)
         room_chars -= len(text) + 1
     body = [_clip(middle[i], _LINE_WIDTH) for i in sorted(kept)]

@@ -82,9 +82,7 @@ def _short(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _mix_error(
-    node: torch.fx.Node, odd: torch.fx.Node, got: Any, expected: Any
-) -> ConversionError:
+def _mix_error(node: torch.fx.Node, odd: torch.fx.Node, got: Any, expected: Any) -> ConversionError:
     made = _where(odd) if odd.op == "call_function" else None
     used = _where(node)
     culprit = made or used

@@ -60,7 +60,10 @@ def unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsE
 
 #: Our internal types as the user should read them in a message.
 _INTERNAL_NAMES = (
-    (re.compile(r"<class '[\w.]*RecordedValue'>|'RecordedValue'|\bRecordedValue\b"), "a graph value"),
+    (
+        re.compile(r"<class '[\w.]*RecordedValue'>|'RecordedValue'|\bRecordedValue\b"),
+        "a graph value",
+    ),
 )
 
 
@@ -99,7 +102,9 @@ def conversion_error(error: NodeTranslationError) -> ConversionError:
     module = (
         f" in module {origin.module_path!r} ({origin.module_class})" if origin.module_path else ""
     )
-    head = f"Translating FX node {error.node.name!r} ({error.node.target}) at {origin.where}{module}"
+    head = (
+        f"Translating FX node {error.node.name!r} ({error.node.target}) at {origin.where}{module}"
+    )
     what = _user_words(f"{type(cause).__name__}: {str(cause).rstrip('.')}")
     if isinstance(cause, UnsupportedOpInputError):  # the op library's limits carry their step
         return ConversionError(f"{head} with {function} failed: {str(cause).rstrip('.')}.")

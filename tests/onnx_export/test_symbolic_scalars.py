@@ -257,7 +257,11 @@ def _sweep_keys() -> list[str]:
 
 def test_the_sweep_finds_the_scalar_overloads() -> None:
     keys = _scalar_overloads()
-    for expected in ("aten::remainder.Scalar", "aten::pow.Tensor_Scalar", "aten::__lshift__.Scalar"):
+    for expected in (
+        "aten::remainder.Scalar",
+        "aten::pow.Tensor_Scalar",
+        "aten::__lshift__.Scalar",
+    ):
         assert expected in keys
     assert len(keys) > 40, keys
 
@@ -283,3 +287,26 @@ def test_scalar_overload_fed_a_symint(key: str) -> None:
     assert key not in TAKES_A_CONSTANT, f"{key} now exports: drop it from TAKES_A_CONSTANT"
     for n in (5, 8, 2):
         assert_onnx_program_close(program, model, _sweep_input(n, dtype), rtol=1e-3, atol=1e-4)
+
+
+# -- the message when a built-in function fails ------------------------------------------
+
+
+def test_a_builtin_function_failure_is_our_bug_at_the_users_line() -> None:
+    """Not "register your own function", not an internal type: our bug, the op, the line."""
+    from onnx_export import OnnxRegistry
+    from onnx_export.translation._dispatch import dispatch
+    from onnx_export.translation._stage import conversion_error
+    from onnx_export.translation._translate import NodeTranslationError
+
+    model = Fn(lambda x, i: torch.relu(x) + i.sum())
+    program = torch.export.export(model, _inputs(*_SIZES[0]))
+    node = next(n for n in program.graph.nodes if n.target is aten.relu.default)
+    decision = dispatch(node, OnnxRegistry())
+    cause = TypeError("int() argument must be a real number, not 'RecordedValue'")
+    error = NodeTranslationError(node, decision, cause)
+    error.__cause__ = cause
+    message = str(conversion_error(error))
+    assert "aten.relu.default" in message and "test_symbolic_scalars.py:" in message
+    assert "bug in onnx-export" in message and "report it" in message
+    assert "RecordedValue" not in message and "register" not in message
