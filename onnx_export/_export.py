@@ -364,8 +364,11 @@ def _fail(error: OnnxExportError, context: DiagnosticContext) -> OnnxExportError
 
 
 def _failure_location(error: OnnxExportError, context: DiagnosticContext) -> tuple[Location, ...]:
-    """The user's line that caused the failure: the error's own, an earlier error's, or, for
-    inputs that do not fit the model, the call that passed them."""
+    """The user's line that caused the failure.
+
+    The error's own, else an earlier error's, else (inputs that do not fit the model) the
+    call that passed them.
+    """
     source = error.source
     if source is not None:
         return (Location(source.path, source.line, snippet=source.code or None),)

@@ -51,7 +51,7 @@ def _clip(line: str, width: int) -> str:
 
 
 def fit_to_screen(message: str, lines: int = SCREEN_LINES, chars: int = SCREEN_CHARS) -> str:
-    """``message`` cut to one screen: its first line, the next steps, and what else fits.
+    r"""``message`` cut to one screen: its first line, the next steps, and what else fits.
 
     The first line (what failed) and the ``Next steps:`` paragraph are kept; detail lines
     between them are kept by indentation (bullets before their continuation lines) while

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import inspect
 import linecache
 import os
@@ -176,8 +175,10 @@ def _model_in(frame: FrameType) -> torch.nn.Module | None:
 
 
 def _model_source(model: torch.nn.Module | None) -> tuple[Location, ...]:
-    """Where the model's ``forward`` is defined (the signature the call binds to), if that is
-    the user's code; not the ``class`` line, which says nothing of the inputs."""
+    """Where the model's ``forward`` is defined (the signature the call binds to).
+
+    Only if that is the user's code; not the ``class`` line, which says nothing of inputs.
+    """
     if model is None:
         return ()
     forward = getattr(type(model), "forward", None)
