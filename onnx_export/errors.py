@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from onnx_export.diagnostics import DiagnosticContext
 
 __all__ = [
+    "SCREEN_CHARS",
+    "SCREEN_LINES",
+    "SourceLine",
+    "fit_to_screen",
     "OnnxExportError",
     "ExportInputError",
     "CaptureError",
@@ -32,7 +36,18 @@ __all__ = [
 
 
 class SourceLine(NamedTuple):
-    """A line of the user's code that an error points at (the SARIF report's location)."""
+    """A line of the user's code that an error points at (the SARIF report's location).
+
+    Attributes:
+        path: The file.
+        line: The line number (1-based).
+        code: The line's text, when known.
+
+    Example:
+        >>> from onnx_export.errors import SourceLine
+        >>> SourceLine("model.py", 12, "h = self.time(emb)").line
+        12
+    """
 
     path: str
     line: int
