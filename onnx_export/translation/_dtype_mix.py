@@ -42,7 +42,8 @@ def _odd_input(inputs: list[torch.fx.Node], weights: set[str]) -> tuple[torch.fx
     others = [n for n in inputs if params and _floating(n) != _floating(params[0])]
     if others:
         return others[0], _floating(params[0])
-    return inputs[-1], _floating(inputs[0])
+    first = _floating(inputs[0])
+    return next(n for n in inputs if _floating(n) != first), first
 
 
 def _where(node: torch.fx.Node) -> SourceLine | None:

@@ -226,3 +226,15 @@ def test_a_one_line_message_keeps_its_next_steps() -> None:
     message = "Boom: " + "y" * 2000 + " Next steps: fix it."
     fitted = fit_to_screen(message)
     assert fitted.endswith("Next steps: fix it.") and len(fitted) <= SCREEN_CHARS
+
+
+class _MixedMatmul(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b.double()
+
+
+def test_dtype_mix_of_two_activations_names_the_odd_one() -> None:
+    with pytest.raises(onnx_export.ConversionError) as caught:
+        onnx_export.dynamo_export(_MixedMatmul(), torch.randn(2, 3), torch.randn(3, 4))
+    screen = _screen(caught.value)
+    assert "gets a float64 tensor" in screen and "inputs are float32" in screen
