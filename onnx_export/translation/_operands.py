@@ -123,13 +123,15 @@ def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence
 def _scalar_parameter_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The symbolic FX nodes the node gives to ATen ``Scalar`` parameters."""
     schema = getattr(node.target, "_schema", None)
-    found = []
+    found: list[torch.fx.Node] = []
     for i, formal in enumerate(schema.arguments if schema is not None else ()):
         actual = node.args[i] if i < len(node.args) else node.kwargs.get(formal.name)
         type_ = formal.type
         if isinstance(type_, torch.OptionalType):
             type_ = type_.getElementType()
-        if isinstance(type_, torch.NumberType) and isinstance(_val(actual), _SYMBOLIC):
+        if not isinstance(actual, torch.fx.Node) or not isinstance(type_, torch.NumberType):
+            continue
+        if isinstance(_val(actual), _SYMBOLIC):
             found.append(actual)
     return found
 

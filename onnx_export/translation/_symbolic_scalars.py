@@ -84,7 +84,7 @@ def tensor_sibling(
     packet = target.overloadpacket
     wanted = set(positions.values())
     for overload_name in packet.overloads():
-        other = getattr(packet, overload_name)
+        other: torch._ops.OpOverload = getattr(packet, overload_name)
         theirs = other._schema
         if other is target or len(theirs.arguments) != len(schema.arguments):
             continue
