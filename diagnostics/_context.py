@@ -275,9 +275,9 @@ class DiagnosticContext:
         """Returns the SARIF 2.1.0 log as JSON-able dicts; usable before or after ``finish``.
 
         Before ``finish``, ``endTimeUtc`` is absent and ``executionSuccessful`` says whether
-        no error was logged so far. Errors and warnings are results of kind ``"fail"``; notes
-        are of kind ``"informational"`` and therefore, as SARIF §3.27.10 requires, of level
-        ``"none"`` (:func:`summarize` shows them as notes).
+        no error was logged so far. Errors, warnings and notes are results of kind ``"fail"``
+        with their level (``"note"`` for notes); ``Level.NONE`` records are of kind
+        ``"informational"`` and therefore, as SARIF §3.27.10 requires, of level ``"none"``.
 
         Example:
             >>> log = DiagnosticContext("tool", "1.0").to_sarif()

@@ -355,12 +355,27 @@ def _fail(error: OnnxExportError, context: DiagnosticContext) -> OnnxExportError
     context.emit(
         rules.EXPORT_FAILED,
         message_args={"stage": error.stage, "exception_message": first},
-        locations=_first_error_location(context),
+        locations=_failure_location(error, context),
     )
     context.finish(success=False, exception=_report.failure_info(error))
     error.diagnostic_context = context
     error.report_path, error.report_problem = _report.write_failure_report(context)
     return error
+
+
+def _failure_location(error: OnnxExportError, context: DiagnosticContext) -> tuple[Location, ...]:
+    """The user's line that caused the failure.
+
+    The error's own, else an earlier error's, else (inputs that do not fit the model) the
+    call that passed them.
+    """
+    source = error.source
+    if source is not None:
+        return (Location(source.path, source.line, snippet=source.code or None),)
+    found = _first_error_location(context)
+    if not found and error.stage == "input":
+        found = _report.call_site()
+    return found
 
 
 def _first_error_location(context: DiagnosticContext) -> tuple[Location, ...]:

@@ -7,12 +7,16 @@ was written for the failed export, its path is in the message and in ``report_pa
 from __future__ import annotations
 
 import pathlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from onnx_export.diagnostics import DiagnosticContext
 
 __all__ = [
+    "SCREEN_CHARS",
+    "SCREEN_LINES",
+    "SourceLine",
+    "fit_to_screen",
     "OnnxExportError",
     "ExportInputError",
     "CaptureError",
@@ -31,6 +35,82 @@ __all__ = [
 ]
 
 
+class SourceLine(NamedTuple):
+    """A line of the user's code that an error points at (the SARIF report's location).
+
+    Attributes:
+        path: The file.
+        line: The line number (1-based).
+        code: The line's text, when known.
+
+    Example:
+        >>> from onnx_export.errors import SourceLine
+        >>> SourceLine("model.py", 12, "h = self.time(emb)").line
+        12
+    """
+
+    path: str
+    line: int
+    code: str = ""
+
+
+#: One screen: an error's message, up to the SARIF path, has at most this many lines...
+SCREEN_LINES = 15
+#: ...and this many characters.
+SCREEN_CHARS = 1200
+_LINE_WIDTH = 200
+
+
+def _clip(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 3].rstrip() + "..."
+
+
+def fit_to_screen(message: str, lines: int = SCREEN_LINES, chars: int = SCREEN_CHARS) -> str:
+    r"""``message`` cut to one screen: its first line, the next steps, and what else fits.
+
+    The first line (what failed) and the ``Next steps:`` paragraph are kept; detail lines
+    between them are kept by indentation (bullets before their continuation lines) while
+    they fit, each cut to one terminal line; a last line says how many were left out
+    (the SARIF report and the CLI's ``-v`` have them all).
+
+    Example:
+        >>> from onnx_export.errors import fit_to_screen
+        >>> text = "Boom.\n" + "\n".join(f"  - detail {i}" for i in range(40)) + "\nNext steps: x."
+        >>> fitted = fit_to_screen(text)
+        >>> len(fitted.splitlines()) <= 15 and fitted.endswith("Next steps: x.")
+        True
+    """
+    if len(message.splitlines()) <= lines and len(message) <= chars:
+        return message
+    all_lines = []
+    for text in message.rstrip().splitlines():  # "... Next steps: ..." as its own line
+        before, found, after = text.partition(" Next steps:")
+        all_lines += [before, f"Next steps:{after}"] if found else [text]
+    start = next((i for i, t in enumerate(all_lines) if t.startswith("Next steps:")), None)
+    head, steps = (all_lines, []) if start is None else (all_lines[:start], all_lines[start:])
+    steps = [_clip(" ".join(t.strip() for t in steps), 500)] if steps else []
+    first = [_clip(head[0], 400)] if head else []
+    middle = head[1:]
+    note_room = 1
+    room_lines = lines - len(first) - len(steps) - note_room
+    room_chars = chars - sum(len(t) + 1 for t in first + steps) - 90
+    order = sorted(range(len(middle)), key=lambda i: (len(middle[i]) - len(middle[i].lstrip()), i))
+    kept: set[int] = set()
+    for i in order:
+        text = _clip(middle[i], _LINE_WIDTH)
+        if len(kept) >= room_lines or len(text) + 1 > room_chars:
+            break  # no deeper line before every shallower one
+        kept.add(i)
+        room_chars -= len(text) + 1
+    body = [_clip(middle[i], _LINE_WIDTH) for i in sorted(kept)]
+    left_out = len(middle) - len(kept)
+    if left_out:
+        body.append(
+            f"  ... {left_out} more line(s) of detail: in the SARIF report (CLI: -v prints them)"
+        )
+    return "\n".join(first + body + steps)
+
+
 class OnnxExportError(RuntimeError):
     """Base class of every error raised by :func:`onnx_export.dynamo_export` and friends.
 
@@ -39,6 +119,9 @@ class OnnxExportError(RuntimeError):
         diagnostic_context: The export's diagnostics, when the export got that far.
         report_path: Where the SARIF report of the failed export was written, if it was.
         report_problem: Why the report could not be written, when it could not.
+        source: The line of the user's code that caused the failure, when known (the
+            report's location).
+        details: The whole message; ``str()`` fits it to one screen.
 
     Example:
         >>> import onnx_export
@@ -57,14 +140,21 @@ class OnnxExportError(RuntimeError):
         *,
         diagnostic_context: DiagnosticContext | None = None,
         report_path: pathlib.Path | None = None,
+        source: SourceLine | None = None,
     ) -> None:
         super().__init__(message)
         self.diagnostic_context = diagnostic_context
         self.report_path = report_path
         self.report_problem: str | None = None
+        self.source = source
+
+    @property
+    def details(self) -> str:
+        """The whole message, before it is fitted to one screen (the SARIF report keeps it)."""
+        return str(self.args[0]) if self.args else ""
 
     def __str__(self) -> str:
-        text = super().__str__()
+        text = fit_to_screen(self.details)
         if self.report_path is not None:
             text += f"\nThe full diagnostic report (SARIF) is at: {self.report_path}"
         elif self.report_problem is not None:

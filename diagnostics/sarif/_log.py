@@ -125,8 +125,13 @@ def positional_template(rule: Rule) -> str:
 
 
 def _kind_and_level(level: Level) -> tuple[ResultKind, SarifLevel]:
-    """SARIF §3.27.10: a result whose kind is not "fail" must have level "none"."""
-    if level >= Level.WARNING:
+    """Errors, warnings and notes as results of kind "fail" with their level; ``Level.NONE``
+    as "informational" (SARIF §3.27.10: a result whose kind is not "fail" has level "none").
+
+    A note is a result worth reading (a fallback taken, a pass that changed the model):
+    level "note", as SARIF viewers and sarif-tools count it, not "none".
+    """  # noqa: D205 - the summary is the first sentence
+    if level >= Level.NOTE:
         return "fail", _sarif_level(level)
     return "informational", "none"
 

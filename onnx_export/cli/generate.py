@@ -2,6 +2,8 @@
 
 Reads the folder's ``tokenizer.json`` with the ``tokenizers`` library (and its chat template
 with ``jinja2`` for ``--chat``): the ``text`` extra, ``pip install 'onnx-export[text]'``.
+An ``image-text-to-text`` folder (LLaVA, Qwen2-VL...) takes ``--image PATH`` (repeat it for
+several images), read with Pillow: the ``vision`` extra.
 """
 
 from __future__ import annotations
@@ -27,14 +29,25 @@ def register(commands: Subcommands) -> None:
         description="Tokenize PROMPT with the folder's tokenizer.json, generate with "
         "OrtModelForCausalLM (greedy unless --do-sample or --num-beams), or for a T5/BART "
         "folder with OrtModelForSeq2SeqLM (greedy unless --do-sample), and print the new "
-        "text. --chat puts PROMPT through the chat template as a user message. Needs no "
-        "torch; needs the text extra (pip install 'onnx-export[text]'). Exits 1 when "
+        "text. --chat puts PROMPT through the chat template as a user message. An "
+        "image-text-to-text folder takes --image PATH (the images and PROMPT through its "
+        "processor's settings and chat template). Needs no torch; needs the text extra "
+        "(pip install 'onnx-export[text]'; images: the vision extra). Exits 1 when "
         "generation fails, 2 when the folder or an option cannot be used.",
         handler=_run,
     )
     parser.add_argument("folder", type=pathlib.Path, metavar="FOLDER", help="the exported folder")
     parser.add_argument("prompt", metavar="PROMPT", help="the text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="new tokens at most (32)")
+    parser.add_argument(
+        "--image",
+        action="append",
+        type=pathlib.Path,
+        default=None,
+        metavar="PATH",
+        help="an image for an image-text-to-text folder (repeat for several, in the order "
+        "the prompt places them)",
+    )
     parser.add_argument("--chat", action="store_true", help="apply the chat template")
     parser.add_argument("--num-beams", type=int, default=None, help="beam search with N beams")
     parser.add_argument("--do-sample", action="store_true", default=None, help="sample")
@@ -94,6 +107,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 #: The exported folders' tasks that take text; the others take features or images.
 _CAUSAL_TASKS = ("text-generation",)
+_VLM_TASKS = ("image-text-to-text",)
+#: The options an image-text-to-text folder's pipeline takes (besides --image).
+_VLM_OPTIONS = ("num_beams", "do_sample", "temperature", "top_k", "top_p", "seed", "chat")
 _SEQ2SEQ_TASKS = ("text2text-generation",)
 #: The options only the decoder-only loop has (beam search, processors, streaming).
 _CAUSAL_ONLY = (
@@ -116,10 +132,18 @@ def _load(args: argparse.Namespace) -> Any:
     from onnx_export.hf import CheckpointError, OrtModelForCausalLM, OrtModelForSeq2SeqLM
 
     task = _task(args.folder)
+    if task in _VLM_TASKS:
+        return _load_vlm(args)
+    if args.image:
+        raise UsageError(
+            f"--image: {args.folder} holds a {task or 'text'!r} model, which takes no images; "
+            "--image is for image-text-to-text folders."
+        )
     if task is not None and task not in (*_CAUSAL_TASKS, *_SEQ2SEQ_TASKS):
         raise UsageError(
             f"{args.folder} holds a {task!r} model, which takes no text: `generate` runs "
-            "text-generation (decoders) and text2text-generation (T5, BART) folders."
+            "text-generation (decoders), text2text-generation (T5, BART) and "
+            "image-text-to-text (with --image) folders."
         )
     seq2seq = task in _SEQ2SEQ_TASKS
     if seq2seq:
@@ -137,6 +161,80 @@ def _load(args: argparse.Namespace) -> Any:
     except CheckpointError as e:
         raise UsageError(one_line(str(e))) from e
     return model
+
+
+def _load_vlm(args: argparse.Namespace) -> Any:
+    """The folder's image-text-to-text pipeline.
+
+    A UsageError without --image, or for an option the pipeline does not take.
+    """
+    from onnx_export.hf import CheckpointError, GenerationError
+    from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
+
+    if not args.image:
+        raise UsageError(
+            f"{args.folder} holds an image-text-to-text model: give the image with --image "
+            "PATH (repeat it for several images)."
+        )
+    names = (n for n in _CAUSAL_ONLY if n not in _VLM_OPTIONS)
+    used = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n)]
+    if used:
+        raise UsageError(
+            f"{', '.join(used)}: not for an image-text-to-text folder; it takes --image, "
+            "--max-new-tokens, --num-beams, --do-sample, --temperature, --top-k, --top-p, "
+            "--seed."
+        )
+    try:
+        return ImageTextToTextPipeline.from_folder(args.folder, providers=[args.provider])
+    except (CheckpointError, GenerationError) as e:
+        raise UsageError(one_line(str(e))) from e
+
+
+def _images(paths: list[pathlib.Path]) -> list[Any]:
+    """The images ``--image`` names, as RGB Pillow images."""
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise UsageError("--image needs Pillow: pip install 'onnx-export[vision]'.") from e
+    images = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                images.append(image.convert("RGB"))
+        except (OSError, ValueError) as e:
+            raise UsageError(
+                f"--image {path}: not an image Pillow can read ({type(e).__name__}: {e})."
+            ) from e
+    return images
+
+
+def _run_vlm(pipe: Any, args: argparse.Namespace, echo: Callable[[str], None]) -> int:
+    from onnx_export.hf import GenerationError
+
+    images = _images(list(args.image))
+    settings = {n: getattr(args, n) for n in _VLM_OPTIONS[:-1] if getattr(args, n) is not None}
+    try:
+        text = pipe(images, args.prompt, max_new_tokens=args.max_new_tokens, **settings)
+    except GenerationError as e:
+        raise CommandError(one_line(str(e))) from e
+    echo(text)
+    return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that cannot go together: exit 2 before anything loads."""
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
+    if args.prompt_lookup is not None:
+        beams = args.num_beams is not None and args.num_beams > 1
+        if beams or args.do_sample:
+            option = f"--num-beams {args.num_beams}" if beams else "--do-sample"
+            raise UsageError(
+                f"--prompt-lookup decodes greedily (speculation keeps greedy's tokens), so it "
+                f"does not go with {option}: drop one of them."
+            )
+        if args.prompt_lookup < 1:
+            raise UsageError(f"--prompt-lookup must be >= 1, got {args.prompt_lookup}.")
 
 
 def _check_text(model: Any, args: argparse.Namespace) -> None:
@@ -170,9 +268,10 @@ def _text_or_file(value: str, option: str, *, file_only: bool = False) -> str:
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     from onnx_export.hf import GenerationError
 
-    if args.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
+    _check_options(args)
     model = _load(args)
+    if getattr(model, "task", None) == "image-text-to-text":
+        return _run_vlm(model, args, echo)
     _check_text(model, args)
     prompt: Any = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "seed": args.seed}

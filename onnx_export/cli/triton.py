@@ -22,7 +22,9 @@ def register(commands: Subcommands) -> None:
         "dynamic_batching when every input and output starts with one dynamic batch axis, "
         "instance_group, model_warmup, and the adapter spec (for onnx_export.serving."
         "TritonModel). A folder from `onnx-export hf` gives one model per ONNX file; a decoder "
-        "with a key/value cache is refused. Exits 2 when the input cannot be used.",
+        "with a key/value cache is left out (a LLaVA folder's vision encoder and token "
+        "embedding are served; the output says what was not), and refused when nothing else "
+        "is servable. Exits 2 when the input cannot be used.",
         handler=_run,
     )
     parser.add_argument(
@@ -116,6 +118,8 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         raise UsageError(str(e)) from e
     for name in repository.models:
         echo(f"wrote {repository.config_path(name)} ({args.backend} backend)")
+    for file, why in repository.not_served:
+        echo(f"not served: {file}: {why}")
     if repository.kserve_manifest is not None:
         echo(f"wrote {repository.kserve_manifest}")
     return 0

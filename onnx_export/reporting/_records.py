@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import linecache
 import os
@@ -174,14 +175,19 @@ def _model_in(frame: FrameType) -> torch.nn.Module | None:
 
 
 def _model_source(model: torch.nn.Module | None) -> tuple[Location, ...]:
-    """Where the model's class is defined, if that is the user's code."""
+    """Where the model's ``forward`` is defined (the signature the call binds to).
+
+    Only if that is the user's code; not the ``class`` line, which says nothing of inputs.
+    """
     if model is None:
         return ()
+    forward = getattr(type(model), "forward", None)
     try:
-        path = inspect.getsourcefile(type(model))
-        line = inspect.getsourcelines(type(model))[1]
-    except (OSError, TypeError):  # a class without a source file
+        path = inspect.getsourcefile(forward)  # type: ignore[arg-type]  # None raises TypeError
+        lines, line = inspect.getsourcelines(forward)  # type: ignore[arg-type]  # same
+    except (OSError, TypeError):  # a forward without a source file
         return ()
+    line += next((i for i, t in enumerate(lines) if t.lstrip().startswith("def ")), 0)
     if path is None or not user_frame(path):
         return ()
     snippet = linecache.getline(path, line).strip() or None
@@ -190,8 +196,16 @@ def _model_source(model: torch.nn.Module | None) -> tuple[Location, ...]:
 
 
 def failure_info(error: BaseException) -> ExceptionInfo:
-    """The exception that ended an export, without the exporter's own frames."""
-    return ExceptionInfo.from_exception(error, frame_filter=_not_exporter)
+    """The exception that ended an export, without the exporter's own frames.
+
+    The whole message of an :class:`~onnx_export.errors.OnnxExportError` (``str()`` fits
+    it to one screen; the report keeps every detail).
+    """
+    info = ExceptionInfo.from_exception(error, frame_filter=_not_exporter)
+    details = getattr(error, "details", None)
+    if isinstance(details, str) and details:
+        info = dataclasses.replace(info, message=details)
+    return info
 
 
 def _not_exporter(path: str) -> bool:

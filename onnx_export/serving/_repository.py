@@ -13,7 +13,7 @@ import tempfile
 from ._config_text import Backend, ServingOptions, config_text
 from ._errors import RepositoryError
 from ._kserve import manifest_text
-from ._signature import ServedModel, read_served_model
+from ._signature import CacheNotServable, ServedModel, read_served_model
 
 __all__ = ["TritonRepository", "write_triton_repository", "PYTHON_MODEL_SOURCE"]
 
@@ -33,6 +33,8 @@ class TritonRepository:
         models: The model names written, each a folder ``path / name``.
         backend: ``"onnxruntime"`` or ``"python"``.
         kserve_manifest: The InferenceService manifest, when one was asked for.
+        not_served: The ONNX files of an ``onnx-export hf`` folder left out, each with why
+            (a LLaVA folder's decoder with its key/value cache; its vision encoder is served).
 
     Example:
         >>> import pathlib
@@ -45,6 +47,7 @@ class TritonRepository:
     models: tuple[str, ...]
     backend: str
     kserve_manifest: pathlib.Path | None = None
+    not_served: tuple[tuple[str, str], ...] = ()
 
     def config_path(self, name: str) -> pathlib.Path:
         """The ``config.pbtxt`` of model ``name``.
@@ -107,7 +110,7 @@ def write_triton_repository(
     """
     options = options or ServingOptions()
     _check_options(options, backend)
-    models = _served_models(pathlib.Path(source), name)
+    models, not_served = _served_models(pathlib.Path(source), name)
     root = pathlib.Path(output)
     if root.exists() and not root.is_dir():
         raise RepositoryError(f"expected a folder for the repository, got the file {root}.")
@@ -119,7 +122,7 @@ def write_triton_repository(
         first = models[0][0] if len(models) == 1 else (name or models[0][0])
         manifest = root / f"{first}.inferenceservice.yaml"
         _write_atomically(manifest, manifest_text(first, kserve, options))
-    return TritonRepository(root, tuple(n for n, _ in models), backend, manifest)
+    return TritonRepository(root, tuple(n for n, _ in models), backend, manifest, not_served)
 
 
 def _check_options(options: ServingOptions, backend: str) -> None:
@@ -136,21 +139,45 @@ def _check_options(options: ServingOptions, backend: str) -> None:
         )
 
 
-def _served_models(source: pathlib.Path, name: str | None) -> list[tuple[str, ServedModel]]:
+def _served_models(
+    source: pathlib.Path, name: str | None
+) -> tuple[list[tuple[str, ServedModel]], tuple[tuple[str, str], ...]]:
+    """The models to serve, and the files of an hf folder left out (with why).
+
+    An hf folder's files that Triton cannot serve (a decoder with its cache) are left out
+    when another file is servable (a VLM's vision encoder); with none, the first refusal
+    is the error.
+    """
     if name is not None and not _NAME.match(name):
         raise RepositoryError(
             f"expected a model name of letters, digits, '_', '.', '-' (a folder name Triton "
             f"accepts), got {name!r}."
         )
     if not source.is_dir():
-        return [(name or _clean(source.stem), read_served_model(source))]
+        return [(name or _clean(source.stem), read_served_model(source))], ()
     files = _hf_files(source)
     base = name or _clean(source.name)
-    if len(files) == 1:
-        return [(base, read_served_model(source / files[0]))]
-    return [
-        (f"{base}_{_clean(pathlib.Path(f).stem)}", read_served_model(source / f)) for f in files
-    ]
+    served: list[tuple[str, ServedModel]] = []
+    refused: list[tuple[str, CacheNotServable]] = []
+    for file in files:
+        try:
+            model = read_served_model(source / file)
+        except CacheNotServable as e:
+            refused.append((file, e))
+            continue
+        stem = _clean(pathlib.Path(file).stem)
+        served.append((base if len(files) == 1 else f"{base}_{stem}", model))
+    if not served:
+        raise refused[0][1]
+    reasons = tuple(
+        (
+            file,
+            "a decoder step with a key/value cache, which Triton cannot hold; generate with "
+            "`onnx-export serve` or the folder's onnx_export.hf model class",
+        )
+        for file, _ in refused
+    )
+    return served, reasons
 
 
 def _hf_files(folder: pathlib.Path) -> list[str]:

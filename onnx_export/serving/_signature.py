@@ -157,18 +157,25 @@ def _tensor(value: Any, path: pathlib.Path) -> ServedTensor:
     return ServedTensor(value.name, _ONNX_TYPES[onnx_name][0], shape)
 
 
+class CacheNotServable(RepositoryError):
+    """A decoder step with a key/value cache: Triton cannot hold its growing state."""
+
+
 def _refuse_cache(path: pathlib.Path, inputs: tuple[ServedTensor, ...]) -> None:
     cache = [t.name for t in inputs if t.name.startswith(_CACHE_PREFIXES)]
     if cache:
-        raise RepositoryError(
+        genai = path.parent / "genai_config.json"
+        runtimes = "onnx_export.hf.OrtModelForCausalLM" + (
+            f", onnxruntime-genai ({genai.name} beside it)" if genai.is_file() else ""
+        )
+        raise CacheNotServable(
             f"{path} is a decoder step with a key/value cache ({cache[0]}, ... : "
             f"{len(cache)} inputs) whose length grows with every token. Triton's sequence "
             "batcher keeps implicit state of one shape per sequence and batches sequences "
             "only when their states have equal shapes, so it cannot hold this cache. Serve "
-            "text generation with onnx_export.hf.OrtModelForCausalLM, onnxruntime-genai (the "
-            "folder's genai_config.json) or a generation server (Triton's TensorRT-LLM or "
-            "vLLM backend); serve a graph without a cache (`onnx-export hf --task "
-            "feature-extraction`) through Triton."
+            f"text generation with {runtimes}, `onnx-export serve` (an OpenAI-compatible "
+            "server) or a generation server (Triton's TensorRT-LLM or vLLM backend); serve a "
+            "graph without a cache (`onnx-export hf --task feature-extraction`) through Triton."
         )
 
 

@@ -209,13 +209,15 @@ def _node_is_complex(node: torch.fx.Node) -> bool:
     return any(is_complex_value(arg.meta.get("val")) for arg in node.all_input_nodes)
 
 
-def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
+def dispatch(node: torch.fx.Node, registry: OnnxRegistry, target: object = None) -> Dispatch:
     """Pick the function for ``node``: the first whose types fit.
 
     The user's functions, when any is registered for the op, are the only candidates:
     among them the first whose types (``op_signature``, or a plain function's
     annotations) fit; if none fits, the first, with a fallback warning, rather than
-    silently ours or torchlib's. Otherwise ours, then torchlib's.
+    silently ours or torchlib's. Otherwise ours, then torchlib's. ``target`` (default: the
+    node's) picks among another overload's functions whose arguments have the same names
+    (``remainder.Tensor``'s for a ``remainder.Scalar`` node).
 
     Example:
         The result names the function and why, or says why there is none::
@@ -224,8 +226,9 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
             if decision.entry is None:
                 print(decision.reason)
     """
-    name = target_name(node.target)
-    entries = registry.get(node.target)
+    target = node.target if target is None else target
+    name = target_name(target)
+    entries = registry.get(target)
     if not entries:
         return Dispatch(name, None, f"no ONNX function is registered for {name}")
     complex_node = _node_is_complex(node)

@@ -31,7 +31,11 @@ __all__ = ["operand_values", "complex_scalar_dispatch"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _STAND_IN: dict[type, object] = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
-_INT_TO_FLOAT = {"div", "divide", "true_divide"}
+#: Ops that compute integers in floating point (``xlogy(SymInt, int_tensor)`` is a float).
+_INT_TO_FLOAT = {
+    "div", "divide", "true_divide", "atan2", "copysign", "xlogy", "special_xlog1py",
+    "special_zeta", "igamma", "igammac",
+}  # fmt: skip
 #: Ops whose integer tensor inputs follow a SymFloat operand to floating point.
 _ARITHMETIC = {
     "add", "sub", "rsub", "mul", "div", "divide", "true_divide", "pow", "remainder",
@@ -58,7 +62,7 @@ def _complex_constant(value: complex, dtype: type) -> Any:
 
 def _compute_dtype(node: torch.fx.Node, fx_args: Sequence[Any]) -> torch.dtype | None:
     stand_ins: list[Any] = []
-    for arg in fx_args:
+    for arg in fx_args[1:] if _packet(node) == "where" else fx_args:  # not the condition
         val = _val(arg)
         if isinstance(val, _SYMBOLIC):
             stand_ins.append(_STAND_IN[type(val)])
@@ -79,7 +83,8 @@ def _compute_dtype(node: torch.fx.Node, fx_args: Sequence[Any]) -> torch.dtype |
 
 
 def _cast_symbolic(node: torch.fx.Node, fx_args: Sequence[Any], values: list[Any]) -> list[Any]:
-    if torch.Tag.pointwise not in getattr(node.target, "tags", ()):
+    pointwise = torch.Tag.pointwise in getattr(node.target, "tags", ())
+    if not pointwise and _packet(node) not in _ARITHMETIC | {"where"}:  # floor_divide: no tag
         return values
     compute = _compute_dtype(node, fx_args)
     if compute is None or compute.is_complex:
@@ -109,9 +114,47 @@ def operand_values(node: torch.fx.Node, fx_args: Sequence[Any], values: Sequence
         result = [_complex_constant(v, real) if isinstance(v, complex) else v for v in result]
     if any(isinstance(_val(a), _SYMBOLIC) for a in fx_args):
         result = _cast_symbolic(node, fx_args, result)
+        result = _scalars_to_floating_result(node, fx_args, result)
     if _packet(node) in _BITWISE:
         result = _cast_to_result_dtype(node, result)
     return result
+
+
+def _scalar_parameter_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The symbolic FX nodes the node gives to ATen ``Scalar`` parameters."""
+    schema = getattr(node.target, "_schema", None)
+    found: list[torch.fx.Node] = []
+    for i, formal in enumerate(schema.arguments if schema is not None else ()):
+        actual = node.args[i] if i < len(node.args) else node.kwargs.get(formal.name)
+        type_ = formal.type
+        if isinstance(type_, torch.OptionalType):
+            type_ = type_.getElementType()
+        if not isinstance(actual, torch.fx.Node) or not isinstance(type_, torch.NumberType):
+            continue
+        if isinstance(_val(actual), _SYMBOLIC):
+            found.append(actual)
+    return found
+
+
+def _scalars_to_floating_result(
+    node: torch.fx.Node, fx_args: Sequence[Any], values: list[Any]
+) -> list[Any]:
+    """Symbolic ``Scalar`` arguments of a non-pointwise op with a floating result, in its dtype.
+
+    torch computes a Scalar in the op's dtype (``hardtanh_backward(g, x, s0, s1)`` clamps
+    a float tensor by the sizes); pointwise ops are cast by :func:`_cast_symbolic` already.
+    """
+    out = node.meta.get("val")
+    if torch.Tag.pointwise in getattr(node.target, "tags", ()):
+        return values
+    if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point:
+        return values
+    scalars = _scalar_parameter_nodes(node)
+    dtype = to_ir_dtype(out.dtype)
+    for i, (arg, value) in enumerate(zip(fx_args, values, strict=True)):
+        if any(arg is s for s in scalars) and isinstance(value, ir.Value) and value.dtype != dtype:
+            values[i] = op.Cast(value, to=int(dtype))
+    return values
 
 
 #: Ops whose torchlib function takes operands of one dtype, picked by the first: torch

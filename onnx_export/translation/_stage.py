@@ -9,6 +9,7 @@ a failed node) to the reporting stage.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from onnx_export.errors import (
     UnsupportedOpInputError,
     UnsupportedOpsError,
 )
+from onnx_export.translation._dtype_mix import check_dtype_mix
 from onnx_export.translation._naming import (
     check_int_bounds,
     dim_names_from_program,
@@ -56,25 +58,70 @@ def unsupported_error(unsupported: Sequence[UnsupportedNode]) -> UnsupportedOpsE
     )
 
 
-def conversion_error(error: NodeTranslationError) -> ConversionError:
-    """The user's error for one FX node whose ONNX function failed."""
-    decision = error.decision
-    function = decision.entry.name if decision and decision.entry else "-"
-    cause = error.__cause__
-    # One "Next step" per message: the op library's own limits carry theirs.
-    next_steps = (
-        ""
-        if isinstance(cause, UnsupportedOpInputError)
-        else " Next steps: register your own ONNX function for this op with "
-        "OnnxRegistry.register_op, or rewrite the line above."
+#: Our internal types as the user should read them in a message.
+_INTERNAL_NAMES = (
+    (
+        re.compile(r"<class '[\w.]*RecordedValue'>|'RecordedValue'|\bRecordedValue\b"),
+        "a graph value",
+    ),
+)
+
+
+def _user_words(text: str) -> str:
+    for pattern, words in _INTERNAL_NAMES:
+        text = pattern.sub(words, text)
+    return text
+
+
+def _symbolic_constant(node: torch.fx.Node, function: str) -> str | None:
+    """Why a function that takes a ``Scalar`` as a constant cannot take the node's (or None)."""
+    from onnx_export.translation._symbolic_scalars import symbolic_scalar_positions
+
+    names = sorted(symbolic_scalar_positions(node))
+    if not names:
+        return None
+    which = ", ".join(repr(n) for n in names)
+    return (
+        f"{node.target} takes {which} as a constant (an ONNX attribute of {function}), and "
+        f"the model computes it from input sizes that are dynamic. Next steps: compute it "
+        f"from Python numbers (the config, a constant), or keep those sizes static."
     )
+
+
+def conversion_error(error: NodeTranslationError) -> ConversionError:
+    """The user's error for one FX node whose ONNX function failed.
+
+    The user's own function: the user fixes it. A built-in one (ours or torchlib's): our
+    bug, said so, with the op and the user's line, and internal types named in user words.
+    """
+    decision = error.decision
+    entry = decision.entry if decision else None
+    function = entry.name if entry else "-"
+    cause = error.__cause__
     origin = error.origin
     module = (
         f" in module {origin.module_path!r} ({origin.module_class})" if origin.module_path else ""
     )
+    head = (
+        f"Translating FX node {error.node.name!r} ({error.node.target}) at {origin.where}{module}"
+    )
+    what = _user_words(f"{type(cause).__name__}: {str(cause).rstrip('.')}")
+    if isinstance(cause, UnsupportedOpInputError):  # the op library's limits carry their step
+        return ConversionError(f"{head} with {function} failed: {str(cause).rstrip('.')}.")
+    if entry is not None and entry.is_custom:
+        return ConversionError(
+            f"{head} with your registered function {function} failed: {what}. Next steps: "
+            f"fix {function} (it receives the node's arguments as ONNX values), or "
+            f"unregister it to use the built-in one."
+        )
+    constant = _symbolic_constant(error.node, function)
+    if constant is not None:
+        return ConversionError(f"{head}: {constant}")
+    origin_name = entry.origin if entry is not None else "onnx-export"
     return ConversionError(
-        f"Translating FX node {error.node.name!r} ({error.node.target}) at "
-        f"{origin.where}{module} with {function} failed: {str(cause).rstrip('.')}.{next_steps}"
+        f"{head}: {origin_name}'s function {function} failed ({what}). This is a bug in "
+        f"onnx-export, not in your model. Next steps: report it with the SARIF report; "
+        f"until it is fixed, writing that line with other operators avoids {function}."
     )
 
 
@@ -125,6 +172,7 @@ def translate_program(
         ConversionError: The graph uses something ONNX export does not support.
     """
     _check_float4_opset(program, opset_version)
+    check_dtype_mix(program)
     paths, input_names, output_names = graph_names(module, program)
     names = user_dynamic.names if user_dynamic is not None else None
     try:

@@ -27,6 +27,7 @@ from onnx_export.translation._operands import complex_scalar_dispatch, operand_v
 from onnx_export.translation._recorder import recording
 from onnx_export.translation._source import NodeOrigin, node_origin
 from onnx_export.translation._symbolic import symbolic_dispatch
+from onnx_export.translation._symbolic_scalars import symbolic_scalar_dispatch
 
 __all__ = [
     "UnsupportedNode",
@@ -150,6 +151,7 @@ def find_unsupported(
         decision = (
             symbolic_dispatch(node, registry)
             or complex_scalar_dispatch(node, registry)
+            or symbolic_scalar_dispatch(node, registry)
             or dispatch(node, registry)
         )
         decisions[decision_key(node)] = decision

@@ -293,7 +293,7 @@ def test_rules_outside_the_catalogue_are_listed_after_it() -> None:
     [
         (Level.ERROR, "fail", "error"),
         (Level.WARNING, "fail", "warning"),
-        (Level.NOTE, "informational", "none"),
+        (Level.NOTE, "fail", "note"),
         (Level.NONE, "informational", "none"),
     ],
     ids=["error", "warning", "note", "none"],
