@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from onnx_export.capture._spec_containers import container
 from onnx_export.capture._specialized import Specialization
 
 __all__ = ["Repair", "StaticDim", "dynamic_size_one", "suggest_repair", "user_dims"]
@@ -110,13 +111,18 @@ def _walk_leaves(spec: Any, value: Any, path: str) -> Iterator[tuple[str, int, A
         for axis, dim in _axes(spec):
             if 0 <= axis < value.dim():
                 yield path, axis, dim, int(value.shape[axis])
-    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-        for i, (s, v) in enumerate(zip(spec, value, strict=False)):
-            yield from _walk_leaves(s, v, f"{path}.{i}")
-    elif isinstance(value, dict) and isinstance(spec, dict):
-        for k, s in spec.items():
-            if k in value:
-                yield from _walk_leaves(s, value[k], f"{path}.{k}")
+        return
+    node = container(value)
+    if node is None:
+        return
+    for i, (key, text, child) in enumerate(zip(node.keys, node.texts, node.children, strict=True)):
+        if isinstance(spec, dict):
+            inner = spec.get(key, spec.get(text))
+        elif isinstance(spec, (list, tuple)) and i < len(spec):
+            inner = spec[i]
+        else:
+            inner = None
+        yield from _walk_leaves(inner, child, f"{path}.{text}")
 
 
 def _leaf_specs(spec: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -235,6 +241,7 @@ def _notes(
     var_keyword: Sequence[str],
     sources: Mapping[str, str],
     found: Mapping[str, Specialization],
+    display: Mapping[str, str],
 ) -> tuple[list[str], list[StaticDim]]:
     notes: list[str] = []
     static: list[StaticDim] = []
@@ -242,6 +249,9 @@ def _notes(
         parts = [str(p) for p in path[:-1]]
         if parts and parts[0] in var_keyword:  # **kwargs entries go by their own name
             parts = parts[1:]
+        named = display.get(_torch_source(path).partition(".size()")[0])
+        if named is not None:  # a namedtuple's or dataclass's field: by its name
+            parts = named.split(".")
         where = f"{'.'.join(parts)}[{path[-1]}]"
         full = f"{'.'.join(map(str, path[:-1]))}[{path[-1]}]"
         why = _reason(message, before, sources.get(full, ""))
@@ -289,6 +299,8 @@ def _restore(original: Any, mutated: Any) -> Any:
         return {k: _restore(original.get(k), v) for k, v in mutated.items()}
     if isinstance(original, (list, tuple)) and isinstance(mutated, list):
         items = [_restore(o, m) for o, m in zip(original, mutated, strict=False)]
+        if isinstance(getattr(type(original), "_fields", None), tuple):  # a namedtuple
+            return type(original)(*items)
         return tuple(items) if isinstance(original, tuple) else items
     return mutated
 
@@ -326,6 +338,16 @@ def _refined(spec: Any, message: str) -> Any:
         return spec
 
 
+def _renamed(message: str, sources: Mapping[str, str]) -> str:
+    """``message`` with torch's names of input sizes replaced by the spec's."""
+    for theirs in sorted(sources, key=len, reverse=True):
+        ours = sources[theirs]
+        message = message.replace(f"{theirs}.size()", f"{ours}.size()")
+        if theirs.startswith("L[") and ours.startswith("L["):  # inputs['x'].shape[0]
+            message = message.replace(f"inputs{theirs[1:]}.shape", f"inputs{ours[1:]}.shape")
+    return message
+
+
 def suggest_repair(
     spec: Any,
     error: BaseException,
@@ -333,19 +355,24 @@ def suggest_repair(
     size_oblivious: bool,
     var_keyword: Sequence[str] = (),
     found: Mapping[str, Specialization] | None = None,
+    sources: Mapping[str, str] | None = None,
+    display: Mapping[str, str] | None = None,
 ) -> Repair | None:
     """What to try after ``error``: a repaired spec, size-oblivious tracing, or nothing.
 
     ``found`` holds the specialisations recorded during the failed capture, by torch's
     source name, to name the model's line that fixed each dimension made static.
+    ``sources`` renames torch's names of inputs to the spec's (``L['pair'].left`` ->
+    ``L['pair'][0]``, strict capture's ``L['flat_args'][0]`` -> ``L['x']``); ``display``
+    names the spec's leaves as the user does (``L['pair'][0]`` -> ``pair.left``).
     """
-    message = str(error)
+    message = _renamed(str(error), sources or {})
     if not size_oblivious and _HINT_ONE.search(message):
         note = "a dimension marked dynamic has example size 1: traced size-obliviously"
         return Repair(spec, True, (note,))
     refined = _refined(spec, message)
     fixed, sources = _static_by_source(refined, message)
-    notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {})
+    notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {}, display or {})
     if not notes:
         return None
     return Repair(fixed, size_oblivious, tuple(notes), tuple(static))
