@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ from onnx_export.errors import (
 )
 
 __all__ = [
+    "AxisTie",
     "as_module",
     "forward_signature",
     "Call",
@@ -128,6 +129,27 @@ def as_module(
 
 
 @dataclasses.dataclass(frozen=True)
+class AxisTie:
+    """An input axis whose size the model ties to others: ``constant + sum(coef * root)``.
+
+    Attributes:
+        axis: ``(dotted input path, axis)`` of the dependent axis (``("cache", 1)``).
+        roots: ``((path, axis), coefficient)`` of each axis it depends on.
+        constant: The constant term.
+    """
+
+    axis: tuple[str, int]
+    roots: tuple[tuple[tuple[str, int], int], ...]
+    constant: int
+
+    def size(self, sizes: Mapping[tuple[str, int], int]) -> int | None:
+        """The dependent axis's size for the roots' ``sizes``, or ``None`` if one is missing."""
+        if any(root not in sizes for root, _ in self.roots):
+            return None
+        return self.constant + sum(coef * sizes[root] for root, coef in self.roots)
+
+
+@dataclasses.dataclass(frozen=True)
 class Call:
     """One export's inputs in both forms, and its dynamic shapes.
 
@@ -139,6 +161,8 @@ class Call:
         shapes: The checked dynamic shapes, or ``None`` for a static export.
         module: The module to capture (``**kwargs`` entries spelled out when dynamic).
         size_one: Dynamic dimensions whose example size is 1 (``"x[0]"``).
+        ties: Axes the captured model ties to others (found after capture): other
+            example sizes keep them.
     """
 
     args: tuple[Any, ...]
@@ -148,6 +172,7 @@ class Call:
     shapes: DynamicShapes | None
     size_one: tuple[str, ...]
     module: torch.nn.Module
+    ties: tuple[AxisTie, ...] = ()
 
 
 def _user_dynamic_shapes(

@@ -267,7 +267,7 @@ def _notes(
     return notes, static
 
 
-def _set_static(spec: Any, keys: Sequence[Any], axis: int) -> bool:
+def _set_static(spec: Any, keys: Sequence[Any], axis: int, to: Any = Dim.STATIC) -> bool:
     node = spec
     for key in keys:
         if (isinstance(node, dict) and key in node) or (
@@ -277,10 +277,10 @@ def _set_static(spec: Any, keys: Sequence[Any], axis: int) -> bool:
         else:
             return False
     if isinstance(node, dict) and axis in node and _is_dynamic(node[axis]):
-        node[axis] = Dim.STATIC
+        node[axis] = to
         return True
     if isinstance(node, list) and axis < len(node) and _is_dynamic(node[axis]):
-        node[axis] = Dim.STATIC
+        node[axis] = to
         return True
     return False
 
@@ -318,6 +318,47 @@ def _static_by_source(spec: Any, message: str) -> tuple[Any, dict[str, str]]:
             if _set_static(fixed, keys, axis):
                 sources[f"{'.'.join(map(str, keys))}[{axis}]"] = match.group(0)
     return _restore(spec, fixed), sources
+
+
+_RELATED = re.compile(
+    r"The values of (?P<dep>.+?) = (?P<dep_source>\S+) must always be related to the values "
+    r"of (?P<root>.+?) = (?P<root_source>\S+) by (?P<relation>.+?)\.?$",
+    re.MULTILINE,
+)
+
+
+def _named_dynamic(node: Any, names: set[str]) -> Any:
+    """``node`` with every ``Dim`` named in ``names`` made ``Dim.DYNAMIC``."""
+    if isinstance(node, dict):
+        return {k: _named_dynamic(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_named_dynamic(v, names) for v in node]
+    if _is_dynamic(node) and getattr(node, "__name__", None) in names:
+        return Dim.DYNAMIC
+    return node
+
+
+def _related(spec: Any, message: str) -> Any:
+    """Make plain dynamic the dims torch says the model relates (``c = 32 - t``).
+
+    ``Dim`` arithmetic holds only increasing relations (``2*t``, ``t + 1``), so torch
+    cannot apply ``c = 32 - t`` to the spec. With both dims ``Dim.DYNAMIC`` torch derives
+    the relation itself and captures the cache's length as ``32 - t``; the exporter then
+    records it, checks it on each call, and warns (``program/_relations.py``).
+    """
+    fixed = _mutable(spec)
+    names: set[str] = set()
+    for related in _RELATED.finditer(message):
+        for key in ("dep", "root"):
+            if not related.group(key).startswith(("L[", "inputs[")):
+                names.add(related.group(key))
+        for source in (related.group("dep_source"), related.group("root_source")):
+            for match in _SOURCE.finditer(source):
+                keys: list[Any] = [match.group("name")]
+                for raw in re.findall(r"\[([^\]]+)\]", match.group("keys")):
+                    keys.append(int(raw) if raw.isdigit() else raw.strip("'\""))
+                _set_static(fixed, keys, int(match.group("axis")), Dim.DYNAMIC)
+    return _restore(spec, _named_dynamic(fixed, names))
 
 
 def _refined(spec: Any, message: str) -> Any:
@@ -371,6 +412,8 @@ def suggest_repair(
         note = "a dimension marked dynamic has example size 1: traced size-obliviously"
         return Repair(spec, True, (note,))
     refined = _refined(spec, message)
+    if refined is spec and _RELATED.search(message):
+        refined = _related(spec, message)
     fixed, sources = _static_by_source(refined, message)
     notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {}, display or {})
     if not notes:
