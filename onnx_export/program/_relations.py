@@ -14,6 +14,7 @@ exact linear relations with integer coefficients are kept.
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -86,6 +87,11 @@ def _linear(expr: Any, symbols: Sequence[Any]) -> tuple[list[tuple[Any, int]], i
     return [(s, c) for s, c in terms if c], int(poly.coeff_monomial(1))
 
 
+def _with_names(expr: str, by_symbol: Mapping[str, str]) -> str:
+    """``expr`` with each symbol replaced by its dim's name: ``32 - s27`` -> ``32 - t``."""
+    return re.sub(r"\b[a-z]+\d+\b", lambda m: by_symbol.get(m.group(0), m.group(0)), expr)
+
+
 def find_relations(
     program: ExportedProgram, module: torch.nn.Module, names: Any
 ) -> tuple[list[FoundRelation], list[str]]:
@@ -118,24 +124,24 @@ def find_relations(
         symbols = sorted(expr.free_symbols, key=str)
         if not all(s in axes for s in symbols):
             continue  # tied to a Python int input or an inner size: no axis to name
-        name = by_symbol.get(str(expr))
+        root_names = {str(s): by_symbol.get(str(s), str(s)) for s in symbols}
+        named = re.sub(
+            r"\b[a-z]+\d+\b", lambda m: root_names.get(m.group(0), m.group(0)), str(expr)
+        )
+        name = by_symbol.get(str(expr), named)  # the graph's name: the user's, or the formula
         linear = _linear(expr, symbols)
         if linear is None:
-            root_names = {str(s): by_symbol.get(str(s), str(s)) for s in symbols}
-            text = str(expr)
-            for symbol, root in root_names.items():
-                text = text.replace(symbol, root)
-            other.append(f"{path}[{axis}] = {text}")
+            other.append(f"{path}[{axis}] = {named}")
             continue
         terms, constant = linear
         relation = DimRelation(
-            name or "",
+            name,
             tuple((by_symbol.get(str(s), str(s)), c) for s, c in terms),
             constant,
             ORIGIN,
         )
         increasing = len(terms) == 1 and terms[0][1] > 0
-        if name is None or (name == relation.formula() and increasing) or relation.dim in found:
+        if (name == relation.formula() and increasing) or relation.dim in found:
             continue  # the name itself is the formula (a derived Dim): checked by name
         roots = {by_symbol.get(str(s), str(s)): f"{axes[s][0]}[{axes[s][1]}]" for s, _ in terms}
         tie = AxisTie((path, axis), tuple((axes[s], c) for s, c in terms), constant)
@@ -147,9 +153,7 @@ def with_relations(spec: AdapterSpec, found: Sequence[FoundRelation]) -> Adapter
     """``spec`` with the relations, checked on each call."""
     if not found:
         return spec
-    names = {
-        d for leaf in spec.inputs if leaf.tensor is not None for d in leaf.tensor.shape
-    }
+    names = {d for leaf in spec.inputs if leaf.tensor is not None for d in leaf.tensor.shape}
     kept = tuple(
         f.relation
         for f in found

@@ -118,7 +118,10 @@ CASES = [
     ),
     pytest.param(WindowModel, _window, {"window": [{0: "b"}, {0: "b"}]}, id="registered-list"),
     pytest.param(
-        WindowModel, _window, {"window": {"keys": {0: "b"}, "values": {0: "b"}}}, id="registered-dict"
+        WindowModel,
+        _window,
+        {"window": {"keys": {0: "b"}, "values": {0: "b"}}},
+        id="registered-dict",
     ),
     pytest.param(
         Mixed,
@@ -204,7 +207,7 @@ def test_a_plain_tuple_of_tensors_still_gets_the_torch_onnx_hint() -> None:
         onnx_export.dynamo_export(Two(), (torch.randn(2), torch.randn(2)))
 
 
-FACTORIES = '''
+FACTORIES = """
 import dataclasses
 from typing import NamedTuple
 
@@ -241,7 +244,7 @@ def pair():
 
 def batch():
     return BatchModel(), (CliBatch(torch.randn(3, 4), torch.randn(3, 4)),)
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -269,7 +272,9 @@ def test_cli_export_info_run_by_dotted_names(
     assert main(["info", "m.onnx"]) == 0
     info = capsys.readouterr().out
     for name in names:
-        assert any(line.split() == [name, "float32[b, 4]"] for line in info.splitlines()), info
+        assert any(
+            line.split(maxsplit=1) == [name, "float32[b, 4]"] for line in info.splitlines()
+        ), info
     for n in (5, 1):
         a, b = (np.random.default_rng(n).standard_normal((n, 4), np.float32) for _ in range(2))
         np.savez(tmp_path / "in.npz", **{names[0]: a, names[1]: b})
