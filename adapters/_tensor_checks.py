@@ -84,9 +84,7 @@ class CheckTensors:
         x: expected dtype float32, got float64. ...
     """
 
-    def __init__(
-        self, tensors: Sequence[LeafSpec], relations: Sequence[DimRelation] = ()
-    ) -> None:
+    def __init__(self, tensors: Sequence[LeafSpec], relations: Sequence[DimRelation] = ()) -> None:
         self._expected = tuple(_expected(leaf.path, _tensor_of(leaf)) for leaf in tensors)
         self._relations = tuple(relations)
         self._plan = tuple((e, e.np_dtype, e.static_shape) for e in self._expected)

@@ -124,10 +124,7 @@ def find_relations(
         symbols = sorted(expr.free_symbols, key=str)
         if not all(s in axes for s in symbols):
             continue  # tied to a Python int input or an inner size: no axis to name
-        root_names = {str(s): by_symbol.get(str(s), str(s)) for s in symbols}
-        named = re.sub(
-            r"\b[a-z]+\d+\b", lambda m: root_names.get(m.group(0), m.group(0)), str(expr)
-        )
+        named = _with_names(str(expr), by_symbol)
         name = by_symbol.get(str(expr), named)  # the graph's name: the user's, or the formula
         linear = _linear(expr, symbols)
         if linear is None:

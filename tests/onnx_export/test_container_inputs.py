@@ -203,7 +203,7 @@ def test_a_plain_tuple_of_tensors_still_gets_the_torch_onnx_hint() -> None:
         def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return x + y
 
-    with pytest.raises(onnx_export.ExportInputError, match="the way torch.onnx.export takes"):
+    with pytest.raises(onnx_export.ExportInputError, match=r"the way torch\.onnx\.export takes"):
         onnx_export.dynamo_export(Two(), (torch.randn(2), torch.randn(2)))
 
 
