@@ -26,6 +26,7 @@ from onnx_export.adapters import AdapterSpec, DimRelation, InputShapeError, Leaf
 from onnx_export.adapters._tensor_checks import CheckTensors
 from onnx_export.capture._call import AxisTie, forward_signature, prepare_call
 from onnx_export.capture._resize import resized_call
+from onnx_export.cli import main
 from onnx_export.errors import DimensionRelationWarning
 from tests.helpers import assert_onnx_program_close
 
@@ -97,6 +98,30 @@ def test_sum_to_a_constant_is_applied_warned_recorded_and_enforced(
     np.testing.assert_allclose(loaded(tokens, cache), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(InputShapeError, match="c = 32 - t"):
         loaded(tokens, np.ones((3, 24), np.float32))
+
+
+def test_cli_info_lists_and_run_enforces_the_relation(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = Context()
+    shapes = {"tokens": {1: "t"}, "cache": {1: "c"}}
+    program, _ = _export(model, torch.randn(2, 12), torch.randn(2, 20), shapes=shapes)
+    program.save(tmp_path / "context.onnx")
+    assert main(["info", str(tmp_path / "context.onnx")]) == 0
+    assert "related dimensions (calls that break them are refused): c = 32 - t" in (
+        capsys.readouterr().out
+    )
+    tokens, cache = np.ones((2, 9), np.float32), np.ones((2, 23), np.float32)
+    np.savez(tmp_path / "ok.npz", tokens=tokens, cache=cache)
+    out = tmp_path / "out.npz"
+    assert main(["run", str(tmp_path / "context.onnx"), "--inputs", str(tmp_path / "ok.npz"),
+                 "--output", str(out)]) == 0  # fmt: skip
+    expected = model(torch.from_numpy(tokens), torch.from_numpy(cache)).detach().numpy()
+    with np.load(out) as saved:
+        np.testing.assert_allclose(saved["output"], expected, rtol=1e-5, atol=1e-5)
+    np.savez(tmp_path / "bad.npz", tokens=tokens, cache=np.ones((2, 20), np.float32))
+    assert main(["run", str(tmp_path / "context.onnx"), "--inputs", str(tmp_path / "bad.npz")]) == 1
+    assert "c = 32 - t" in capsys.readouterr().err
 
 
 def test_an_unnamed_dependent_dim_is_named_by_its_formula_and_still_enforced() -> None:
