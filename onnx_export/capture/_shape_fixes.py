@@ -327,6 +327,10 @@ _RELATED = re.compile(
 )
 
 
+#: What a relation that is not linear with integer coefficients holds (``c = t//2``).
+_NOT_LINEAR = re.compile(r"//|/|%|\*\*|Mod|FloorDiv|Max|Min|ceil|floor|sqrt")
+
+
 def _named_dynamic(node: Any, names: set[str]) -> Any:
     """``node`` with every ``Dim`` named in ``names`` made ``Dim.DYNAMIC``."""
     if isinstance(node, dict):
@@ -349,6 +353,8 @@ def _related(spec: Any, message: str) -> Any:
     fixed = _mutable(spec)
     names: set[str] = set()
     for related in _RELATED.finditer(message):
+        if _NOT_LINEAR.search(related.group("relation").partition("=")[2]):
+            continue  # not an exact linear relation: the file could not check it; refused
         for key in ("dep", "root"):
             if not related.group(key).startswith(("L[", "inputs[")):
                 names.add(related.group(key))

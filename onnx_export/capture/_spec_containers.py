@@ -80,7 +80,7 @@ def container(value: Any) -> Node | None:
         keys = tuple(value)
         return Node("dict", keys, tuple(map(str, keys)), tuple(value.values()), cls)
     if _is_namedtuple(value):
-        fields = tuple(cls._fields)  # type: ignore[attr-defined]  # a namedtuple class
+        fields = tuple(cls._fields)
         return Node("namedtuple", fields, fields, tuple(value), cls)
     if cls in (list, tuple, collections.deque):
         count = len(value)

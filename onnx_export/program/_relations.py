@@ -19,7 +19,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -78,10 +77,10 @@ def _user_inputs(program: ExportedProgram) -> list[torch.fx.Node]:
 def _linear(expr: Any, symbols: Sequence[Any]) -> tuple[list[tuple[Any, int]], int] | None:
     """``([(symbol, coefficient)], constant)`` of an integer-linear ``expr``, else ``None``."""
     try:
-        poly = sympy.Poly(expr, *symbols)
-    except (sympy.PolynomialError, sympy.GeneratorsNeeded):
+        poly = expr.as_poly(*symbols)
+    except Exception:  # sympy cannot read it as a polynomial (a FloorDiv, a Max): not linear
         return None
-    if poly.total_degree() > 1 or not all(c.is_Integer for c in poly.coeffs()):
+    if poly is None or poly.total_degree() > 1 or not all(c.is_Integer for c in poly.coeffs()):
         return None
     terms = [(s, int(poly.coeff_monomial(s))) for s in symbols]
     return [(s, c) for s, c in terms if c], int(poly.coeff_monomial(1))
