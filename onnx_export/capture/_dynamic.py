@@ -262,6 +262,13 @@ def _by_path(
                 f"{list(inputs)} (nested leaves by dotted path, e.g. 'name.0' or 'name.key')."
             )
         known = [p for p, _ in leaf_items(head, inputs[head])]
+        if path not in known and dataclasses.is_dataclass(inputs[head]) and known == [head]:
+            cls = type(inputs[head]).__name__
+            raise ValueError(
+                f"dynamic_shapes names {path!r}, but input {head!r} is a {cls} that torch's "
+                f"pytree does not know, so torch.export cannot take it: register it first "
+                f"with torch.export.register_dataclass({cls}), then name its fields."
+            )
         if path not in known:
             raise ValueError(
                 f"dynamic_shapes names {path!r}, but input {head!r} has no such leaf; its "

@@ -9,6 +9,7 @@ spelling that works, or ``""`` when the call shows no such habit.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -145,6 +146,9 @@ def _describe_input(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {list(value.shape)}"
     node = container(value)
+    if node is None and dataclasses.is_dataclass(value):
+        fields = ", ".join(f.name for f in dataclasses.fields(value))
+        return f"a dataclass {type(value).__name__}({fields}), not registered with torch's pytree"
     if node is None:
         name = type(value).__name__
         return f"an {name}" if name[0] in "aeiou" else f"a {name}"

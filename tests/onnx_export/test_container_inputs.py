@@ -283,3 +283,24 @@ def test_cli_export_info_run_by_dotted_names(
         )
         with np.load(tmp_path / "out.npz") as out:
             np.testing.assert_allclose(out["output"], combine(a, b), rtol=1e-5, atol=1e-6)
+
+
+@dataclasses.dataclass
+class Unregistered:
+    ids: torch.Tensor
+
+
+class UnregisteredModel(nn.Module):
+    def forward(self, batch: Unregistered) -> torch.Tensor:
+        return batch.ids * 2
+
+
+def test_an_unregistered_dataclass_is_told_to_register() -> None:
+    options = onnx_export.ExportOptions(dynamic_shapes={"batch.ids": {0: "b"}})
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(
+            UnregisteredModel(), Unregistered(torch.randn(3, 4)), export_options=options
+        )
+    text = str(caught.value)
+    assert "torch.export.register_dataclass(Unregistered)" in text
+    assert "a dataclass Unregistered(ids), not registered with torch's pytree" in text
