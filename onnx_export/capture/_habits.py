@@ -117,7 +117,7 @@ def tuple_hint(args: Sequence[Any], signature: inspect.Signature | None = None) 
 
     Example:
         >>> tuple_hint([(torch.zeros(1),)])[:40]
-        'The inputs came as one tuple of 1 tenso'
+        'The inputs came as one tuple of 1 tensor'
     """
     if not tuple_of_inputs(args, signature):
         return ""
