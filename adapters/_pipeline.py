@@ -60,7 +60,7 @@ class InputAdapter:
         self.check_constants = CheckConstants(spec.inputs)
         self.ints_to_arrays = IntsToArrays(tensors)
         self.cast_inputs = CastInputs(tensors)
-        self.check_tensors = CheckTensors(tensors)
+        self.check_tensors = CheckTensors(tensors, spec.relations)
         self.to_real = ComplexToRealView(tensors)
 
     @property
@@ -100,6 +100,29 @@ class InputAdapter:
         leaves = self.check_structure(canonical, leaves, key)
         if not self.remove_nones.is_identity:
             leaves = self.remove_nones(leaves)
+        return self.adapt_leaves(leaves)
+
+    def adapt_leaves(self, leaves: list[object]) -> list[object]:
+        """Check and convert the leaves of a call, one per leaf spec; the ONNX inputs.
+
+        The steps after flattening: constants checked, ints made arrays, casts, tensor
+        checks (dtypes, shapes, ranges, relations between dimensions), complex made real.
+        ``onnx-export run`` feeds leaves keyed by graph input name this way, where the
+        nested call cannot be rebuilt without the model's own classes.
+
+        Args:
+            leaves: One value per entry of ``spec.inputs``, in that order (no ``None`` s).
+
+        Returns:
+            The ONNX inputs in graph order.
+
+        Example:
+            >>> import numpy as np
+            >>> from onnx_export.adapters import build_adapter_spec
+            >>> adapter = InputAdapter(build_adapter_spec(None, (np.zeros(2, np.float32),), {}, 0))
+            >>> adapter.adapt_leaves([np.ones(2, np.float32)])[0].tolist()
+            [1.0, 1.0]
+        """
         if not self.check_constants.is_identity:
             leaves = self.check_constants(leaves)
         if not self.ints_to_arrays.is_identity:

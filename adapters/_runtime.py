@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -179,6 +179,46 @@ class OnnxModule:
             if not type(e).__module__.startswith("onnxruntime"):
                 raise
             raise model_run_error(e, self._input_names, arrays) from e
+        return self._output_adapter(outputs)
+
+    def call_by_graph_names(self, arrays: Mapping[str, object]) -> object:
+        """Run on one array per graph input name; return the outputs, rebuilt.
+
+        The adapter's checks of each leaf still apply (constants keep their recorded
+        values, dtypes, shapes, ranges, relations between dimensions), but the nested
+        call is not rebuilt, so inputs whose containers are the model's own classes
+        (namedtuples, dataclasses) need no import. ``onnx-export run`` calls this.
+
+        Args:
+            arrays: Arrays keyed by graph input name (``"pair.left"``); every graph
+                input must be there.
+
+        Raises:
+            InputStructureError: A graph input has no array, or a name is unknown.
+            InputError: Subclasses name the input and say what was expected.
+        """
+        if self._spec is None or self._input_adapter is None or self._output_adapter is None:
+            return self._call_flat((), dict(arrays))
+        names = [leaf.tensor.name for leaf in self._spec.inputs if leaf.tensor is not None]
+        missing = [n for n in names if n not in arrays]
+        unknown = [n for n in arrays if n not in names]
+        if missing or unknown:
+            raise InputStructureError(
+                f"inputs: expected one array per graph input {names}, got none for {missing}"
+                + (f" and arrays {unknown} that are no graph input" if unknown else "")
+                + ". Key the arrays by graph input name (onnx-export info lists them)."
+            )
+        leaves = [
+            arrays[leaf.tensor.name] if leaf.tensor is not None else leaf.value
+            for leaf in self._spec.inputs
+        ]
+        flat = self._input_adapter.adapt_leaves(leaves)
+        try:
+            outputs = self._run_general(flat)
+        except Exception as e:
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            raise model_run_error(e, self._input_names, flat) from e
         return self._output_adapter(outputs)
 
     def _run_flat(self, arrays: list[object]) -> list[object]:

@@ -21,6 +21,7 @@ from ._spec_parts import (
     PARAMETER_KINDS,
     AxisRange,
     Dim,
+    DimRelation,
     LeafKind,
     LeafSpec,
     ParameterKind,
@@ -36,6 +37,7 @@ __all__ = [
     "LeafKind",
     "Dim",
     "AxisRange",
+    "DimRelation",
     "TensorSpec",
     "LeafSpec",
     "ParameterSpec",
@@ -57,6 +59,8 @@ class AdapterSpec:
         inputs: One leaf spec per leaf of ``input_tree``.
         output_tree: Structure of the outputs.
         outputs: One leaf spec per leaf of ``output_tree``.
+        relations: Dynamic dimensions the model ties to others (``c = 32 - t``), checked
+            on each call.
 
     Example:
         >>> import numpy as np
@@ -72,6 +76,7 @@ class AdapterSpec:
     inputs: tuple[LeafSpec, ...]
     output_tree: TreeSpec
     outputs: tuple[LeafSpec, ...]
+    relations: tuple[DimRelation, ...] = ()
 
     def __post_init__(self) -> None:
         _check_adapter_spec(self)
@@ -164,6 +169,19 @@ def check_tensor_spec(tensor: TensorSpec, where: str) -> None:
     _check_cast_from(tensor, f"{where}.cast_from")
 
 
+def _check_relation(relation: DimRelation, where: str) -> None:
+    if not isinstance(relation, DimRelation):
+        raise spec_error(where, "a DimRelation", relation)
+    if not isinstance(relation.dim, str) or not relation.dim:
+        raise spec_error(f"{where}.dim", "a dimension name", relation.dim)
+    if type(relation.constant) is not int or not isinstance(relation.origin, str):
+        raise spec_error(where, "an int constant and a str origin", relation)
+    for j, term in enumerate(relation.terms):
+        ok = isinstance(term, tuple) and len(term) == 2
+        if not ok or not isinstance(term[0], str) or type(term[1]) is not int:
+            raise spec_error(f"{where}.terms[{j}]", "(dimension name, int coefficient)", term)
+
+
 def _check_axis_range(tensor: TensorSpec, bounds: AxisRange, where: str) -> None:
     if not isinstance(bounds, AxisRange):
         raise spec_error(where, "an AxisRange", bounds)
@@ -220,6 +238,8 @@ def _check_adapter_spec(spec: AdapterSpec) -> None:
         )
     _check_parameters(spec.parameters)
     _check_input_tree(spec.input_tree, spec.parameters)
+    for i, relation in enumerate(spec.relations):
+        _check_relation(relation, f"relations[{i}]")
     for name, tree, leaves in (
         ("inputs", spec.input_tree, spec.inputs),
         ("outputs", spec.output_tree, spec.outputs),

@@ -25,6 +25,7 @@ from ._spec_parts import (
     PARAMETER_KINDS,
     AxisRange,
     Dim,
+    DimRelation,
     LeafKind,
     LeafSpec,
     ParameterKind,
@@ -66,7 +67,7 @@ def spec_to_json_obj(spec: SpecFields) -> dict[str, object]:
         >>> obj["outputs"]
         [{'path': 'output', 'kind': 'constant', 'value': 1}]
     """
-    return {
+    obj: dict[str, object] = {
         "version": spec.version,
         "parameters": [_parameter_to_json(p) for p in spec.parameters],
         "input_tree": spec.input_tree.to_json_obj(),
@@ -74,6 +75,18 @@ def spec_to_json_obj(spec: SpecFields) -> dict[str, object]:
         "output_tree": spec.output_tree.to_json_obj(),
         "outputs": [_leaf_to_json(leaf) for leaf in spec.outputs],
     }
+    relations = getattr(spec, "relations", ())
+    if relations:  # only then: older readers read the other specs unchanged
+        obj["relations"] = [
+            {
+                "dim": r.dim,
+                "terms": [[name, coef] for name, coef in r.terms],
+                "constant": r.constant,
+                "origin": r.origin,
+            }
+            for r in relations
+        ]
+    return obj
 
 
 def _parameter_to_json(p: ParameterSpec) -> dict[str, object]:
@@ -136,7 +149,7 @@ def spec_fields_from_json_text(text: str) -> dict[str, Any]:
     version = read_int(obj.get("version") if isinstance(obj, dict) else None, "version")
     if version != FORMAT_VERSION:  # checked first: another version may have other fields
         raise spec_error("version", f"{FORMAT_VERSION}, the format this code reads", version)
-    data = read_object(obj, "spec", _TOP_FIELDS)
+    data = read_object(obj, "spec", _TOP_FIELDS, ("relations",))
     parameters = tuple(
         _read_parameter(p, f"parameters[{i}]")
         for i, p in enumerate(read_list(data["parameters"], "parameters"))
@@ -148,7 +161,26 @@ def spec_fields_from_json_text(text: str) -> dict[str, Any]:
         "inputs": _read_leaves(data["inputs"], "inputs"),
         "output_tree": TreeSpec.from_json_obj(data["output_tree"], "output_tree"),
         "outputs": _read_leaves(data["outputs"], "outputs"),
+        "relations": tuple(
+            _read_relation(r, f"relations[{i}]")
+            for i, r in enumerate(read_list(data.get("relations", []), "relations"))
+        ),
     }
+
+
+def _read_relation(obj: object, where: str) -> DimRelation:
+    data = read_object(obj, where, ("dim", "terms", "constant"), ("origin",))
+    terms = []
+    for j, term in enumerate(read_list(data["terms"], f"{where}.terms")):
+        pair = read_list(term, f"{where}.terms[{j}]")
+        if len(pair) != 2 or type(pair[1]) is not int:
+            raise spec_error(f"{where}.terms[{j}]", "[dimension name, int coefficient]", term)
+        terms.append((read_str(pair[0], f"{where}.terms[{j}][0]"), pair[1]))
+    constant = data["constant"]
+    if type(constant) is not int:
+        raise spec_error(f"{where}.constant", "an int", constant)
+    origin = read_str(data.get("origin", ""), f"{where}.origin", nonempty=False)
+    return DimRelation(read_str(data["dim"], f"{where}.dim"), tuple(terms), constant, origin)
 
 
 def _read_parameter(obj: object, where: str) -> ParameterSpec:

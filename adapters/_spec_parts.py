@@ -20,6 +20,7 @@ __all__ = [
     "PARAMETER_KINDS",
     "LEAF_KINDS",
     "AxisRange",
+    "DimRelation",
     "TensorSpec",
     "LeafSpec",
     "ParameterSpec",
@@ -80,6 +81,60 @@ class AxisRange:
         """The range as ``[low, high]``, with ``inf`` where unbounded."""
         low = 0 if self.low is None else self.low
         return f"[{low}, inf)" if self.high is None else f"[{low}, {self.high}]"
+
+
+@dataclass(frozen=True)
+class DimRelation:
+    """A dynamic dimension the model ties to others: ``dim = constant + sum(coef * other)``.
+
+    torch.export finds such a relation when the model's code needs it (``cat([tokens,
+    cache], 1)`` feeding ``Linear(32, ...)`` ties ``cache = 32 - tokens``); the adapter
+    refuses, with an ``InputShapeError`` naming the relation, a call whose sizes break it.
+
+    Attributes:
+        dim: The dependent dimension's name, as the input shapes write it (``"c"``).
+        terms: ``(name, coefficient)`` of each dimension it depends on (``(("t", -1),)``).
+        constant: The constant term.
+        origin: Who found it, for messages.
+
+    Example:
+        >>> r = DimRelation("c", (("t", -1),), 32)
+        >>> r.text(), r.value({"t": 12})
+        ('c = 32 - t', 20)
+    """
+
+    dim: str
+    terms: tuple[tuple[str, int], ...]
+    constant: int = 0
+    origin: str = ""
+
+    def formula(self) -> str:
+        """The right-hand side, e.g. ``"32 - t"`` or ``"2*t + 1"``."""
+        parts: list[str] = []
+        for name, coef in self.terms:
+            size = abs(coef)
+            term = name if size == 1 else f"{size}*{name}"
+            if not parts:
+                parts.append(f"-{term}" if coef < 0 else term)
+            else:
+                parts.append(f"- {term}" if coef < 0 else f"+ {term}")
+        if self.constant and parts and parts[0].startswith("-"):
+            parts[0] = f"- {parts[0][1:]}"
+            return f"{self.constant} " + " ".join(parts)
+        if self.constant:
+            sign = "-" if self.constant < 0 else "+"
+            parts.append(f"{sign} {abs(self.constant)}")
+        return " ".join(parts) if parts else str(self.constant)
+
+    def text(self) -> str:
+        """The relation, e.g. ``"c = 32 - t"``."""
+        return f"{self.dim} = {self.formula()}"
+
+    def value(self, sizes: dict[str, int]) -> int | None:
+        """The size the relation gives ``dim``, or ``None`` when a term's size is unknown."""
+        if any(name not in sizes for name, _ in self.terms):
+            return None
+        return self.constant + sum(coef * sizes[name] for name, coef in self.terms)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 from ._dtypes import ONNX_ELEMENT_TYPES, REAL_OF_COMPLEX, numpy_dtype, torch_dtype
 from ._errors import InputDtypeError, InputShapeError, InputStructureError
 from ._mismatch import describe_value
-from ._spec import AxisRange, Dim, LeafSpec, TensorSpec
+from ._spec import AxisRange, Dim, DimRelation, LeafSpec, TensorSpec
 from ._torch import torch_module
 
 __all__ = ["CheckTensors", "ComplexToRealView", "complex_to_real", "real_to_complex"]
@@ -84,8 +84,9 @@ class CheckTensors:
         x: expected dtype float32, got float64. ...
     """
 
-    def __init__(self, tensors: Sequence[LeafSpec]) -> None:
+    def __init__(self, tensors: Sequence[LeafSpec], relations: Sequence[DimRelation] = ()) -> None:
         self._expected = tuple(_expected(leaf.path, _tensor_of(leaf)) for leaf in tensors)
+        self._relations = tuple(relations)
         self._plan = tuple((e, e.np_dtype, e.static_shape) for e in self._expected)
         self._torch_dtypes: dict[str, object] = {}
 
@@ -100,6 +101,8 @@ class CheckTensors:
                 _check_dims(exp, tuple(shape), dims)
             elif shape != static_shape:
                 raise _static_shape_error(exp, tuple(shape))
+        for relation in self._relations:
+            _check_relation(relation, dims)
 
     def _check_type_and_dtype(self, value: object, exp: _Expected) -> None:
         """Check a value that is not an ndarray of the very dtype object expected."""
@@ -258,6 +261,26 @@ def _check_formula(
             f"{seen[0]} as in {seen[1]} (axis {seen[2]}), got {size}, which gives {root} = "
             f"{value} (shape {shape}). Axes tied to one dimension must agree on its size."
         )
+
+
+def _check_relation(relation: DimRelation, dims: dict[str, tuple[int, str, int]]) -> None:
+    """A dimension the model ties to others (``c = 32 - t``) has the size the others give."""
+    seen = dims.get(relation.dim)
+    expected = relation.value({name: size for name, (size, _, _) in dims.items()})
+    if seen is None or expected is None or seen[0] == expected:
+        return
+    size, path, axis = seen
+    given = ", ".join(
+        f"{name} = {dims[name][0]} ({dims[name][1]} axis {dims[name][2]})"
+        for name, _ in relation.terms
+    )
+    origin = f" ({relation.origin})" if relation.origin else ""
+    raise InputShapeError(
+        f"{path}: expected dimension {relation.dim!r} (axis {axis}) to be {relation.formula()} "
+        f"= {expected} for {given}, got {size}. The exported model ties these dimensions: "
+        f"{relation.text()}{origin}; pass sizes that keep it (e.g. {relation.dim} = "
+        f"{expected}), or change the model so the sizes are independent and export again."
+    )
 
 
 def _range_error(exp: _Expected, shape: tuple[int, ...], bounds: AxisRange) -> InputShapeError:

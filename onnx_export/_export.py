@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -59,6 +59,13 @@ from onnx_export.program._parity import (
     warn_training,
 )
 from onnx_export.program._program import ONNXProgram
+from onnx_export.program._relations import (
+    FoundRelation,
+    find_relations,
+    record_relations,
+    warn_relations,
+    with_relations,
+)
 from onnx_export.program._serve import serve_dynamic_axes
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
@@ -153,6 +160,7 @@ class _Built:
     merged: tuple[MergedDimName, ...]
     guarded: tuple[Any, ...]
     parity: ParityOutcome | None = None
+    relations: tuple[FoundRelation, ...] = ()
 
 
 def _program_of(built: _Built) -> ONNXProgram:
@@ -168,6 +176,7 @@ def _build(
     context: DiagnosticContext,
     timer: StageTimer,
     eager_model: torch.nn.Module | None,
+    relations: Sequence[FoundRelation] = (),
 ) -> _Built:
     """Decompose, translate, describe the inputs and outputs, optimize: the ONNX program.
 
@@ -197,6 +206,7 @@ def _build(
             names = call.shapes.names if call.shapes is not None else None
             spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
             spec = with_cast_from(spec, options.dtype)
+            spec = with_relations(spec, relations)
     except AdapterError as e:
         raise ConversionError(
             f"The model's inputs or outputs cannot be described for ONNX callers: {e}"
@@ -214,7 +224,7 @@ def _build(
         adapter_spec=spec,
         eager_model=eager_model,
     )
-    return _Built(onnx_program, result.merged_dim_names, tuple(guarded))
+    return _Built(onnx_program, result.merged_dim_names, tuple(guarded), None, tuple(relations))
 
 
 def _pipeline(
@@ -250,7 +260,12 @@ def _pipeline(
         program, attempts, used = _capture(module, given, call, options, context)
     example = (model_args, dict(model_kwargs))
     eager = module if given is None else None
-    built = _build(program, attempts, used, example, options, context, timer, eager)
+    found = _relations(program, used) if given is None else []
+    if found:
+        ties = tuple(f.tie for f in found)
+        call, used = (dataclasses.replace(c, ties=ties) for c in (call, used))
+        record_relations(context, found)
+    built = _build(program, attempts, used, example, options, context, timer, eager, found)
     if given is None and call.shapes is not None:
 
         def recapture(other: Call) -> _Built | None:
@@ -258,13 +273,22 @@ def _pipeline(
                 again, more = capture_call(other, options)
             if again is None or made_static(more):
                 return None
-            return _build(again, more, other, example, options, context, timer, eager)
+            relations = _relations(again, other)
+            return _build(again, more, other, example, options, context, timer, eager, relations)
 
         with timer.stage("dynamic axes"):
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
     _report.record_guarded_ranges(context, built.guarded)
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
     return built
+
+
+def _relations(program: ExportedProgram, call: Call) -> list[FoundRelation]:
+    """The linear relations the captured program holds between the user's dynamic axes."""
+    if call.shapes is None:
+        return []
+    found, _ = find_relations(program, call.module, call.shapes.names)
+    return found
 
 
 def _opset_for(program: ExportedProgram, options: ExportOptions) -> ExportOptions:
@@ -449,6 +473,7 @@ def dynamo_export(
     warn_made_static(program.capture_attempts)  # after recording, where the user sees it
     warn_merged_dim_names(built.merged)
     warn_guarded_ranges(built.guarded)
+    warn_relations(built.relations)
     if built.parity is not None:
         warn_training(built.parity.training)
         warn_parity(built.parity)

@@ -32,6 +32,7 @@ __all__ = [
     "StaticDimensionWarning",
     "DimensionNameWarning",
     "ShapeRangeWarning",
+    "DimensionRelationWarning",
 ]
 
 
@@ -226,6 +227,21 @@ class ShapeRangeWarning(UserWarning):
     Example:
         >>> from onnx_export.errors import ShapeRangeWarning
         >>> issubclass(ShapeRangeWarning, UserWarning)
+        True
+    """
+
+
+class DimensionRelationWarning(UserWarning):
+    """Dynamic dimensions given as independent are tied by the model (``c = 32 - t``).
+
+    ``torch.cat([tokens, cache], 1)`` feeding ``nn.Linear(32, ...)`` holds only when the
+    two lengths sum to 32. The export applies the relation torch.export finds, records it
+    in the adapter (calls whose sizes break it get an ``InputShapeError`` naming it) and
+    warns once per relation.
+
+    Example:
+        >>> from onnx_export.errors import DimensionRelationWarning
+        >>> issubclass(DimensionRelationWarning, UserWarning)
         True
     """
 

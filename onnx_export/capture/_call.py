@@ -13,12 +13,11 @@ import copy
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.utils import _pytree as pytree
 
 from onnx_export._options import ExportOptions
 from onnx_export.adapters import canonicalize_inputs
@@ -29,8 +28,9 @@ from onnx_export.capture._dynamic import (
     named_inputs,
     resolve_dynamic_shapes,
 )
-from onnx_export.capture._habits import binding_hint, names_a_file, tuple_hint
+from onnx_export.capture._habits import binding_hint, names_a_file, signature_text, tuple_hint
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
+from onnx_export.capture._spec_containers import leaf_sources
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture._strategies import CaptureAttempt, capture, explanation
 from onnx_export.errors import (
@@ -41,6 +41,7 @@ from onnx_export.errors import (
 )
 
 __all__ = [
+    "AxisTie",
     "as_module",
     "forward_signature",
     "Call",
@@ -128,6 +129,27 @@ def as_module(
 
 
 @dataclasses.dataclass(frozen=True)
+class AxisTie:
+    """An input axis whose size the model ties to others: ``constant + sum(coef * root)``.
+
+    Attributes:
+        axis: ``(dotted input path, axis)`` of the dependent axis (``("cache", 1)``).
+        roots: ``((path, axis), coefficient)`` of each axis it depends on.
+        constant: The constant term.
+    """
+
+    axis: tuple[str, int]
+    roots: tuple[tuple[tuple[str, int], int], ...]
+    constant: int
+
+    def size(self, sizes: Mapping[tuple[str, int], int]) -> int | None:
+        """The dependent axis's size for the roots' ``sizes``, or ``None`` if one is missing."""
+        if any(root not in sizes for root, _ in self.roots):
+            return None
+        return self.constant + sum(coef * sizes[root] for root, coef in self.roots)
+
+
+@dataclasses.dataclass(frozen=True)
 class Call:
     """One export's inputs in both forms, and its dynamic shapes.
 
@@ -139,6 +161,8 @@ class Call:
         shapes: The checked dynamic shapes, or ``None`` for a static export.
         module: The module to capture (``**kwargs`` entries spelled out when dynamic).
         size_one: Dynamic dimensions whose example size is 1 (``"x[0]"``).
+        ties: Axes the captured model ties to others (found after capture): other
+            example sizes keep them.
     """
 
     args: tuple[Any, ...]
@@ -148,6 +172,7 @@ class Call:
     shapes: DynamicShapes | None
     size_one: tuple[str, ...]
     module: torch.nn.Module
+    ties: tuple[AxisTie, ...] = ()
 
 
 def _user_dynamic_shapes(
@@ -181,10 +206,6 @@ def prepare_call(
         raise ExportInputError(binding_hint(signature, args, kwargs))
     try:
         canonical = canonicalize_inputs(signature, args, kwargs)
-        user = _user_dynamic_shapes(options, signature, args, kwargs)
-        if user is not None:
-            module, signature = explicit_keywords(module, signature, kwargs)
-        shapes = resolve_dynamic_shapes(user, signature, args, kwargs)
     except (TypeError, ValueError) as e:
         text = str(e).replace(
             "Call the model the way it was called at export.",
@@ -192,6 +213,15 @@ def prepare_call(
         )
         hint = binding_hint(signature, args, kwargs)
         raise ExportInputError(f"{hint} {text}" if hint else text) from e
+    try:
+        user = _user_dynamic_shapes(options, signature, args, kwargs)
+        if user is not None:
+            module, signature = explicit_keywords(module, signature, kwargs)
+        shapes = resolve_dynamic_shapes(user, signature, args, kwargs)
+    except (TypeError, ValueError) as e:
+        hint = binding_hint(signature, args, kwargs)
+        takes = signature_text(signature, args, kwargs)
+        raise ExportInputError(" ".join(t for t in (hint, str(e), takes) if t)) from e
     size_one: list[str] = []
     if shapes is not None:
         size_one = dynamic_size_one(shapes.names, named_inputs(signature, args, kwargs))
@@ -211,6 +241,12 @@ def capture_call(
     var_keyword = _var_keyword(call.signature)
 
     aliases = _flat_sources(call)
+    display = {
+        ours: dotted
+        for name, value in named_inputs(call.signature, call.args, call.kwargs).items()
+        for theirs, ours, dotted in leaf_sources(name, value)
+        if theirs != ours
+    }
 
     def repair(spec: Any, failed: CaptureAttempt, oblivious: bool) -> Repair | None:
         assert failed.exception is not None
@@ -219,7 +255,13 @@ def capture_call(
             head, dot, tail = seen.source.partition(".size()")
             found[aliases.get(head, head) + dot + tail] = seen
         return suggest_repair(
-            spec, failed.exception, size_oblivious=oblivious, var_keyword=var_keyword, found=found
+            spec,
+            failed.exception,
+            size_oblivious=oblivious,
+            var_keyword=var_keyword,
+            found=found,
+            sources=aliases,
+            display=display,
         )
 
     return capture(
@@ -235,26 +277,28 @@ def capture_call(
 
 
 def _flat_sources(call: Call) -> dict[str, str]:
-    """Strict capture's names of the inputs (``L['flat_args'][0]``) -> ``L['x']``-style names."""
-    flat, _ = pytree.tree_flatten_with_path((call.args, call.kwargs))
+    """Map torch's names of the inputs to the spec's.
+
+    ``L['flat_args'][0]`` (strict capture's name) and ``L['pair'].left`` (a namedtuple's
+    field) both become ``L['pair'][0]``.
+    """
     positional = [
         p.name
         for p in (call.signature.parameters.values() if call.signature else ())
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
+    roots: list[tuple[Any, Any]] = [
+        (positional[i] if i < len(positional) else i, a) for i, a in enumerate(call.args)
+    ]
+    roots += list(call.kwargs.items())
     aliases: dict[str, str] = {}
-    for index, (path, _leaf) in enumerate(flat):
-        if len(path) < 2:
-            continue
-        first, second, *rest = path
-        key = getattr(second, "idx", getattr(second, "key", None))
-        name = (
-            positional[key]
-            if getattr(first, "idx", 1) == 0 and isinstance(key, int) and key < len(positional)
-            else key
-        )
-        keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", None))) for k in rest]
-        aliases[f"L['flat_args'][{index}]"] = f"L[{name!r}]" + "".join(f"[{k!r}]" for k in keys)
+    index = 0
+    for name, value in roots:
+        for theirs, ours, _ in leaf_sources(name, value):
+            aliases[f"L['flat_args'][{index}]"] = ours
+            if theirs != ours:
+                aliases[theirs] = ours
+            index += 1
     return aliases
 
 
@@ -327,6 +371,14 @@ def _next_steps(error: BaseException | None, call: Call) -> str:
             "an example size is outside the range of its torch.export.Dim (min/max): widen "
             "the range or export with an example inside it."
         )
+    mismatch = "mismatch between the structure" in text or "Node type" in text
+    if call.shapes is not None and mismatch:
+        return (
+            "dynamic_shapes does not follow the containers of the inputs: give each input's "
+            "spec in the input's own form (a namedtuple's class or a tuple, a dataclass's "
+            "class, a dict of its fields or a list), or name nested leaves by dotted path "
+            "('pair.left')."
+        )
     if call.shapes is not None and (
         "Constraints violated" in text or "specialized" in text or "dynamic" in text
     ):
@@ -394,7 +446,7 @@ def capture_error(attempts: Sequence[CaptureAttempt], call: Call) -> Exception:
     branch = data_dependent_line([a.exception for a in attempts])
     first = "torch.export could not capture the model; every strategy failed:"
     steps = _next_steps(last, call)
-    habit = tuple_hint(call.args) if not call.kwargs else ""
+    habit = tuple_hint(call.args, call.signature) if not call.kwargs else ""
     if habit:  # torch.onnx.export's `args` tuple: torch's error is about the tuple
         first = f"{habit}\nWith the tuple as the model's first input, every strategy failed:"
         steps = "pass the tensors themselves, not a tuple of them."

@@ -9,6 +9,7 @@ a key that is not an input) are refused here, before capture, with ``ValueError`
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,14 @@ from typing import Any
 import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
+
+from onnx_export.capture._spec_containers import (
+    child_specs,
+    container,
+    key_text,
+    named_form,
+    torch_form,
+)
 
 __all__ = [
     "DynamicShapes",
@@ -65,7 +74,9 @@ class DynamicShapes:
             ``**kwargs`` entries nested under that parameter's name; strings replaced
             by ``Dim.DYNAMIC``.
         names: The same structure keyed by input name (``**kwargs`` entries at the top),
-            with the user's own leaves (strings, ``Dim`` objects), to name dims later.
+            with the user's own leaves (strings, ``Dim`` objects), to name dims later;
+            namedtuple and dataclass fields keyed by name (``names["pair"]["left"]``), as
+            the ONNX graph's dotted names read.
     """
 
     torch: Any
@@ -99,11 +110,13 @@ def _skeleton(spec: pytree.TreeSpec, leaves: list[Any]) -> Any:
     if spec.is_leaf():
         return leaves.pop(0)
     children = [_skeleton(child, leaves) for child in spec.children()]
-    if spec.type is dict:
+    if spec.type in (dict, collections.OrderedDict):
         return dict(zip(spec.context, children, strict=True))
-    if spec.type is tuple or isinstance(getattr(spec.context, "_fields", None), tuple):
+    if isinstance(getattr(spec.context, "_fields", None), tuple):  # a namedtuple: its class
+        return spec.context(*children)
+    if spec.type is tuple:
         return tuple(children)
-    return children
+    return children  # a list, or a registered class: torch matches its flattened children
 
 
 def _static(value: Any) -> Any:
@@ -172,9 +185,9 @@ def _check_axes(where: str, spec: Any, tensor: torch.Tensor) -> Any:
 
 
 def _check(where: str, spec: Any, value: Any) -> Any:
-    """Validate ``spec`` against ``value`` where their structures can be matched."""
+    """Validate ``spec`` against ``value``; return it in torch.export's form."""
     if spec is None:
-        return None
+        return _static(value)
     if isinstance(value, torch.Tensor):
         if not _is_axes(spec):
             raise ValueError(
@@ -182,30 +195,17 @@ def _check(where: str, spec: Any, value: Any) -> Any:
                 "{axis: name} or one entry per axis."
             )
         return _check_axes(where, spec, value)
-    if isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-        if len(spec) != len(value):
-            raise ValueError(
-                f"dynamic_shapes[{where!r}] has {len(spec)} entries for an input with "
-                f"{len(value)} elements; give one per element (None for static ones), or "
-                f"name leaves by path ('{where}.0')."
-            )
-        return type(spec)(
-            _check(f"{where}.{i}", s, v) for i, (s, v) in enumerate(zip(spec, value, strict=True))
-        )
-    if isinstance(value, dict) and isinstance(spec, dict):
-        unknown = [k for k in spec if k not in value]
-        if unknown:
-            raise ValueError(
-                f"dynamic_shapes[{where!r}] has keys {unknown} that the input does not "
-                f"have; its keys are {list(value)}."
-            )
-        return {
-            k: _check(f"{where}.{k}", spec[k], v) if spec.get(k) is not None else _static(v)
-            for k, v in value.items()
-        }
     if isinstance(value, (int, float, bool, str)) or value is None:
         return _scalar(where, spec, value)
-    return spec  # a custom container: torch.export matches it
+    node = container(value)
+    if node is None:
+        return spec  # a class torch's pytree does not know: torch.export refuses it
+    specs = child_specs(where, spec, node)
+    checked = [
+        _check(f"{where}.{text}", s, v)
+        for text, s, v in zip(node.texts, specs, node.children, strict=True)
+    ]
+    return torch_form(node, checked, spec)
 
 
 def _scalar(where: str, spec: Any, value: Any) -> DynamicInt | None:
@@ -262,6 +262,13 @@ def _by_path(
                 f"{list(inputs)} (nested leaves by dotted path, e.g. 'name.0' or 'name.key')."
             )
         known = [p for p, _ in leaf_items(head, inputs[head])]
+        if path not in known and dataclasses.is_dataclass(inputs[head]) and known == [head]:
+            cls = type(inputs[head]).__name__
+            raise ValueError(
+                f"dynamic_shapes names {path!r}, but input {head!r} is a {cls} that torch's "
+                f"pytree does not know, so torch.export cannot take it: register it first "
+                f"with torch.export.register_dataclass({cls}), then name its fields."
+            )
         if path not in known:
             raise ValueError(
                 f"dynamic_shapes names {path!r}, but input {head!r} has no such leaf; its "
@@ -321,6 +328,8 @@ def _to_torch(node: Any) -> Any:
         return Dim.DYNAMIC
     if isinstance(node, dict):
         return {k: _to_torch(v) for k, v in node.items()}
+    if isinstance(getattr(type(node), "_fields", None), tuple):  # a namedtuple spec
+        return type(node)(*(_to_torch(v) for v in node))
     if isinstance(node, (list, tuple)):
         return type(node)(_to_torch(v) for v in node)
     return node
@@ -342,28 +351,21 @@ def resolve_dynamic_shapes(
         return None
     inputs = named_inputs(signature, args, kwargs)
     keyed = _keyed(dynamic_shapes, inputs)
-    names = {
+    checked = {
         name: _check(name, keyed[name], value) if keyed.get(name) is not None else _static(value)
         for name, value in inputs.items()
     }
+    names = {name: named_form(checked[name], value) for name, value in inputs.items()}
     if signature is None:
-        return DynamicShapes(_to_torch(names), names)
+        return DynamicShapes(_to_torch(checked), names)
     bound = signature.bind(*args, **kwargs).arguments
     torch_spec: dict[str, Any] = {}
     for name, value in bound.items():
         if signature.parameters[name].kind == _VAR_KEYWORD:
-            torch_spec[name] = {k: _to_torch(names[k]) for k in value}
+            torch_spec[name] = {k: _to_torch(checked[k]) for k in value}
         else:
-            torch_spec[name] = _to_torch(names[name])
+            torch_spec[name] = _to_torch(checked[name])
     return DynamicShapes(torch_spec, names)
-
-
-def key_text(key: object) -> str:
-    """A pytree key's text: a dict key, a sequence index or an attribute name."""
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
 
 
 def dynamic_axes_to_shapes(

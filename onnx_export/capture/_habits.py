@@ -9,6 +9,7 @@ spelling that works, or ``""`` when the call shows no such habit.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["binding_hint", "names_a_file", "tuple_hint", "tuple_of_inputs"]
+from onnx_export.capture._spec_containers import container, describe
+
+__all__ = ["binding_hint", "names_a_file", "signature_text", "tuple_hint", "tuple_of_inputs"]
 
 #: torch.onnx.export's options that ExportOptions takes under the same name.
 _SAME_NAME = ("opset_version", "input_names", "output_names", "dynamic_axes", "dynamic_shapes")
@@ -81,21 +84,42 @@ def names_a_file(args: Sequence[Any]) -> bool:
     return bool(_path_hint(args))
 
 
-def tuple_of_inputs(args: Sequence[Any]) -> bool:
-    """Whether ``args`` is one tuple (or list) of tensors, as torch.onnx.export's ``args``."""
-    if len(args) != 1 or not isinstance(args[0], (tuple, list)) or not args[0]:
+def _takes_a_sequence(signature: inspect.Signature | None) -> bool:
+    """Whether ``forward``'s first parameter is annotated as a tuple, list or sequence."""
+    if signature is None:
+        return False
+    first = next(iter(signature.parameters.values()), None)
+    if first is None or first.annotation is inspect.Parameter.empty:
+        return False
+    annotation = first.annotation
+    if isinstance(annotation, str):
+        head = annotation.split("[")[0].split(".")[-1].lower()
+        return head in ("tuple", "list", "sequence", "iterable")
+    origin = getattr(annotation, "__origin__", annotation)
+    return isinstance(origin, type) and issubclass(origin, (tuple, list, Sequence))
+
+
+def tuple_of_inputs(args: Sequence[Any], signature: inspect.Signature | None = None) -> bool:
+    """Whether ``args`` is one tuple (or list) of tensors, as torch.onnx.export's ``args``.
+
+    A namedtuple is the model's own input, not that habit; so is a tuple where ``forward``'s
+    first parameter is annotated as a tuple, list or sequence.
+    """
+    if len(args) != 1 or type(args[0]) not in (tuple, list) or not args[0]:
+        return False
+    if _takes_a_sequence(signature):
         return False
     return all(isinstance(a, torch.Tensor) for a in args[0])
 
 
-def tuple_hint(args: Sequence[Any]) -> str:
+def tuple_hint(args: Sequence[Any], signature: inspect.Signature | None = None) -> str:
     """The sentence for inputs passed as one tuple, or ``""``.
 
     Example:
         >>> tuple_hint([(torch.zeros(1),)])[:40]
-        'The inputs came as one tuple of 1 tenso'
+        'The inputs came as one tuple of 1 tensor'
     """
-    if not tuple_of_inputs(args):
+    if not tuple_of_inputs(args, signature):
         return ""
     count = len(args[0])
     spelled = "x" if count == 1 else ", ".join(f"x{i}" for i in range(count))
@@ -114,5 +138,46 @@ def binding_hint(
     """The torch.onnx habit that explains why the call does not fit ``forward``, or ``""``."""
     path = _path_hint(args)
     inputs = [a for a in args if not isinstance(a, (str, os.PathLike))] if path else args
-    hints = (_option_hint(signature, kwargs), path, tuple_hint(inputs))
+    hints = (_option_hint(signature, kwargs), path, tuple_hint(inputs, signature))
     return " ".join(h for h in hints if h)
+
+
+def _describe_input(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    node = container(value)
+    if node is None and dataclasses.is_dataclass(value):
+        fields = ", ".join(f.name for f in dataclasses.fields(value))
+        return f"a dataclass {type(value).__name__}({fields}), not registered with torch's pytree"
+    if node is None:
+        name = type(value).__name__
+        return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+    if node.named:
+        kind = "a namedtuple" if node.kind == "namedtuple" else "a dataclass"
+        return f"{kind} {node.cls.__name__}({', '.join(node.texts)})"
+    return describe(node)
+
+
+def signature_text(
+    signature: inspect.Signature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> str:
+    """What ``forward`` takes and what this call gives each parameter, or ``""``.
+
+    Example:
+        >>> def forward(x, scale=2): ...
+        >>> signature_text(inspect.signature(forward), (torch.zeros(2),), {})
+        'forward(x, scale=2) takes x = a tensor of shape [2], scale = an int.'
+    """
+    if signature is None:
+        return ""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return f"forward{signature} takes {len(signature.parameters)} parameter(s)."
+    bound.apply_defaults()
+    given = ", ".join(f"{k} = {_describe_input(v)}" for k, v in bound.arguments.items())
+    plain = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
+    return f"forward{plain} takes {given}."

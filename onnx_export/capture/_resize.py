@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from onnx_export.capture._call import Call
+from onnx_export.capture._call import AxisTie, Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
 from onnx_export.capture._shape_fixes import user_dims
 
@@ -90,6 +90,7 @@ def _new_sizes(
         return None
     tensors = dict(_tensors(call))
     dims = {k: d for k, d in user_dims(call.shapes.names).items() if k[0] in tensors}
+    tied = {tie.axis: tie for tie in call.ties if tie.axis in dims}
     if not dims:
         return None
     taken = set(avoid)
@@ -103,6 +104,8 @@ def _new_sizes(
     # stays even), and the root's own axes then share it.
     ordered = sorted(dims.items(), key=lambda item: _derived(item[1]) is None)
     for (path, axis), dim in ordered:
+        if (path, axis) in tied:
+            continue  # its size follows from the others' (below)
         old = int(tensors[path].shape[axis])
         if old == 0:
             return None  # nothing to repeat
@@ -128,6 +131,21 @@ def _new_sizes(
             chosen[key] = new
             taken.add(new)
         sizes[(path, axis)] = (old, chosen[key])
+    return _with_ties(sizes, tied, tensors)
+
+
+def _with_ties(
+    sizes: dict[tuple[str, int], tuple[int, int]],
+    tied: Mapping[tuple[str, int], AxisTie],
+    tensors: Mapping[str, torch.Tensor],
+) -> dict[tuple[str, int], tuple[int, int]] | None:
+    """``sizes`` with each tied axis at the size its relation gives (``c = 32 - t``)."""
+    new = {k: v[1] for k, v in sizes.items()}
+    for key, tie in tied.items():
+        size = tie.size(new)
+        if size is None or size < 2:
+            return None  # no second size keeps the relation here
+        sizes[key] = (int(tensors[key[0]].shape[key[1]]), size)
     return sizes
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from onnx_export.capture._spec_containers import container
 from onnx_export.capture._specialized import Specialization
 
 __all__ = ["Repair", "StaticDim", "dynamic_size_one", "suggest_repair", "user_dims"]
@@ -110,13 +111,18 @@ def _walk_leaves(spec: Any, value: Any, path: str) -> Iterator[tuple[str, int, A
         for axis, dim in _axes(spec):
             if 0 <= axis < value.dim():
                 yield path, axis, dim, int(value.shape[axis])
-    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-        for i, (s, v) in enumerate(zip(spec, value, strict=False)):
-            yield from _walk_leaves(s, v, f"{path}.{i}")
-    elif isinstance(value, dict) and isinstance(spec, dict):
-        for k, s in spec.items():
-            if k in value:
-                yield from _walk_leaves(s, value[k], f"{path}.{k}")
+        return
+    node = container(value)
+    if node is None:
+        return
+    for i, (key, text, child) in enumerate(zip(node.keys, node.texts, node.children, strict=True)):
+        if isinstance(spec, dict):
+            inner = spec.get(key, spec.get(text))
+        elif isinstance(spec, (list, tuple)) and i < len(spec):
+            inner = spec[i]
+        else:
+            inner = None
+        yield from _walk_leaves(inner, child, f"{path}.{text}")
 
 
 def _leaf_specs(spec: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -235,6 +241,7 @@ def _notes(
     var_keyword: Sequence[str],
     sources: Mapping[str, str],
     found: Mapping[str, Specialization],
+    display: Mapping[str, str],
 ) -> tuple[list[str], list[StaticDim]]:
     notes: list[str] = []
     static: list[StaticDim] = []
@@ -242,6 +249,9 @@ def _notes(
         parts = [str(p) for p in path[:-1]]
         if parts and parts[0] in var_keyword:  # **kwargs entries go by their own name
             parts = parts[1:]
+        named = display.get(_torch_source(path).partition(".size()")[0])
+        if named is not None:  # a namedtuple's or dataclass's field: by its name
+            parts = named.split(".")
         where = f"{'.'.join(parts)}[{path[-1]}]"
         full = f"{'.'.join(map(str, path[:-1]))}[{path[-1]}]"
         why = _reason(message, before, sources.get(full, ""))
@@ -257,7 +267,7 @@ def _notes(
     return notes, static
 
 
-def _set_static(spec: Any, keys: Sequence[Any], axis: int) -> bool:
+def _set_static(spec: Any, keys: Sequence[Any], axis: int, to: Any = Dim.STATIC) -> bool:
     node = spec
     for key in keys:
         if (isinstance(node, dict) and key in node) or (
@@ -267,10 +277,10 @@ def _set_static(spec: Any, keys: Sequence[Any], axis: int) -> bool:
         else:
             return False
     if isinstance(node, dict) and axis in node and _is_dynamic(node[axis]):
-        node[axis] = Dim.STATIC
+        node[axis] = to
         return True
     if isinstance(node, list) and axis < len(node) and _is_dynamic(node[axis]):
-        node[axis] = Dim.STATIC
+        node[axis] = to
         return True
     return False
 
@@ -289,6 +299,8 @@ def _restore(original: Any, mutated: Any) -> Any:
         return {k: _restore(original.get(k), v) for k, v in mutated.items()}
     if isinstance(original, (list, tuple)) and isinstance(mutated, list):
         items = [_restore(o, m) for o, m in zip(original, mutated, strict=False)]
+        if isinstance(getattr(type(original), "_fields", None), tuple):  # a namedtuple
+            return type(original)(*items)
         return tuple(items) if isinstance(original, tuple) else items
     return mutated
 
@@ -306,6 +318,53 @@ def _static_by_source(spec: Any, message: str) -> tuple[Any, dict[str, str]]:
             if _set_static(fixed, keys, axis):
                 sources[f"{'.'.join(map(str, keys))}[{axis}]"] = match.group(0)
     return _restore(spec, fixed), sources
+
+
+_RELATED = re.compile(
+    r"The values of (?P<dep>.+?) = (?P<dep_source>\S+) must always be related to the values "
+    r"of (?P<root>.+?) = (?P<root_source>\S+) by (?P<relation>.+?)\.?$",
+    re.MULTILINE,
+)
+
+
+#: What a relation that is not linear with integer coefficients holds (``c = t//2``).
+_NOT_LINEAR = re.compile(r"//|/|%|\*\*|Mod|FloorDiv|Max|Min|ceil|floor|sqrt")
+
+
+def _named_dynamic(node: Any, names: set[str]) -> Any:
+    """``node`` with every ``Dim`` named in ``names`` made ``Dim.DYNAMIC``."""
+    if isinstance(node, dict):
+        return {k: _named_dynamic(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_named_dynamic(v, names) for v in node]
+    if _is_dynamic(node) and getattr(node, "__name__", None) in names:
+        return Dim.DYNAMIC
+    return node
+
+
+def _related(spec: Any, message: str) -> Any:
+    """Make plain dynamic the dims torch says the model relates (``c = 32 - t``).
+
+    ``Dim`` arithmetic holds only increasing relations (``2*t``, ``t + 1``), so torch
+    cannot apply ``c = 32 - t`` to the spec. With both dims ``Dim.DYNAMIC`` torch derives
+    the relation itself and captures the cache's length as ``32 - t``; the exporter then
+    records it, checks it on each call, and warns (``program/_relations.py``).
+    """
+    fixed = _mutable(spec)
+    names: set[str] = set()
+    for related in _RELATED.finditer(message):
+        if _NOT_LINEAR.search(related.group("relation").partition("=")[2]):
+            continue  # not an exact linear relation: the file could not check it; refused
+        for key in ("dep", "root"):
+            if not related.group(key).startswith(("L[", "inputs[")):
+                names.add(related.group(key))
+        for source in (related.group("dep_source"), related.group("root_source")):
+            for match in _SOURCE.finditer(source):
+                keys: list[Any] = [match.group("name")]
+                for raw in re.findall(r"\[([^\]]+)\]", match.group("keys")):
+                    keys.append(int(raw) if raw.isdigit() else raw.strip("'\""))
+                _set_static(fixed, keys, int(match.group("axis")), Dim.DYNAMIC)
+    return _restore(spec, _named_dynamic(fixed, names))
 
 
 def _refined(spec: Any, message: str) -> Any:
@@ -326,6 +385,16 @@ def _refined(spec: Any, message: str) -> Any:
         return spec
 
 
+def _renamed(message: str, sources: Mapping[str, str]) -> str:
+    """``message`` with torch's names of input sizes replaced by the spec's."""
+    for theirs in sorted(sources, key=len, reverse=True):
+        ours = sources[theirs]
+        message = message.replace(f"{theirs}.size()", f"{ours}.size()")
+        if theirs.startswith("L[") and ours.startswith("L["):  # inputs['x'].shape[0]
+            message = message.replace(f"inputs{theirs[1:]}.shape", f"inputs{ours[1:]}.shape")
+    return message
+
+
 def suggest_repair(
     spec: Any,
     error: BaseException,
@@ -333,19 +402,26 @@ def suggest_repair(
     size_oblivious: bool,
     var_keyword: Sequence[str] = (),
     found: Mapping[str, Specialization] | None = None,
+    sources: Mapping[str, str] | None = None,
+    display: Mapping[str, str] | None = None,
 ) -> Repair | None:
     """What to try after ``error``: a repaired spec, size-oblivious tracing, or nothing.
 
     ``found`` holds the specialisations recorded during the failed capture, by torch's
     source name, to name the model's line that fixed each dimension made static.
+    ``sources`` renames torch's names of inputs to the spec's (``L['pair'].left`` ->
+    ``L['pair'][0]``, strict capture's ``L['flat_args'][0]`` -> ``L['x']``); ``display``
+    names the spec's leaves as the user does (``L['pair'][0]`` -> ``pair.left``).
     """
-    message = str(error)
+    message = _renamed(str(error), sources or {})
     if not size_oblivious and _HINT_ONE.search(message):
         note = "a dimension marked dynamic has example size 1: traced size-obliviously"
         return Repair(spec, True, (note,))
     refined = _refined(spec, message)
+    if refined is spec and _RELATED.search(message):
+        refined = _related(spec, message)
     fixed, sources = _static_by_source(refined, message)
-    notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {})
+    notes, static = _notes(spec, fixed, message, var_keyword, sources, found or {}, display or {})
     if not notes:
         return None
     return Repair(fixed, size_oblivious, tuple(notes), tuple(static))

@@ -190,6 +190,9 @@ def _adapter_lines(model: Any) -> Iterator[str]:
     if nones:
         yield "  None at export (pass None there, or leave it out): " + ", ".join(nones)
     yield from _range_lines(spec.inputs)
+    if spec.relations:
+        relations = "; ".join(r.text() for r in spec.relations)
+        yield f"  related dimensions (calls that break them are refused): {relations}"
     yield f"  output structure: {_tree(spec.output_tree)}"
     yield "  outputs: " + ", ".join(_leaf(leaf, "<-") for leaf in spec.outputs)
 

@@ -3,8 +3,8 @@
 The keys of the ``.npz`` file are either
 
 - the graph input names, one array each (nested inputs have dotted names such as
-  ``cache.0``); with adapter metadata, the nested call is rebuilt from the spec, with the
-  constants and ``None`` s recorded at export; or
+  ``cache.0``, ``pair.left``); with adapter metadata, each leaf is checked as the adapter
+  checks it, the constants recorded at export filled in; or
 - with adapter metadata, ``forward``'s parameter names, each a tensor argument.
 """
 
@@ -15,7 +15,7 @@ import math
 import pathlib
 import zipfile
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -195,15 +195,13 @@ def _check_constant(key: str, array: np.ndarray[Any, Any], recorded: Any) -> Non
 
 
 def _call_by_graph_names(module: Any, spec: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
-    """Rebuild forward's ``(args, kwargs)`` from the spec: arrays, recorded constants."""
-    from onnx_export.adapters import tree_unflatten
+    """Run on one array per graph input; the adapter checks each leaf and rebuilds outputs.
 
-    leaves = [
-        arrays[leaf.tensor.name] if leaf.tensor is not None else leaf.value for leaf in spec.inputs
-    ]
-    canonical = tree_unflatten(spec.input_tree, leaves)  # always (args, kwargs)
-    args, kwargs = cast(tuple[tuple[Any, ...], dict[str, Any]], canonical)
-    return module(*args, **kwargs)
+    The nested call is not rebuilt: a namedtuple or dataclass input (``pair.left``,
+    ``batch.ids``) needs none of the model's classes.
+    """
+    del spec  # the module holds it
+    return module.call_by_graph_names(arrays)
 
 
 def named_leaves(module: Any, outputs: Any) -> list[tuple[str, Any]]:

@@ -15,6 +15,7 @@ import stat
 import pytest
 import torch
 from torch import nn
+from torch.export import Dim
 
 import onnx_export
 from onnx_export.diagnostics import DiagnosticOptions
@@ -34,7 +35,9 @@ def test_capture_failure_outside_model_code_is_located_at_the_call(
 ) -> None:
     report = tmp_path / "failed.sarif"
     options = onnx_export.ExportOptions(
-        dynamic_shapes={"x": {0: "batch"}, "extra": 7},  # 7: no valid spec for a dict
+        # The example's batch of 2 is outside the Dim's range: torch.export refuses it
+        # while processing the dynamic shapes, before any of the model's code runs.
+        dynamic_shapes={"x": {0: Dim("batch", min=5)}, "extra": None},
         diagnostic_options=DiagnosticOptions(report_path=str(report)),
     )
     inputs = (torch.randn(2, 3), {"y": torch.randn(3)})
