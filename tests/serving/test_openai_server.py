@@ -232,9 +232,11 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: Server) -> None:
 )
 def test_a_bad_field_is_answered_400_naming_it(server: Server, field: str, value: Any) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        _client(server).completions.create(
-            model=NAME, prompt="hello", **{"max_tokens": 4, field: value}
+        given = {"max_tokens": 4, field: value}
+        extra = (
+            {"response_format": given.pop("response_format")} if field == "response_format" else {}
         )
+        _client(server).completions.create(model=NAME, prompt="hello", extra_body=extra, **given)
     error = caught.value.body
     assert error["param"] == field and error["type"] == "invalid_request_error", error
     assert error["message"] and "Traceback" not in error["message"]

@@ -53,7 +53,7 @@ def build_app(engine: Engine, name: str) -> Starlette:
     routes = [
         Route("/health", api.health, methods=["GET"]),
         Route("/v1/models", api.models, methods=["GET"]),
-        Route("/v1/models/{model:path}", api.model, methods=["GET"]),
+        Route("/v1/models/{model:path}", api.model_card, methods=["GET"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
     ]
@@ -92,7 +92,7 @@ class _Api:
     async def models(self, request: HTTPRequest) -> Response:
         return JSONResponse({"object": "list", "data": [self._card()]})
 
-    async def model(self, request: HTTPRequest) -> Response:
+    async def model_card(self, request: HTTPRequest) -> Response:
         self._check_model(request.path_params["model"], "model")
         return JSONResponse(self._card())
 

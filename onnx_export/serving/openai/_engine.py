@@ -182,7 +182,7 @@ class Engine:
         with self._lock:
             if self._closing:
                 raise ServerClosing()
-            waiting = len(self._queued) + sum(len(a[1]) for k, a in self._inbox if k == "add")
+            waiting = len(self._queued) + sum(len(a) for k, a in self._inbox if k == "add")
             free = self.max_batch - len(self._rows)
             if waiting + rows - max(free, 0) > self.max_waiting:
                 raise Overloaded(
@@ -205,7 +205,7 @@ class Engine:
     def load(self) -> dict[str, int]:
         """Rows decoding and waiting now, and the counters."""
         with self._lock:
-            waiting = len(self._queued) + sum(len(a[1]) for k, a in self._inbox if k == "add")
+            waiting = len(self._queued) + sum(len(a) for k, a in self._inbox if k == "add")
             return {"active": len(self._rows), "waiting": waiting, **self.stats}
 
     def close(self, timeout: float | None = None) -> None:

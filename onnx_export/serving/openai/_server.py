@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from onnx_export.hf._errors import GenerationError
@@ -127,7 +129,16 @@ def serve(
     server = uvicorn.Server(config)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     announce(f"serving {app.state.model_name} at http://{shown}:{bound}/v1 (Ctrl-C stops)")
+    # uvicorn catches SIGINT/SIGTERM while it runs, drains, then raises the signal again
+    # once its own handlers are gone: these take it, so a drained server returns normally.
+    previous = {s: signal.signal(s, _ignore) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _ignore(number: int, frame: FrameType | None) -> None:
+    """A signal that arrives after the server drained: nothing left to stop."""
