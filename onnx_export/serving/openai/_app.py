@@ -222,9 +222,9 @@ class _Api:
                 yield _sse(chunk)
             while not reply.done:
                 event = await events.get()
-                chunk = reply.take(event)
-                if chunk is not None:
-                    yield _sse(chunk)
+                taken = reply.take(event)
+                if taken is not None:
+                    yield _sse(taken)
             if reply.parsed.include_usage:
                 yield _sse(reply.usage_chunk())
             yield "data: [DONE]\n\n"

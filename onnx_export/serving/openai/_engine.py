@@ -34,7 +34,7 @@ from onnx_export.hf.runtime.generation._structured import (
     OutputConstraint,
 )
 
-from ._errors import Overloaded, ServerClosing
+from ._errors import APIError, Overloaded, ServerClosing
 from ._text import TextScanner
 
 __all__ = ["Engine", "Event", "Choices"]
@@ -177,6 +177,12 @@ class Engine:
             GenerationError: The JSON schema cannot be compiled.
         """
         rows = len(choices.prompts)
+        if rows > self.max_batch + self.max_waiting:
+            raise APIError(
+                f"The request asks for {rows} choices (prompts times n); this server holds "
+                f"{self.max_batch + self.max_waiting} rows at most: ask for fewer.",
+                param="n",
+            )
         ticket = next(self._tickets)
         built = self._rows_of(ticket, choices)  # compiles a schema outside the lock
         with self._lock:
@@ -227,15 +233,14 @@ class Engine:
         settings = resolve_settings(self.model.folder.generation, **_sampling(choices))
         rows = []
         for index, prompt in enumerate(choices.prompts):
-            chooser: TokenChooser | None = make_chooser(
-                self.model.folder.chooser, settings, self._eos, len(prompt)
-            )
+            base = make_chooser(self.model.folder.chooser, settings, self._eos, len(prompt))
+            chooser: TokenChooser | None = base
             if choices.json_schema is not None:
                 constraint = OutputConstraint.from_arguments(json_schema=dict(choices.json_schema))
                 assert constraint is not None  # a schema was given
                 masks = self._grammars().masks(constraint, 1)
-                chooser = ConstrainedChooser.around(chooser, masks)
-            elif chooser is not None and chooser.passes_through():
+                chooser = ConstrainedChooser.around(base, masks)
+            elif base.passes_through():
                 chooser = None  # greedy with no processor: the largest logit
             seed = None if choices.seed is None else choices.seed + index
             scanner = TextScanner(self.model.tokenizer.decode, choices.stop)
@@ -351,13 +356,14 @@ class Engine:
         self._sinks.pop(ticket, None)
 
     def _fail_all(self, message: str) -> None:
-        for ticket in list(self._left):
-            sink = self._sinks.get(ticket)
-            if sink is not None:
-                sink(Event(0, error=message))
-            self._drop(ticket)
-        self._batcher = self.model.batcher()
+        """Every request in flight is told ``message``; the loop starts over, empty."""
+        for sink in self._sinks.values():
+            sink(Event(0, error=message))
+        self._queued.clear()
         self._rows.clear()
+        self._left.clear()
+        self._sinks.clear()
+        self._batcher = self.model.batcher()
 
 
 def _sampling(choices: Choices) -> dict[str, Any]:
