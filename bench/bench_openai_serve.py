@@ -14,8 +14,15 @@ tokens, a ~32-token prompt of its own), it measures
   between streamed chunks),
 
 and checks that every answer's text is the same from both servers (same prompts, greedy).
-Both servers run alone in turn, with the same threads. Absolute numbers on a shared 2-core
-machine are noise; compare the columns of one run. Prints a Markdown table.
+With ``--genai``, onnxruntime-genai 0.18 runs the same prompts in-process on its own fp32
+build of the checkpoint (its model builder): one after another (``og.Generator`` per
+request; a request's TTFT counts from the level's start, as if all arrived at once), and
+all at once as one batch of its generator (the prompts are of equal length); no HTTP.
+All servers are started first (an idle one takes no CPU); each level then runs on each
+server in turn, ``--rounds`` times, and each server's best round (tokens/s) is kept, so a
+slow moment of the shared machine hurts no one server alone. Same threads for all.
+Absolute numbers on a shared 2-core machine are noise; compare the columns of one run.
+Prints a Markdown table.
 
     python bench/bench_openai_serve.py [--concurrency 1 8 32] [--new 16] [--requests 1]
         [--precisions fp32 int4] [--threads 2] [--their-cb] [--skip-transformers]
@@ -204,6 +211,89 @@ def run_level(
     return row, [a.text for a in final]
 
 
+def genai_level(
+    folder: pathlib.Path, prompts: list[str], new: int
+) -> dict[str, tuple[dict[str, float], list[str]]]:
+    """onnxruntime-genai in-process: the prompts one after another, then as one batch."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    rows = [[1, *(int(w[1:]) for w in p.split())] for p in prompts]
+    length = len(rows[0])
+
+    def generator(batch: int) -> Any:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=length + new, do_sample=False, batch_size=batch)
+        return og.Generator(model, params)
+
+    begin = time.perf_counter()
+    firsts, gaps, texts = [], [], []
+    for row in rows:
+        g = generator(1)
+        g.append_tokens(np.array([row], np.int64))
+        times = []
+        while not g.is_done():
+            g.generate_next_token()
+            times.append(time.perf_counter())
+        firsts.append(times[0] - begin)
+        gaps += list(np.diff(times))
+        texts.append(_words(np.asarray(g.get_sequence(0))[length:]))
+    wall = time.perf_counter() - begin
+    results = {"genai sequential": (_row(len(rows), texts, wall, firsts, gaps), texts)}
+    begin = time.perf_counter()
+    g = generator(len(rows))
+    g.append_tokens(np.array(rows, np.int64))
+    times = []
+    while not g.is_done():
+        g.generate_next_token()
+        times.append(time.perf_counter())
+    wall = time.perf_counter() - begin
+    texts = [_words(np.asarray(g.get_sequence(i))[length:]) for i in range(len(rows))]
+    firsts = [times[0] - begin] * len(rows)
+    results["genai batched"] = (_row(len(rows), texts, wall, firsts, list(np.diff(times))), texts)
+    return results
+
+
+def _words(tokens: np.ndarray) -> str:
+    return " ".join(f"t{int(t)}" for t in tokens if int(t) != 2)
+
+
+def _row(
+    requests: int, texts: list[str], wall: float, firsts: list[float], gaps: list[float]
+) -> dict[str, float]:
+    tokens = sum(len(t.split()) for t in texts)
+    gap = np.array(gaps or [0.0])
+    return {
+        "requests/s": requests / wall,
+        "tokens/s": tokens / wall,
+        "TTFT p50 ms": 1000 * float(np.median(firsts)),
+        "ITL p50 ms": 1000 * float(np.percentile(gap, 50)),
+        "ITL p99 ms": 1000 * float(np.percentile(gap, 99)),
+    }
+
+
+def measure(
+    servers: dict[str, Server], args: argparse.Namespace
+) -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], list[str]]]:
+    """Each level on each server in turn, ``--rounds`` times; each one's best round."""
+    best: dict[tuple[str, int], dict[str, float]] = {}
+    texts: dict[tuple[str, int], list[str]] = {}
+    for round_ in range(args.rounds):
+        for level in args.concurrency:
+            prompts = prompts_for(level * args.requests)
+            for name, server in servers.items():
+                row, got = run_level(server, prompts, level, args.new)
+                print(f"round {round_} {name} x{level}: {row}", flush=True)
+                key = (name, level)
+                if key not in best or row["tokens/s"] > best[key]["tokens/s"]:
+                    best[key], texts[key] = row, got
+    return best, texts
+
+
+def _same(ours: list[str], theirs: list[str]) -> str:
+    return f"{sum(a == b for a, b in zip(ours, theirs, strict=True))}/{len(theirs)}"
+
+
 def prompts_for(count: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     return [" ".join(f"t{t}" for t in rng.integers(3, 32000, PROMPT_WORDS)) for _ in range(count)]
@@ -216,50 +306,54 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1, help="requests a client (1)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "int4"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, best kept (2)")
     parser.add_argument(
         "--their-cb", action="store_true", help="transformers serve --continuous-batching"
     )
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--genai", action="store_true", help="onnxruntime-genai in-process too")
     parser.add_argument("--work", type=pathlib.Path, default=None, help="keep builds here")
     args = parser.parse_args()
     work = args.work or pathlib.Path(tempfile.mkdtemp(prefix="bench-openai-"))
     checkpoint = work / "checkpoint"
     if not (checkpoint / "config.json").is_file():
         build_checkpoint(checkpoint)
-    rows: list[tuple[str, int, dict[str, float], str]] = []
-    texts: dict[tuple[str, int], list[str]] = {}
-    for precision in args.precisions:
-        folder = work / f"onnx-{precision}"
-        if not (folder / "model.onnx").is_file():
-            export(checkpoint, folder, precision)
-        server = start_ours(folder, args.threads, work / f"ours-{precision}.log")
-        try:
-            for level in args.concurrency:
-                prompts = prompts_for(level * args.requests)
-                row, got = run_level(server, prompts, level, args.new)
-                texts[(f"ours {precision}", level)] = got
-                rows.append((f"ours {precision}", level, row, ""))
-                print(f"ours {precision} x{level}: {row}", flush=True)
-        finally:
+    servers: dict[str, Server] = {}
+    try:
+        for precision in args.precisions:
+            folder = work / f"onnx-{precision}"
+            if not (folder / "model.onnx").is_file():
+                export(checkpoint, folder, precision)
+            log = work / f"ours-{precision}.log"
+            servers[f"ours {precision}"] = start_ours(folder, args.threads, log)
+        if not args.skip_transformers:
+            label = "transformers serve" + (" (CB)" if args.their_cb else "")
+            log = work / "theirs.log"
+            servers[label] = start_transformers(checkpoint, args.threads, args.their_cb, log)
+        best, texts = measure(servers, args)
+    finally:
+        for server in servers.values():
             server.stop()
-    if not args.skip_transformers:
-        label = "transformers serve" + (" (CB)" if args.their_cb else "")
-        server = start_transformers(checkpoint, args.threads, args.their_cb, work / "theirs.log")
-        try:
-            for level in args.concurrency:
-                prompts = prompts_for(level * args.requests)
-                row, got = run_level(server, prompts, level, args.new)
-                texts[(label, level)] = got
+    rows = []
+    for (name, level), row in best.items():
+        ours = texts.get(("ours fp32", level))
+        got = texts[(name, level)]
+        same = "" if ours is None or name == "ours fp32" else _same(ours, got)
+        rows.append((name, level, row, same))
+    if args.genai:
+        from bench.bench_genai import build_genai, set_genai_threads
+
+        folder = work / "genai-fp32"
+        if not (folder / "genai_config.json").is_file():
+            build_genai(checkpoint, folder, "fp32", dict(os.environ))
+        set_genai_threads(folder, args.threads)
+        for level in args.concurrency:
+            prompts = prompts_for(level * args.requests)
+            for label, (row, got) in genai_level(folder, prompts, args.new).items():
                 ours = texts.get(("ours fp32", level))
-                same = (
-                    ""
-                    if ours is None
-                    else f"{sum(a == b for a, b in zip(ours, got, strict=False))}/{len(got)}"
-                )
+                same = "" if ours is None else _same(ours, got)
                 rows.append((label, level, row, same))
                 print(f"{label} x{level}: {row} same as ours fp32: {same}", flush=True)
-        finally:
-            server.stop()
     _table(rows)
 
 

@@ -40,6 +40,10 @@ from ._text import TextScanner
 __all__ = ["Engine", "Event", "Choices"]
 
 _log = logging.getLogger("onnx_export.serving.openai")
+#: Rows that join the batch at one step at most: each is prefilled alone before the step,
+#: so a burst of requests joins over a few steps while the rows running keep decoding
+#: (the first of the burst get their first token sooner; the rest as before).
+ADMIT_PER_STEP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +297,9 @@ class Engine:
                 self._fail_all(f"The decoding loop failed: {type(e).__name__}: {e}")
 
     def _step(self) -> None:
-        while self._queued and len(self._rows) < self.max_batch:
+        admitted = 0
+        while self._queued and len(self._rows) < self.max_batch and admitted < ADMIT_PER_STEP:
+            admitted += 1
             row = self._queued.popleft()
             row.batch_id = self._batcher.submit(
                 row.prompt,

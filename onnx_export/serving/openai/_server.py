@@ -26,6 +26,9 @@ def _load(
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    # ONNX Runtime's pool threads spin between runs by default: here they would take the
+    # cores the event loop (HTTP, tokenizing, streaming) needs between two steps.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     model = OrtModelForCausalLM.from_pretrained(folder, providers, options)
