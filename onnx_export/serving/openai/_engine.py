@@ -197,8 +197,8 @@ class Engine:
             if waiting + rows - max(free, 0) > self.max_waiting:
                 raise Overloaded(
                     f"{len(self._rows)} rows are decoding and {waiting} wait, the most this "
-                    f"server queues (--max-batch {self.max_batch}, --max-waiting "
-                    f"{self.max_waiting}): retry shortly.",
+                    f"server holds ({self.max_batch} in the batch, {self.max_waiting} "
+                    "waiting): retry shortly.",
                 )
             self._sinks[ticket] = sink
             self._left[ticket] = rows
@@ -363,7 +363,7 @@ class Engine:
 
     def _fail_all(self, message: str) -> None:
         """Every request in flight is told ``message``; the loop starts over, empty."""
-        for sink in self._sinks.values():
+        for sink in list(self._sinks.values()):
             sink(Event(0, error=message))
         self._queued.clear()
         self._rows.clear()
