@@ -217,6 +217,19 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: Server) -> None:
     assert health["active"] == 0 and health["cancelled"] == before + 1, health
 
 
+def test_a_client_that_gives_up_waiting_frees_its_slot(server: Server) -> None:
+    before = _health(server)["cancelled"]
+    impatient = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(
+            model=NAME, prompt="hello", max_tokens=1000, extra_body={"ignore_eos": True}
+        )
+    deadline = time.monotonic() + 30
+    while (health := _health(server))["active"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert health["active"] == 0 and health["cancelled"] == before + 1, health
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
