@@ -49,7 +49,16 @@ INDEPENDENT = ("onnx_export.adapters", "onnx_export.diagnostics")
 #: Torch-free packages (what a deployment installs beside onnxruntime): each may import
 #: only the listed parts of ``onnx_export`` and none of the exporter's libraries, at any
 #: level (lazy imports inside functions too).
-TORCH_FREE = {"onnx_export.serving": ("onnx_export.serving", "onnx_export.adapters")}
+#: ``serving.openai`` runs the Hugging Face runtime (torch-free itself, as
+#: ``tests/hf/test_hf_layering.py`` checks) and its shared error leaf.
+TORCH_FREE = {
+    "onnx_export.serving": (
+        "onnx_export.serving",
+        "onnx_export.adapters",
+        "onnx_export.hf.runtime",
+        "onnx_export.hf._errors",
+    )
+}
 EXPORTER_LIBRARIES = ("torch", "torchvision", "transformers", "onnxscript", "onnx_ir")
 #: Shared leaves that must not import the op library or the passes' users: they rank
 #: with ``ops``/``passes`` but only the registry may (lazily) load the op library.

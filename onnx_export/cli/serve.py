@@ -1,10 +1,16 @@
-"""``onnx-export serve``: serve a saved model on a real Triton server until Ctrl-C."""
+"""``onnx-export serve``: a saved model on Triton, or an LLM folder OpenAI's way (--openai).
+
+Without ``--openai`` a real Triton server runs until Ctrl-C; with it, a folder that
+``onnx-export hf`` wrote for text generation is served on an OpenAI-compatible endpoint
+(``onnx_export.serving.openai``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import pathlib
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -26,8 +32,12 @@ def register(commands: Subcommands) -> None:
         "with ONNX Runtime inside, dynamic batching on when the model has a batch axis), "
         "start the tritonserver that nvidia-pytriton installs, and serve until Ctrl-C "
         "(or SIGTERM), then stop it with its backend processes. Call it with "
-        "onnx_export.serving.TritonModel('HOST:PORT', NAME). Exits 2 when the model or an "
-        "option cannot be used, 1 when the server cannot start.",
+        "onnx_export.serving.TritonModel('HOST:PORT', NAME). With --openai, a folder "
+        "written by onnx-export hf for text-generation is served instead on an "
+        "OpenAI-compatible endpoint (/v1/models, /v1/completions, /v1/chat/completions, "
+        "/health; every request in one continuous-batching loop), until SIGINT/SIGTERM, "
+        "which finish the requests in flight. Exits 2 when the model or an option cannot "
+        "be used, 1 when the server cannot start.",
         handler=_run,
     )
     parser.add_argument(
@@ -55,9 +65,50 @@ def register(commands: Subcommands) -> None:
         "--timeout", type=float, default=120.0, help="seconds to wait for the server (120)"
     )
     add_serving_options(parser)
+    openai = parser.add_argument_group("OpenAI-compatible server (--openai)")
+    openai.add_argument(
+        "--openai",
+        action="store_true",
+        help="serve a text-generation folder on an OpenAI-compatible endpoint (no Triton); "
+        "--name is the model's name in requests, --max-batch-size the rows decoded together",
+    )
+    openai.add_argument(
+        "--max-waiting",
+        type=int,
+        default=64,
+        metavar="N",
+        help="rows that may wait for a batch slot (64); past that a request gets 429",
+    )
+    openai.add_argument(
+        "--threads", type=int, default=None, help="ONNX Runtime's intra-op threads (all cores)"
+    )
+    openai.add_argument(
+        "--kserve",
+        metavar="STORAGE_URI",
+        help="write a KServe InferenceService that runs this server in a container on the "
+        "folder uploaded to STORAGE_URI (s3://, gs://, pvc://...), to --manifest, and exit",
+    )
+    openai.add_argument(
+        "--image",
+        default="onnx-export-openai:latest",
+        help="the container image of the --kserve manifest (docs/deployment.md builds one)",
+    )
+    openai.add_argument(
+        "--manifest",
+        type=pathlib.Path,
+        default=None,
+        help="where --kserve writes (default: NAME.inferenceservice.yaml here)",
+    )
 
 
 def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    if args.openai:
+        return _run_openai(args, echo)
+    if args.kserve is not None:
+        raise UsageError(
+            "serve --kserve writes the manifest of the OpenAI-compatible server: add --openai "
+            "(for Triton, onnx-export triton --kserve writes one beside the repository)."
+        )
     from onnx_export.serving import (
         RepositoryError,
         ServerError,
@@ -99,6 +150,64 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
             signal.signal(signal.SIGTERM, previous)
     echo("stopped")
     return 0
+
+
+def _run_openai(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
+    from onnx_export.hf._errors import CheckpointError, GenerationError
+
+    if not 0 <= args.port < 65536:
+        raise UsageError(f"--port must be a TCP port (0 for a free one), got {args.port}.")
+    if args.max_batch_size < 1 or args.max_waiting < 0:
+        raise UsageError(
+            f"--max-batch-size must be >= 1 and --max-waiting >= 0, got {args.max_batch_size} "
+            f"and {args.max_waiting}."
+        )
+    name = args.name or args.model.resolve().name
+    if args.kserve is not None:
+        from onnx_export.serving._kserve import openai_manifest_text
+
+        path = args.manifest or pathlib.Path(f"{name}.inferenceservice.yaml")
+        text = openai_manifest_text(
+            name,
+            args.kserve,
+            image=args.image,
+            device=args.device,
+            max_batch=args.max_batch_size,
+            max_waiting=args.max_waiting,
+        )
+        path.write_text(text, encoding="utf-8")
+        echo(f"wrote {path}")
+        return 0
+    from onnx_export.serving.openai import serve
+
+    try:
+        serve(
+            args.model,
+            host=args.host,
+            port=args.port,
+            name=name,
+            max_batch=args.max_batch_size,
+            max_waiting=args.max_waiting,
+            threads=args.threads,
+            providers=[args.device],
+            announce=_flushed(echo),
+        )
+    except (CheckpointError, GenerationError) as e:
+        raise UsageError(str(e)) from e
+    except OSError as e:
+        raise CommandError(str(e)) from e
+    echo("stopped")
+    return 0
+
+
+def _flushed(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """``echo``, then stdout flushed (a parent process waits for the address line)."""
+
+    def announce(line: str) -> None:
+        echo(line)
+        sys.stdout.flush()
+
+    return announce
 
 
 def _set_on_signal(stop: threading.Event) -> Callable[[int, FrameType | None], None]:

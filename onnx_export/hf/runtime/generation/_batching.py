@@ -10,15 +10,16 @@ remaining row reads are cut from the cache. Each request gets the tokens greedy
 ``generate()`` gives it alone.
 
 The cache moves through numpy only when rows join or leave; between those steps the
-presents are fed back as ONNX Runtime values. Greedy decoding, the default
-``target="onnx"`` graph (the fused decoder keeps its rows right-aligned in a shared
-buffer, which this loop does not manage).
+presents are fed back as ONNX Runtime values. Greedy decoding unless a request brings its
+own ``choose`` (sampling, structured output); :meth:`ContinuousBatcher.cancel` drops a
+request between steps. The default ``target="onnx"`` graph (the fused decoder keeps its
+rows right-aligned in a shared buffer, which this loop does not manage).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,10 @@ import numpy.typing as npt
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._session import StepSession, Value
 
-__all__ = ["BatchedRequest", "ContinuousBatcher"]
+__all__ = ["BatchedRequest", "ContinuousBatcher", "Choose"]
+
+#: Picks a row's next token from its logits (vocab,), float32; greedy when not given.
+Choose = Callable[[npt.NDArray[np.float32]], int]
 
 
 @dataclasses.dataclass
@@ -40,6 +44,8 @@ class BatchedRequest:
         max_new_tokens: How many tokens to add at most.
         eos: The tokens that end it.
         tokens: The new tokens so far.
+        choose: Picks each next token from the row's logits (sampling, masks); the
+            largest logit when ``None``.
     """
 
     id: int
@@ -47,6 +53,7 @@ class BatchedRequest:
     max_new_tokens: int
     eos: frozenset[int]
     tokens: list[int] = dataclasses.field(default_factory=list)
+    choose: Choose | None = None
 
     @property
     def done(self) -> bool:
@@ -90,8 +97,12 @@ class ContinuousBatcher:
         *,
         max_new_tokens: int,
         eos_token_id: int | Sequence[int] | None = None,
+        choose: Choose | None = None,
     ) -> int:
-        """Queue a request; it joins the batch at the next step. Returns its id."""
+        """Queue a request; it joins the batch at the next step. Returns its id.
+
+        ``choose`` picks the request's tokens from its logits (greedy when ``None``).
+        """
         ids = [int(t) for t in prompt]
         if not ids or (self._vocab is not None and not all(0 <= t < self._vocab for t in ids)):
             raise GenerationError(
@@ -107,10 +118,25 @@ class ContinuousBatcher:
             if eos_token_id is None
             else ((eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
         )
-        request = BatchedRequest(self._next_id, ids, max_new_tokens, frozenset(eos))
+        request = BatchedRequest(self._next_id, ids, max_new_tokens, frozenset(eos), choose=choose)
         self._next_id += 1
         self._waiting.append(request)
         return request.id
+
+    def cancel(self, request_id: int) -> bool:
+        """Drop a request (waiting or in the batch) now; False when it is not here.
+
+        Call it between steps: the row leaves the batch and its cache columns go.
+        """
+        for i, request in enumerate(self._waiting):
+            if request.id == request_id:
+                del self._waiting[i]
+                return True
+        for i, request in enumerate(self._rows):
+            if request.id == request_id:
+                self._retire([i])
+                return True
+        return False
 
     @property
     def active(self) -> int:
@@ -144,7 +170,7 @@ class ContinuousBatcher:
         if self._uses_positions:
             feed["position_ids"] = np.arange(length, dtype=np.int64)[None]
         results = self._session.run({**feed, **self._session.empty_past(1)})
-        request.tokens.append(int(self._session.last_logits(results)[0].argmax()))
+        request.tokens.append(_pick(request, self._session.last_logits(results)[0]))
         if request.done:
             return request
         past = {n: v.numpy() for n, v in self._session.next_past(results).items()}
@@ -177,9 +203,11 @@ class ContinuousBatcher:
             feed["position_ids"] = self._mask.sum(axis=1, keepdims=True) - 1
         results = self._session.run({**feed, **self._past})
         self._past = self._session.next_past(results)
-        tokens = self._session.last_logits(results).argmax(axis=-1)
-        for request, token in zip(self._rows, tokens.tolist(), strict=True):
-            request.tokens.append(int(token))
+        logits = self._session.last_logits(results)
+        tokens = logits.argmax(axis=-1).tolist()
+        for i, request in enumerate(self._rows):
+            chosen = tokens[i] if request.choose is None else request.choose(logits[i])
+            request.tokens.append(int(chosen))
         self.steps += 1
 
     def _retire(self, ended: list[int]) -> None:
@@ -195,6 +223,11 @@ class ContinuousBatcher:
         self._past = {
             n: np.ascontiguousarray(_array(v)[keep][:, :, start:]) for n, v in self._past.items()
         }
+
+
+def _pick(request: BatchedRequest, logits: npt.NDArray[np.float32]) -> int:
+    """The request's next token from its logits (vocab,)."""
+    return int(logits.argmax() if request.choose is None else request.choose(logits))
 
 
 def _left_pad(array: npt.NDArray[Any], width: int) -> npt.NDArray[Any]:

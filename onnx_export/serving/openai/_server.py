@@ -1,0 +1,147 @@
+"""Loading a folder into an :class:`Engine` and serving it with uvicorn until a signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
+
+from ._app import build_app
+from ._engine import Engine
+
+__all__ = ["create_app", "serve"]
+
+SERVE_EXTRA = "pip install 'onnx-export[openai-serve]'"
+
+
+def _load(
+    folder: str | os.PathLike[str], threads: int | None, providers: list[str] | None
+) -> OrtModelForCausalLM:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # ONNX Runtime's pool threads spin between runs by default: here they would take the
+    # cores the event loop (HTTP, tokenizing, streaming) needs between two steps.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    model = OrtModelForCausalLM.from_pretrained(folder, providers, options)
+    model.tokenizer  # noqa: B018 - text in and out needs tokenizer.json: fail at start
+    return model
+
+
+def create_app(
+    folder: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    max_batch: int = 32,
+    max_waiting: int = 64,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+) -> Any:
+    """An ASGI application serving an exported text-generation folder, OpenAI's way.
+
+    Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
+    (``stream``, ``max_tokens``, ``stop``, ``temperature``, ``top_p``, ``seed``, ``n``,
+    ``response_format`` with a JSON schema, ``tools`` given to the chat template) and
+    ``GET /health``. Every request is decoded in one continuous-batching loop.
+
+    Args:
+        folder: A folder ``onnx-export hf`` wrote for ``text-generation`` (default target),
+            with the checkpoint's ``tokenizer.json``.
+        name: The model's name in requests and ``/v1/models`` (the folder's name).
+        max_batch: Rows (choices) decoded together at most.
+        max_waiting: Rows that wait for a slot at most; a request past that gets 429.
+        threads: ONNX Runtime's intra-op threads (its default: every core).
+        providers: ONNX Runtime providers (``["cpu"]``, ``["cuda"]``); the CPU by default.
+
+    Returns:
+        A Starlette application (run it with uvicorn, or :func:`serve`).
+
+    Raises:
+        CheckpointError: The folder is not an exported text-generation folder.
+        GenerationError: It has no ``tokenizer.json``, or the ``text`` extra is missing.
+
+    Example:
+        >>> from onnx_export.serving.openai import create_app
+        >>> app = create_app("out", max_batch=16)  # doctest: +SKIP
+        >>> import uvicorn; uvicorn.run(app, port=8000)  # doctest: +SKIP
+    """
+    if max_batch < 1 or max_waiting < 0:
+        raise ValueError(
+            f"max_batch must be >= 1 and max_waiting >= 0, got {max_batch} and {max_waiting}."
+        )
+    model = _load(folder, threads, providers)
+    engine = Engine(model, max_batch=max_batch, max_waiting=max_waiting)
+    return build_app(engine, name or model.folder.path.name)
+
+
+def serve(
+    folder: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str | None = None,
+    max_batch: int = 32,
+    max_waiting: int = 64,
+    threads: int | None = None,
+    providers: list[str] | None = None,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``folder`` (see :func:`create_app`) on ``host:port`` until SIGINT or SIGTERM.
+
+    Port 0 takes a free port; ``announce`` gets one line with the address. On a signal
+    the server stops listening, finishes the requests it has (streams included), then
+    returns.
+
+    Example:
+        >>> from onnx_export.serving.openai import serve
+        >>> serve("out", host="0.0.0.0", port=8000)  # doctest: +SKIP
+        serving out at http://0.0.0.0:8000/v1 (Ctrl-C stops)
+    """
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise GenerationError(f"The OpenAI-compatible server needs uvicorn: {SERVE_EXTRA}.") from e
+    app = create_app(
+        folder,
+        name=name,
+        max_batch=max_batch,
+        max_waiting=max_waiting,
+        threads=threads,
+        providers=providers,
+    )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"Cannot listen on {host}:{port}: {e.strerror}. Pick another --port.") from e
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=60, access_log=False
+    )
+    server = uvicorn.Server(config)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    announce(f"serving {app.state.model_name} at http://{shown}:{bound}/v1 (Ctrl-C stops)")
+    # uvicorn catches SIGINT/SIGTERM while it runs, drains, then raises the signal again
+    # once its own handlers are gone: these take it, so a drained server returns normally.
+    previous = {s: signal.signal(s, _ignore) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _ignore(number: int, frame: FrameType | None) -> None:
+    """A signal that arrives after the server drained: nothing left to stop."""
