@@ -23,14 +23,20 @@ preallocated (batch, kv heads, max length, head size) buffer that GQA updates in
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
 from onnx_export.passes.fold_weights import derived_initializer
 
 __all__ = [
+    "LAST_TOKEN_ROWS_KEY",
+    "LOGITS_KEY",
+    "NEW_TOKENS_AFTER_PAST",
     "SHARE_BUFFER_KEY",
     "UNREAD_INPUTS_KEY",
+    "keep_last_logits",
     "lean_group_query_attention",
     "shares_past_present",
 ]
@@ -40,6 +46,14 @@ SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 #: Model metadata key: the graph inputs nothing reads, comma-separated (``position_ids``
 #: when GQA rotates at the physical positions); a runtime need not refresh them per step.
 UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
+#: Node metadata marking the ``GatherND`` that picks each row's last token for the output
+#: head (``hf/export/_gqa.py``'s ``last_token_rows``).
+LAST_TOKEN_ROWS_KEY = "onnx_export.last_token_rows"
+#: Model metadata key set to ``"new tokens after a past"`` when ``logits`` holds every new
+#: token's logits in a step that continues a past (:func:`keep_last_logits`).
+LOGITS_KEY = "onnx_export.logits"
+#: :data:`LOGITS_KEY`'s value.
+NEW_TOKENS_AFTER_PAST = "new tokens after a past"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -188,6 +202,65 @@ def shares_past_present(graph: ir.Graph) -> bool:
     return pasts > 0
 
 
+def _downstream(value: ir.Value) -> list[ir.Value]:
+    """The values computed from ``value`` (itself included), in the graph's order."""
+    seen, stack, found = {id(value)}, [value], [value]
+    while stack:
+        for use in stack.pop().uses():
+            for out in use.node.outputs:
+                if id(out) not in seen:
+                    seen.add(id(out))
+                    stack.append(out)
+                    found.append(out)
+    return found
+
+
+def _constant(graph: ir.Graph, before: ir.Node, array: Any) -> ir.Value:
+    node = ir.node("Constant", [], attributes={"value": ir.tensor(np.asarray(array, np.int64))})
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
+def keep_last_logits(graph: ir.Graph) -> bool:
+    """The last-token ``GatherND`` also takes every new token of a step after a past.
+
+    The head's input is each row's last token, (batch, 1, hidden), for a prompt (the
+    sequence as long as the attention mask) and for a one-token step. A step of k > 1 new
+    tokens after a past (drafts being verified: one row, as ORT's GroupQueryAttention takes
+    it) keeps all k: the marked ``GatherND``'s (batch, 1, 1) index of the last position p
+    becomes (batch, k, 1), p - k + 1 to p, with k = 1 + (k - 1) * (sequence < total).
+    The second axis of ``logits`` (and the values between) is named ``new_logits``.
+    """
+    marked = [n for n in graph if n.metadata_props.get(LAST_TOKEN_ROWS_KEY) == "1"]
+    masks = [v for v in graph.inputs if v.name == "attention_mask"]
+    if len(marked) != 1 or len(masks) != 1 or None in marked[0].inputs:
+        return False
+    gather = marked[0]
+    hidden, index = gather.inputs[0], gather.inputs[1]
+
+    def add(op_type: str, *inputs: ir.Value, **attributes: Any) -> ir.Value:
+        node = ir.node(op_type, list(inputs), attributes=attributes)
+        graph.insert_before(gather, node)
+        return node.outputs[0]
+
+    one = _constant(graph, gather, [1])
+    new = add("Shape", hidden, start=1, end=2)  # (1,)
+    total = add("Shape", masks[0], start=1, end=2)
+    after_past = add("Cast", add("Less", new, total), to=ir.DataType.INT64)
+    keep = add("Add", one, add("Mul", add("Sub", new, one), after_past))  # (1,)
+    scalar = add("Reshape", keep, _constant(graph, gather, []))
+    offsets = add("Range", _constant(graph, gather, 0), scalar, _constant(graph, gather, 1))
+    column = add("Reshape", offsets, _constant(graph, gather, [1, -1, 1]))  # (1, k, 1)
+    first = add("Sub", index, add("Sub", keep, one))  # (batch, 1, 1)
+    gather.replace_input_with(1, add("Add", first, column))  # (batch, k, 1)
+    axis = ir.SymbolicDim("new_logits")
+    for value in _downstream(gather.outputs[0]):
+        shape = value.shape
+        if shape is not None and len(shape) == 3 and shape[1] == 1:
+            value.shape = ir.Shape([shape[0], axis, shape[2]])
+    return True
+
+
 def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     """Apply the rewrites in place; return how often each applied (none: no GQA)."""
     graph = model.graph
@@ -198,8 +271,11 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     round_trips = _drop_squeeze_round_trips(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)  # the dropped chains still read their input
     packed = sum(_pack_qkv(graph, node) for node in attention)
+    keeps = keep_last_logits(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)
+    if keeps:
+        model.metadata_props[LOGITS_KEY] = NEW_TOKENS_AFTER_PAST
     shared = shares_past_present(graph)
     if shared:
         model.metadata_props[SHARE_BUFFER_KEY] = "1"
@@ -211,4 +287,5 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
         "squeeze round trips dropped": round_trips,
         "packed QKV MatMul": packed,
         "shared past/present buffer": int(shared),
+        "logits of the last k positions": int(keeps),
     }

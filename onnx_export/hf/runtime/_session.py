@@ -212,7 +212,7 @@ class StepSession:
         return np.ascontiguousarray(self.cache_ops.to_host_float32(value)[:, -1, :])
 
     def _static_cache_shapes(self) -> bool:
-        """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
+        """Pasts with static heads and head size, ``logits`` (batch, 1 or new, static vocab)."""
         logits = self._outputs.get("logits")
         if not self.past_names or logits is None or len(logits.shape) != 3:
             return False
@@ -220,7 +220,9 @@ class StepSession:
         for name in self.past_names:
             shape = self._inputs[name].shape
             dims += [shape[1], shape[3]] if len(shape) == 4 else [None]
-        return logits.shape[1] == 1 and all(isinstance(d, int) for d in dims)
+        # "new_logits": one per row, or every new token of a step after a past (ort_gqa.py)
+        last_only = logits.shape[1] in (1, "new_logits")
+        return last_only and all(isinstance(d, int) for d in dims[1:])
 
     def input_meta(self, name: str) -> Any:
         """The ``NodeArg`` (onnxruntime's) of the input ``name`` (``.shape``, ``.type``)."""

@@ -64,7 +64,7 @@ class SharedCache:
         for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
             self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
-        self._logits = _buffer(meta, (batch, meta.shape[1], meta.shape[2]))
+        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_chunk)
         self._binding.bind_ortvalue_output(
             "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
         )
@@ -105,6 +105,29 @@ class SharedCache:
             )
         self._run(self._binding, self._options)
         return self._results
+
+    def run_new(self, feed: Mapping[str, Any], count: int) -> npt.NDArray[np.float32]:
+        """One row's step of ``count`` new tokens after its past: their logits (count, vocab).
+
+        The graph gives every new token's logits in such a step (``passes/ort_gqa.py``);
+        they go to a buffer of that size, then the one-position buffer is bound again.
+        A later step (or :meth:`run`) overwrites what lies past its own tokens, which is
+        how a verification step's rejected drafts are dropped.
+        """
+        if count == 1:
+            return self.last_logits(self.run(feed)).copy()
+        meta = self._session.output_meta("logits")
+        logits = _buffer(meta, (self.batch, count, meta.shape[2]))
+        self._binding.bind_ortvalue_output(
+            "logits", _C.OrtValue.ortvalue_from_numpy(logits, self._cpu)
+        )
+        try:
+            self.run(feed)
+        finally:
+            self._binding.bind_ortvalue_output(
+                "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, self._cpu)
+            )
+        return np.asarray(logits[0], dtype=np.float32)
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None
