@@ -19,6 +19,12 @@ graph outputs, the model is marked ``onnx_export.past_present_share_buffer = "1"
 (:data:`SHARE_BUFFER_KEY`): a runtime may then bind each past and its present to one
 preallocated (batch, kv heads, max length, head size) buffer that GQA updates in place
 (ORT's shared past/present buffer; ``seqlens_k`` says how much of it is filled).
+
+The head's input (each row's last token, a ``GatherND`` that ``hf/export/_gqa.py`` marks)
+is widened to every new token of a step of several after a past
+(:func:`keep_last_logits`), so a runtime can verify speculative drafts in one step; a
+prompt and a one-token step still give each row's last token, and the model is marked
+``onnx_export.logits = "new tokens after a past"`` (:data:`LOGITS_KEY`).
 """
 
 from __future__ import annotations

@@ -205,3 +205,15 @@ def test_a_request_past_the_models_positions_is_refused(fused: tuple[Any, pathli
     batcher = hf.OrtModelForCausalLM.from_pretrained(folder).batcher()
     with pytest.raises(hf.GenerationError, match="pass the model's 64 positions"):
         batcher.submit([1, 2, 3], max_new_tokens=62)
+
+
+def test_drafts_are_verified_on_per_step_presents_too(fused: tuple[Any, pathlib.Path]) -> None:
+    """Without the shared buffer (another device) chunks run on the session's presents."""
+    _, folder = fused
+    ours = hf.OrtModelForCausalLM.from_pretrained(folder)
+    plain = ours.generate(REPEATING, max_new_tokens=20)
+    ours.session.shares_buffer = False
+    got = ours.generate(REPEATING, max_new_tokens=20, prompt_lookup_num_tokens=4)
+    np.testing.assert_array_equal(got, plain)
+    with pytest.raises(hf.GenerationError, match="cannot bind one"):
+        ours.batcher()

@@ -64,15 +64,16 @@ class SharedCache:
         for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
             self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
-        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_chunk)
-        self._binding.bind_ortvalue_output(
-            "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
-        )
+        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_new)
+        self._logits_value = _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
+        self._binding.bind_ortvalue_output("logits", self._logits_value)
         self._results = {"logits": self._logits}
         self._last = self._logits[:, -1, :]
         self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
+        #: run_new's logits buffers (and their bound values), by count of new tokens
+        self._chunk_logits: dict[int, tuple[npt.NDArray[Any], Any]] = {}
 
     def grown(self, capacity: int, filled: int) -> SharedCache:
         """A cache of ``capacity`` positions holding this one's first ``filled``."""
@@ -116,18 +117,17 @@ class SharedCache:
         """
         if count == 1:
             return self.last_logits(self.run(feed)).copy()
-        meta = self._session.output_meta("logits")
-        logits = _buffer(meta, (self.batch, count, meta.shape[2]))
-        self._binding.bind_ortvalue_output(
-            "logits", _C.OrtValue.ortvalue_from_numpy(logits, self._cpu)
-        )
+        if count not in self._chunk_logits:  # made once per size
+            meta = self._session.output_meta("logits")
+            array = _buffer(meta, (self.batch, count, meta.shape[2]))
+            self._chunk_logits[count] = (array, _C.OrtValue.ortvalue_from_numpy(array, self._cpu))
+        logits, value = self._chunk_logits[count]
+        self._binding.bind_ortvalue_output("logits", value)
         try:
             self.run(feed)
         finally:
-            self._binding.bind_ortvalue_output(
-                "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, self._cpu)
-            )
-        return np.asarray(logits[0], dtype=np.float32)
+            self._binding.bind_ortvalue_output("logits", self._logits_value)
+        return np.array(logits[0], dtype=np.float32)  # the caller's own
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None

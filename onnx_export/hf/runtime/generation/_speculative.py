@@ -173,14 +173,16 @@ class PromptLookup:
     def propose(self, sequence: list[int], count: int) -> list[int]:
         """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins."""
         ids = np.asarray(sequence, np.int64)
-        count = min(count, self.num_tokens)
-        for size in range(min(self.max_ngram, len(ids) - 1), 0, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(ids, size)
-            starts = np.nonzero((windows == ids[-size:]).all(axis=1))[0] + size
-            for start in starts.tolist():
-                end = min(start + count, len(ids))
-                if start < end:
-                    return [int(t) for t in ids[start:end]]
+        length, count = len(ids), min(count, self.num_tokens)
+        for size in range(min(self.max_ngram, length - 1), 0, -1):
+            # where an earlier window equals the last ``size`` tokens (not the last itself)
+            same = ids[: length - size] == ids[length - size]
+            for j in range(1, size):
+                same &= ids[j : length - size + j] == ids[length - size + j]
+            found = np.flatnonzero(same)
+            if found.size:
+                start = int(found[0]) + size
+                return [int(t) for t in ids[start : min(start + count, length)]]
         return []
 
     def accepted(self, proposed: int, kept: int) -> None:
