@@ -355,7 +355,8 @@ def main() -> None:
         )
         guided = best(tools, "json", PLAIN_PROMPT, args.repeat)
         # unconstrained decoding of as many tokens as each tool's document
-        plain = best(tools, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
+        structured = {name: runs for name, runs in tools.items() if name in guided}
+        plain = best(structured, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
         print(f"{'tool':<6} {'plain':>7} {'json':>7} {'mask/token':>10} {'tokens':>6} valid")
         for name in guided:
             per_plain = plain[name][1] / len(plain[name][0]) * 1e3

@@ -21,10 +21,8 @@ preallocated (batch, kv heads, max length, head size) buffer that GQA updates in
 (ORT's shared past/present buffer; ``seqlens_k`` says how much of it is filled).
 
 The head's input (each row's last token, a ``GatherND`` that ``hf/export/_gqa.py`` marks)
-is widened to every new token of a step of several after a past
-(:func:`keep_last_logits`), so a runtime can verify speculative drafts in one step; a
-prompt and a one-token step still give each row's last token, and the model is marked
-``onnx_export.logits = "new tokens after a past"`` (:data:`LOGITS_KEY`).
+takes each row's last ``num_logits_to_keep`` positions (:func:`keep_last_logits`), an
+input of default 1, so a runtime can verify k speculative drafts in one step.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from onnx_export.passes.fold_weights import derived_initializer
 
 __all__ = [
     "LAST_TOKEN_ROWS_KEY",
-    "LOGITS_KEY",
-    "NEW_TOKENS_AFTER_PAST",
+    "LOGITS_TO_KEEP",
     "SHARE_BUFFER_KEY",
     "UNREAD_INPUTS_KEY",
     "keep_last_logits",
@@ -55,11 +52,9 @@ UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
 #: Node metadata marking the ``GatherND`` that picks each row's last token for the output
 #: head (``hf/export/_gqa.py``'s ``last_token_rows``).
 LAST_TOKEN_ROWS_KEY = "onnx_export.last_token_rows"
-#: Model metadata key set to ``"new tokens after a past"`` when ``logits`` holds every new
-#: token's logits in a step that continues a past (:func:`keep_last_logits`).
-LOGITS_KEY = "onnx_export.logits"
-#: :data:`LOGITS_KEY`'s value.
-NEW_TOKENS_AFTER_PAST = "new tokens after a past"
+#: The graph input saying how many of each row's last positions ``logits`` holds (1 unless
+#: fed; :func:`keep_last_logits`): speculative decoding verifies its drafts with it.
+LOGITS_TO_KEEP = "num_logits_to_keep"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -228,41 +223,39 @@ def _constant(graph: ir.Graph, before: ir.Node, array: Any) -> ir.Value:
 
 
 def keep_last_logits(graph: ir.Graph) -> bool:
-    """The last-token ``GatherND`` also takes every new token of a step after a past.
+    """The last-token ``GatherND`` takes each row's last ``num_logits_to_keep`` positions.
 
-    The head's input is each row's last token, (batch, 1, hidden), for a prompt (the
-    sequence as long as the attention mask) and for a one-token step. A step of k > 1 new
-    tokens after a past (drafts being verified: one row, as ORT's GroupQueryAttention takes
-    it) keeps all k: the marked ``GatherND``'s (batch, 1, 1) index of the last position p
-    becomes (batch, k, 1), p - k + 1 to p, with k = 1 + (k - 1) * (sequence < total).
-    The second axis of ``logits`` (and the values between) is named ``new_logits``.
+    Its (batch, 1, 1) index of each row's last position p becomes (batch, k, 1): p - k + 1
+    to p. ``num_logits_to_keep`` (:data:`LOGITS_TO_KEEP`) is a (1,) int64 graph input with
+    an initializer of value 1 (an ONNX Runtime overridable initializer): a run that does not
+    feed it (onnxruntime-genai's, a plain decoding step's) gets each row's last token, and
+    ``logits`` keeps its declared (batch, 1, vocab); a runtime verifying k drafts feeds k.
     """
     marked = [n for n in graph if n.metadata_props.get(LAST_TOKEN_ROWS_KEY) == "1"]
-    masks = [v for v in graph.inputs if v.name == "attention_mask"]
-    if len(marked) != 1 or len(masks) != 1 or None in marked[0].inputs:
+    if len(marked) != 1 or None in marked[0].inputs or LOGITS_TO_KEEP in graph.initializers:
         return False
     gather = marked[0]
-    hidden, index = gather.inputs[0], gather.inputs[1]
+    index = gather.inputs[1]
+    keep = ir.Value(name=LOGITS_TO_KEEP, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
+    keep.const_value = ir.tensor(np.array([1], np.int64), name=LOGITS_TO_KEEP)
+    graph.inputs.append(keep)
+    graph.register_initializer(keep)
 
-    def add(op_type: str, *inputs: ir.Value, **attributes: Any) -> ir.Value:
+    def add(op_type: str, *inputs: ir.Value | None, **attributes: Any) -> ir.Value:
         node = ir.node(op_type, list(inputs), attributes=attributes)
         graph.insert_before(gather, node)
         return node.outputs[0]
 
     one = _constant(graph, gather, [1])
-    new = add("Shape", hidden, start=1, end=2)  # (1,)
-    total = add("Shape", masks[0], start=1, end=2)
-    after_past = add("Cast", add("Less", new, total), to=ir.DataType.INT64)
-    keep = add("Add", one, add("Mul", add("Sub", new, one), after_past))  # (1,)
     scalar = add("Reshape", keep, _constant(graph, gather, []))
     offsets = add("Range", _constant(graph, gather, 0), scalar, _constant(graph, gather, 1))
     column = add("Reshape", offsets, _constant(graph, gather, [1, -1, 1]))  # (1, k, 1)
     first = add("Sub", index, add("Sub", keep, one))  # (batch, 1, 1)
     gather.replace_input_with(1, add("Add", first, column))  # (batch, k, 1)
-    axis = ir.SymbolicDim("new_logits")
+    axis = ir.SymbolicDim(LOGITS_TO_KEEP)
     for value in _downstream(gather.outputs[0]):
         shape = value.shape
-        if shape is not None and len(shape) == 3 and shape[1] == 1:
+        if shape is not None and len(shape) == 3 and shape[1] == 1 and not value.is_graph_output():
             value.shape = ir.Shape([shape[0], axis, shape[2]])
     return True
 
@@ -280,12 +273,10 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     keeps = keep_last_logits(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)
-    if keeps:
-        model.metadata_props[LOGITS_KEY] = NEW_TOKENS_AFTER_PAST
     shared = shares_past_present(graph)
     if shared:
         model.metadata_props[SHARE_BUFFER_KEY] = "1"
-    unread = [str(v.name) for v in graph.inputs if not v.uses()]
+    unread = [str(v.name) for v in graph.inputs if not v.uses() and v.const_value is None]
     if unread:
         model.metadata_props[UNREAD_INPUTS_KEY] = ",".join(unread)
     return {

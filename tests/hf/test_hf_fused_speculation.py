@@ -20,12 +20,13 @@ from onnx_export import hf
 from onnx_export.hf.runtime.generation import _batching
 from onnx_export.hf.runtime.generation._generate import Stopping
 from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._speculative import LOGITS_TO_KEEP as RUNTIME_KEEP
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
     DraftModel,
     speculative_decode,
 )
-from onnx_export.passes.ort_gqa import LOGITS_KEY, NEW_TOKENS_AFTER_PAST
+from onnx_export.passes.ort_gqa import LOGITS_TO_KEEP
 from tests.hf.test_hf_ort_target import _llama16
 
 pytest.importorskip("transformers")
@@ -68,30 +69,39 @@ def _theirs(model: Any, prompt: list[list[int]], **kwargs: Any) -> np.ndarray:
     return np.asarray(out.numpy())
 
 
-def test_a_step_after_a_past_gives_every_new_tokens_logits(
+def test_num_logits_to_keep_gives_the_last_positions_logits(
     fused: tuple[Any, pathlib.Path],
 ) -> None:
-    """Prompt: the last token's logits; k tokens after a past: k, as transformers' eager."""
+    """1 unless fed (declared (batch, 1, vocab)); k after a prompt or a past, as eager's."""
     model, folder = fused
-    graph = onnx.load(folder / "model.onnx", load_external_data=False)
-    assert {p.key: p.value for p in graph.metadata_props}[LOGITS_KEY] == NEW_TOKENS_AFTER_PAST
+    assert LOGITS_TO_KEEP == RUNTIME_KEEP
+    graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    assert LOGITS_TO_KEEP in {i.name for i in graph.initializer}
+    assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim][1:] == [1, 96]
     ours = hf.OrtModelForCausalLM.from_pretrained(folder)
     sequence = REPEATING[0]
     with torch.no_grad():
         want = model(torch.tensor([sequence])).logits[0].numpy()
-    for past, new in [(0, len(sequence)), (6, 1), (6, 4), (12, 1), (1, 12)]:
+    for past, new, wanted in [(0, 13, 1), (0, 13, 5), (0, 13, 13), (6, 1, 1), (6, 4, 4)]:
         runner = ChunkRunner(ours.session, uses_positions=True, capacity=len(sequence))
         if past:
             runner.run(sequence[:past], 1)
-        tokens = sequence[past : past + new]
-        wanted = 1 if not past else len(tokens)
-        got = runner.run(tokens, wanted)
-        end = past + len(tokens)
+        got = runner.run(sequence[past : past + new], wanted)
+        end = past + new
         np.testing.assert_allclose(got, want[end - wanted : end], rtol=1e-4, atol=1e-4)
-    # a first chunk whose earlier logits are wanted: a prompt, then a step after it
-    runner = ChunkRunner(ours.session, uses_positions=True)
-    got = runner.run(sequence, 5)
-    np.testing.assert_allclose(got, want[-5:], rtol=1e-4, atol=1e-4)
+    # the plain steps after a verification get one position again
+    runner = ChunkRunner(ours.session, uses_positions=True, capacity=len(sequence))
+    runner.run(sequence[:8], 3)
+    np.testing.assert_allclose(runner.run(sequence[8:9], 1), want[8:9], rtol=1e-4, atol=1e-4)
+    # a padded batch of prompts without the input: each row's last token
+    ids = np.array([sequence[:6], [*sequence[:4], 0, 0]])
+    mask = np.array([[1] * 6, [1] * 4 + [0, 0]])
+    logits = ours.session.run(
+        {"input_ids": ids, "attention_mask": mask, "position_ids": np.zeros_like(ids)}
+        | ours.session.empty_past(2),
+        ["logits"],
+    )["logits"].numpy()
+    np.testing.assert_allclose(logits[:, 0], want[[5, 3]], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,9 @@ class StepSession:
         )
         if cuda_graph:
             resolved = _with_cuda_graph(resolved)
+        if session_options is None:  # errors only: ORT warns at load about the fused
+            session_options = ort.SessionOptions()  # decoder's num_logits_to_keep, an
+            session_options.log_severity_level = 3  # input with a default (on purpose)
         # MissingKernelError (bfloat16 on the CPU) names upcast=["bfloat16"] as a way out
         self.session = open_session(ort, path, session_options, resolved, list(upcast))
         self.device = "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"
@@ -212,7 +215,7 @@ class StepSession:
         return np.ascontiguousarray(self.cache_ops.to_host_float32(value)[:, -1, :])
 
     def _static_cache_shapes(self) -> bool:
-        """Pasts with static heads and head size, ``logits`` (batch, 1 or new, static vocab)."""
+        """Pasts with static heads and head size, ``logits`` (batch, 1, static vocab)."""
         logits = self._outputs.get("logits")
         if not self.past_names or logits is None or len(logits.shape) != 3:
             return False
@@ -220,9 +223,7 @@ class StepSession:
         for name in self.past_names:
             shape = self._inputs[name].shape
             dims += [shape[1], shape[3]] if len(shape) == 4 else [None]
-        # "new_logits": one per row, or every new token of a step after a past (ort_gqa.py)
-        last_only = logits.shape[1] in (1, "new_logits")
-        return last_only and all(isinstance(d, int) for d in dims[1:])
+        return logits.shape[1] == 1 and all(isinstance(d, int) for d in dims)
 
     def input_meta(self, name: str) -> Any:
         """The ``NodeArg`` (onnxruntime's) of the input ``name`` (``.shape``, ``.type``)."""
@@ -280,8 +281,11 @@ class StepSession:
                 binding.bind_ortvalue_input(name, value)
             elif isinstance(value, ort.OrtValue):
                 binding.bind_ortvalue_input(name, value._ortvalue)
-            else:
+            elif name in self._inputs:
                 binding.bind_input(name, np.ascontiguousarray(value))
+            else:  # an initializer input (num_logits_to_keep): ORT has no input meta for it
+                array = np.ascontiguousarray(value)
+                binding.bind_ortvalue_input(name, c_value.ortvalue_from_numpy(array, self._cpu))
         names = list(outputs or self.output_names)
         for name in names:
             binding.bind_output(name, self._cpu if name == "logits" else self._device)

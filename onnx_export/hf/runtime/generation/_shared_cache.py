@@ -24,9 +24,12 @@ import numpy.typing as npt
 from onnxruntime.capi import _pybind_state as _C
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value, host_float32
 
 __all__ = ["SharedCache"]
+
+#: The fused decoder's ``num_logits_to_keep`` input (``passes/ort_gqa.py``).
+_KEEP = "num_logits_to_keep"
 
 
 def _buffer(meta: Any, shape: Sequence[int]) -> npt.NDArray[Any]:
@@ -72,8 +75,10 @@ class SharedCache:
         self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
-        #: run_new's logits buffers (and their bound values), by count of new tokens
-        self._chunk_logits: dict[int, tuple[npt.NDArray[Any], Any]] = {}
+        self._one = np.ones(1, np.int64)  # the memory the value wraps (kept alive)
+        self._keep_one = _C.OrtValue.ortvalue_from_numpy(self._one, cpu)
+        self._keep_array = np.ones(1, np.int64)  # a verification step's count
+        self._keep_value = _C.OrtValue.ortvalue_from_numpy(self._keep_array, cpu)
 
     def grown(self, capacity: int, filled: int) -> SharedCache:
         """A cache of ``capacity`` positions holding this one's first ``filled``."""
@@ -98,7 +103,11 @@ class SharedCache:
         """
         if feed:
             for name, value in feed.items():
-                self._binding.bind_input(name, value)
+                if name == _KEEP:  # an initializer input: bound as a value (no input meta)
+                    self._keep_array[:] = value
+                    self._binding.bind_ortvalue_input(name, self._keep_value)
+                else:
+                    self._binding.bind_input(name, value)
             self._total = int(feed["attention_mask"].shape[1])
         if self._total > self.capacity:
             raise GenerationError(
@@ -108,25 +117,27 @@ class SharedCache:
         return self._results
 
     def run_new(self, feed: Mapping[str, Any], count: int) -> npt.NDArray[np.float32]:
-        """One row's step of ``count`` new tokens after its past: their logits (count, vocab).
+        """One row's step whose last ``count`` positions' logits are wanted: (count, vocab).
 
-        The graph gives every new token's logits in such a step (``passes/ort_gqa.py``);
-        they go to a buffer of that size, then the one-position buffer is bound again.
-        A later step (or :meth:`run`) overwrites what lies past its own tokens, which is
-        how a verification step's rejected drafts are dropped.
+        ``feed`` then holds ``num_logits_to_keep`` = ``count`` (a fused decoder's input, 1
+        unless fed); ORT allocates the logits (the graph declares one position), and
+        afterwards the one-position buffer and ``num_logits_to_keep`` = 1 are bound again.
+        A later step overwrites what lies past its own tokens, which is how a verification step's
+        rejected drafts are dropped.
         """
         if count == 1:
             return self.last_logits(self.run(feed)).copy()
-        if count not in self._chunk_logits:  # made once per size
-            meta = self._session.output_meta("logits")
-            array = _buffer(meta, (self.batch, count, meta.shape[2]))
-            self._chunk_logits[count] = (array, _C.OrtValue.ortvalue_from_numpy(array, self._cpu))
-        logits, value = self._chunk_logits[count]
-        self._binding.bind_ortvalue_output("logits", value)
+        # ORT allocates them: a buffer bound for the declared (batch, 1, vocab) must be it
+        self._binding.bind_output("logits", self._cpu)
         try:
             self.run(feed)
+            outputs = self._binding.get_outputs()
+            found = [outputs[i] for i in range(len(outputs)) if len(outputs[i].shape()) == 3]
+            logits = host_float32(found[0])
         finally:
             self._binding.bind_ortvalue_output("logits", self._logits_value)
+            if _KEEP in feed:
+                self._binding.bind_ortvalue_input(_KEEP, self._keep_one)
         return np.array(logits[0], dtype=np.float32)  # the caller's own
 
     def stepper(

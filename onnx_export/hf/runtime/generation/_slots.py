@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from onnxruntime.capi import _pybind_state as _C
 
-from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, host_float32
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession
 
 __all__ = ["SlotCache"]
 
@@ -43,7 +43,7 @@ class SlotCache:
             meta = session.input_meta(past)
             dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)
             self._arrays.append(np.zeros((slots, meta.shape[1], capacity, meta.shape[3]), dtype))
-        self._bindings: dict[tuple[int, int], Any] = {}  # (first row, rows): bound cache
+        self._bindings: dict[tuple[int, int], Any] = {}  # (first row, rows): bound, logits
         self._positions = "position_ids" in session.input_names
 
     def grown(self, slots: int, capacity: int) -> SlotCache:
@@ -58,11 +58,10 @@ class SlotCache:
         for array in self._arrays:
             array[target] = array[source]
 
-    def _binding(self, first: int, rows: int) -> Any:
-        """The binding of rows ``first`` to ``first + rows`` as pasts and presents (cached)."""
+    def _binding(self, first: int, rows: int) -> tuple[Any, npt.NDArray[Any]]:
+        """Rows ``first`` to ``first + rows`` bound as pasts and presents, and their logits."""
         key = (first, rows)
-        binding = self._bindings.get(key)
-        if binding is None:
+        if key not in self._bindings:
             binding = _C.SessionIOBinding(self._sess)
             names = zip(self._session.past_names, self._session.present_names, strict=True)
             for (past, present), array in zip(names, self._arrays, strict=True):
@@ -71,26 +70,28 @@ class SlotCache:
                 binding.bind_ortvalue_output(present, value)
             for name, value in self._session.fixed_inputs.items():  # a LoRA adapter's
                 binding.bind_ortvalue_input(name, value)
-            binding.bind_output("logits", self._cpu)
-            self._bindings[key] = binding
-        return binding
+            meta = self._session.output_meta("logits")  # (batch, 1, vocab)
+            logits = np.zeros((rows, 1, meta.shape[2]), ONNX_TO_NUMPY.get(meta.type, np.float32))
+            binding.bind_ortvalue_output(
+                "logits", _C.OrtValue.ortvalue_from_numpy(logits, self._cpu)
+            )
+            self._bindings[key] = binding, logits
+        return self._bindings[key]
 
     def _run(
         self,
-        binding: Any,
+        bound: tuple[Any, npt.NDArray[Any]],
         ids: npt.NDArray[np.int64],
         mask: npt.NDArray[np.int64],
         positions: npt.NDArray[np.int64],
     ) -> npt.NDArray[np.float32]:
-        feed = {"input_ids": ids, "attention_mask": mask}
+        binding, logits = bound
+        binding.bind_input("input_ids", ids)
+        binding.bind_input("attention_mask", mask)
         if self._positions:
-            feed["position_ids"] = positions
-        for name, value in feed.items():
-            binding.bind_input(name, np.ascontiguousarray(value))
+            binding.bind_input("position_ids", positions)
         self._sess.run_with_iobinding(binding, self._session.run_options)
-        outputs = binding.get_outputs()
-        logits = host_float32(outputs[len(outputs) - 1])  # bound last
-        return np.ascontiguousarray(logits[:, -1, :], dtype=np.float32)
+        return np.array(logits[:, 0, :], dtype=np.float32)
 
     def prefill(self, slot: int, prompt: list[int]) -> npt.NDArray[np.float32]:
         """Run ``prompt`` alone into ``slot``; its last logits (vocab,)."""

@@ -14,9 +14,10 @@ while it equals the token chosen, and the first token that differs is the model'
 Each step thus adds between 1 and k + 1 tokens, always the tokens plain greedy decoding
 gives, and the cache is cut back to the tokens kept. Greedy only, one row. The default
 ``target="onnx"`` graph gives every position's logits; the fused ``target="onnxruntime"``
-decoder gives every new token's in a step after a past (ORT's GroupQueryAttention takes
-several new tokens on a past for one row), so the drafts are verified on its shared cache,
-where cutting back is lowering the count of tokens it holds (``seqlens_k``).
+decoder gives the last ``num_logits_to_keep`` (an input of default 1), and ORT's
+GroupQueryAttention takes several new tokens on a past for one row, so the drafts are
+verified on its shared cache, where cutting back is lowering the count of tokens it holds
+(``seqlens_k``).
 """
 
 from __future__ import annotations
@@ -34,30 +35,37 @@ from onnx_export.hf.runtime.generation._generate import Stopping, Streamer
 from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 
+#: The fused decoder's input saying how many of each row's last positions ``logits`` holds
+#: (``passes/ort_gqa.py``'s ``LOGITS_TO_KEEP``, written down here: the runtime imports
+#: neither the exporter nor onnx_ir).
+LOGITS_TO_KEEP = "num_logits_to_keep"
+
 #: A chunk runner's first shared cache's positions, when it is not told (then doubled).
 _FIRST_CAPACITY = 64
 
 __all__ = [
+    "LOGITS_TO_KEEP",
     "ChunkRunner",
     "Drafter",
     "PromptLookup",
     "DraftModel",
     "SpeculationStats",
     "check_speculation",
-    "gives_new_logits",
+    "keeps_logits",
     "DraftSource",
     "make_drafter",
     "speculative_decode",
 ]
 
 
-def gives_new_logits(session: StepSession) -> bool:
-    """Whether ``logits`` is each row's last token, or every new token after a past only.
+def keeps_logits(session: StepSession) -> bool:
+    """Whether the graph takes ``num_logits_to_keep`` (the fused decoder: 1 unless fed).
 
-    That is the fused ``target="onnxruntime"`` decoder (``passes/ort_gqa.py``); the
-    default graph gives every position's logits.
+    Such a graph gives each row's last ``num_logits_to_keep`` positions' logits
+    (``passes/ort_gqa.py``); the default graph gives every position's.
     """
-    return bool(session.output_meta("logits").shape[1] == "new_logits")
+    names = {value.name for value in session.session.get_overridable_initializers()}
+    return LOGITS_TO_KEEP in names
 
 
 class ChunkRunner:
@@ -65,8 +73,8 @@ class ChunkRunner:
 
     On a fused decoder (``session.shares_buffer``) the cache is one :class:`SharedCache`
     (grown when full), and cutting it back only lowers the count of tokens it holds: the
-    next chunk overwrites the rest. A prompt there gives its last logits only, so a first
-    chunk whose earlier logits are wanted runs as a prompt and a step after it.
+    next chunk overwrites the rest. Its logits cover the positions asked for
+    (``num_logits_to_keep``), the default graph's every position.
 
     Attributes:
         cached: How many tokens the cache holds.
@@ -82,7 +90,7 @@ class ChunkRunner:
     ) -> None:
         self._session = session
         self._uses_positions = uses_positions
-        self._new_only = gives_new_logits(session)
+        self._keeps = keeps_logits(session)
         self._shared: SharedCache | None = None
         self._capacity = capacity or _FIRST_CAPACITY
         self._past: dict[str, Value] = {} if session.shares_buffer else session.empty_past(1)
@@ -91,13 +99,6 @@ class ChunkRunner:
     def run(self, tokens: list[int], wanted: int | None = None) -> npt.NDArray[np.float32]:
         """The logits after each of the last ``wanted`` (all) ``tokens``; the cache holds them."""
         wanted = len(tokens) if wanted is None else wanted
-        if self._new_only and self.cached == 0 and 1 < wanted <= len(tokens):
-            split = len(tokens) - wanted + 1  # the prompt's last logits, then the rest's
-            first = self._step(tokens[:split], 1)
-            return np.concatenate([first, self._step(tokens[split:], wanted - 1)])
-        return self._step(tokens, wanted)
-
-    def _step(self, tokens: list[int], wanted: int) -> npt.NDArray[np.float32]:
         total = self.cached + len(tokens)
         feed: dict[str, Any] = {
             "input_ids": np.array([tokens], np.int64),
@@ -105,11 +106,10 @@ class ChunkRunner:
         }
         if self._uses_positions:
             feed["position_ids"] = np.arange(self.cached, total, dtype=np.int64)[None]
-        after_past = self.cached > 0 and len(tokens) > 1
+        if self._keeps and wanted > 1:
+            feed[LOGITS_TO_KEEP] = np.array([wanted], np.int64)
         if self._session.shares_buffer:
-            cache = self._shared_for(total)
-            count = len(tokens) if after_past and self._new_only else 1
-            logits = cache.run_new(feed, count)
+            logits = self._shared_for(total).run_new(feed, wanted if self._keeps else 1)
         else:
             results = self._session.run({**feed, **self._past})
             self._past = self._session.next_past(results)
@@ -278,7 +278,7 @@ def check_speculation(
             f"generation), got {rows} rows: call generate once per prompt."
         )
     shape = session.output_meta("logits").shape
-    if verifies and len(shape) == 3 and shape[1] == 1:
+    if verifies and len(shape) == 3 and shape[1] == 1 and not keeps_logits(session):
         raise GenerationError(
             "This folder's decoder returns each row's last logits only (a fused "
             "target='onnxruntime' decoder exported before it gave the drafts' logits), and "
