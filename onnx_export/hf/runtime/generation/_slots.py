@@ -43,7 +43,7 @@ class SlotCache:
             meta = session.input_meta(past)
             dtype = ONNX_TO_NUMPY.get(meta.type, np.float32)
             self._arrays.append(np.zeros((slots, meta.shape[1], capacity, meta.shape[3]), dtype))
-        self._bindings: dict[tuple[int, int], Any] = {}  # (first row, rows): bound, logits
+        self._bindings: dict[tuple[int, int], tuple[Any, npt.NDArray[Any]]] = {}  # bound, logits
         self._positions = "position_ids" in session.input_names
 
     def grown(self, slots: int, capacity: int) -> SlotCache:
@@ -99,7 +99,8 @@ class SlotCache:
         ids = np.array([prompt], np.int64)
         positions = np.arange(length, dtype=np.int64)[None]
         mask = np.ones((1, length), np.int64)
-        return self._run(self._binding(slot, 1), ids, mask, positions)[0]
+        logits: npt.NDArray[np.float32] = self._run(self._binding(slot, 1), ids, mask, positions)
+        return logits[0]
 
     def step(
         self, tokens: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
