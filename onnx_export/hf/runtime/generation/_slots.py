@@ -99,8 +99,8 @@ class SlotCache:
         ids = np.array([prompt], np.int64)
         positions = np.arange(length, dtype=np.int64)[None]
         mask = np.ones((1, length), np.int64)
-        logits: npt.NDArray[np.float32] = self._run(self._binding(slot, 1), ids, mask, positions)
-        return logits[0]
+        logits = self._run(self._binding(slot, 1), ids, mask, positions)
+        return np.asarray(logits[0], dtype=np.float32)
 
     def step(
         self, tokens: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
