@@ -5,9 +5,9 @@ a byte-level BPE tokenizer trained here (``bench_structured.train_tokenizer``), 
 by us (default target) and by genai's model builder (fp32), 1 thread each, batch 1;
 rounds alternate between the tools, best of ``--repeat``.
 
-Ours runs twice: the default graph (``ours``) and the fused ``target="onnxruntime"`` one
-(``fused``, GroupQueryAttention as genai's; its logits are the last position's only, so
-it has no speculation row).
+Ours runs three times: the default graph (``ours``), the fused ``target="onnxruntime"``
+one (``fused``, GroupQueryAttention as genai's) and the fused one with int4 weights
+(``int4``, MatMulNBits; ``genai-int4`` is genai's int4 build, in the speculation table).
 
 - **structured output**: a JSON schema (bounded strings, an enum, a boolean) through
   ``generate(json_schema=...)`` and through genai's ``set_guidance("json_schema", ...)``
@@ -20,10 +20,14 @@ it has no speculation row).
   genai's n-gram decoding (``ngram_size=2, max_draft_tokens=4``); tokens/s, the speed-up
   over each tool's plain greedy, the acceptance rate, and that the tokens equal plain
   greedy's. A random model falls into a loop of a few tokens, which prompt lookup then
-  drafts well: the acceptance here is an upper end, not a trained model's.
+  drafts well: the acceptance here is an upper end, not a trained model's. The fused
+  decoders verify the drafts on their shared cache (their logits hold every new token's
+  in a step after a past).
 - **continuous batching**: 1, 4 and 16 requests (prompts of 8-40 tokens, 16-48 new
-  tokens each) through ``batcher()`` at once against ``generate()`` one after another
-  (ours only: genai's Engine is not run here), and that the tokens are the same.
+  tokens each) at once against one after another, tokens compared with each tool's
+  sequential ones: ours through ``batcher()`` (default graph: a left-padded batch cache;
+  fused and int4: a slot per request in one shared buffer), genai through its ``Engine``
+  (``engine.static_batching.max_batch_size`` 16) against its ``Generator``.
 
     python bench/bench_genai_features.py [--repeat 5] [--clock wall|cpu] [--genai-path DIR]
 """
@@ -100,11 +104,17 @@ def checkpoint(folder: pathlib.Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config_file))
 
 
-def build_genai(ckpt: pathlib.Path, out: pathlib.Path, env: dict[str, str]) -> None:
+def build_genai(
+    ckpt: pathlib.Path, out: pathlib.Path, env: dict[str, str], precision: str = "fp32"
+) -> None:
     command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt)]
-    command += ["-o", str(out), "-p", "fp32", "-e", "cpu", "-c", str(out.parent / "cache")]
+    command += ["-o", str(out), "-p", precision, "-e", "cpu", "-c", str(out.parent / "cache")]
     subprocess.run(command, check=True, env=env, capture_output=True)
     set_genai_threads(out, 1)
+    path = out / "genai_config.json"  # its Engine batches up to 4 requests unless told
+    config = json.loads(path.read_text())
+    config["engine"] = {"static_batching": {"max_batch_size": 16}}
+    path.write_text(json.dumps(config, indent=4))
 
 
 #: A tool's run: (prompt, new tokens) -> (new tokens, seconds, acceptance or None).
@@ -125,6 +135,7 @@ def _since(start: float) -> float:
 def ours(folder: pathlib.Path) -> dict[str, Run]:
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.log_severity_level = 3  # a verification step's logits: more than declared
     model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
 
     def timed(**kwargs: Any) -> Run:
@@ -137,7 +148,7 @@ def ours(folder: pathlib.Path) -> dict[str, Run]:
 
     def lookup(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
         start = _now()
-        runner = ChunkRunner(model.session, uses_positions=True)
+        runner = ChunkRunner(model.session, uses_positions=True, capacity=ids.shape[1] + new)
         stopping = Stopping.resolve(new, [], None)
         out, stats = speculative_decode(runner, PromptLookup(4, 2), ids, TokenChooser(), stopping)
         return out[0, ids.shape[1] :], _since(start), stats.acceptance
@@ -200,34 +211,100 @@ def best(
     return results
 
 
-def batching(folder: pathlib.Path, repeat: int) -> None:
-    """Requests/s of N requests at once (``batcher()``) against one after another."""
+#: A batching run: (prompts, new tokens each) -> each request's new tokens.
+Batch = Callable[[list[list[int]], list[int]], list[list[int]]]
+
+
+def our_batching(folder: pathlib.Path) -> dict[str, Batch]:
+    """``generate()`` one request after another, and ``batcher()`` with all at once."""
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.log_severity_level = 3  # a verification step's logits: more than declared
     model = hf.OrtModelForCausalLM.from_pretrained(folder, session_options=options)
+
+    def sequential(prompts: list[list[int]], news: list[int]) -> list[list[int]]:
+        return [
+            model.generate([p], max_new_tokens=n, eos_token_id=[])[0, len(p) :].tolist()
+            for p, n in zip(prompts, news, strict=True)
+        ]
+
+    def batched(prompts: list[list[int]], news: list[int]) -> list[list[int]]:
+        batcher = model.batcher()
+        ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
+        done = {r.id: r.tokens for r in batcher.run()}
+        return [done[i] for i in ids]
+
+    return {"sequential": sequential, "batched": batched}
+
+
+def genai_batching(folder: pathlib.Path) -> dict[str, Batch]:
+    """genai's ``Generator`` one request after another, and its ``Engine`` with all at once."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+
+    def sequential(prompts: list[list[int]], news: list[int]) -> list[list[int]]:
+        out = []
+        for prompt, new in zip(prompts, news, strict=True):
+            params = og.GeneratorParams(model)
+            length = len(prompt) + new
+            params.set_search_options(max_length=length, min_length=length, do_sample=False)
+            generator = og.Generator(model, params)
+            generator.append_tokens(np.array([prompt], np.int32))
+            while not generator.is_done():
+                generator.generate_next_token()
+            out.append([int(t) for t in generator.get_sequence(0)[len(prompt) :]])
+        return out
+
+    def batched(prompts: list[list[int]], news: list[int]) -> list[list[int]]:
+        engine = og.Engine(model)
+        events = engine.create_event_buffer(4096)
+        requests, tokens = [], {}
+        for prompt, new in zip(prompts, news, strict=True):
+            request = engine.create_request()
+            options = og.TurnOptions(request)
+            options.set_max_generated_tokens(new)
+            options.set_min_generated_tokens(new)
+            options.set_do_sample(False)
+            request.begin_turn(np.array(prompt, np.int32), options)
+            requests.append(request)
+            tokens[id(request)] = []
+        while engine.has_pending_requests():
+            for event in engine.run(events):
+                tokens[id(event.request)].append(int(event.token))
+        for request in requests:
+            request.close()
+        return [tokens[id(r)] for r in requests]
+
+    return {"sequential": sequential, "batched": batched}
+
+
+def batching(tools: dict[str, dict[str, Batch]], repeat: int) -> None:
+    """Requests/s of N requests at once against one after another, each tool; rounds alternate."""
     rng = np.random.default_rng(0)
-    print(f"{'requests':>8} {'sequential req/s':>16} {'batched req/s':>13} {'ratio':>6} same")
+    print(
+        f"{'tool':<6} {'requests':>8} {'sequential req/s':>16} {'batched req/s':>13} "
+        f"{'ratio':>6} same"
+    )
     for count in (1, 4, 16):
         prompts = [rng.integers(3, 4000, int(rng.integers(8, 40))).tolist() for _ in range(count)]
         news = [int(n) for n in rng.integers(16, 48, count)]
-        alone_s = together_s = float("inf")
+        seconds: dict[tuple[str, str], float] = {}
+        tokens: dict[tuple[str, str], list[list[int]]] = {}
         for _ in range(repeat):
-            start = _now()
-            alone = [
-                model.generate([p], max_new_tokens=n, eos_token_id=[])[0, len(p) :].tolist()
-                for p, n in zip(prompts, news, strict=True)
-            ]
-            alone_s = min(alone_s, _since(start))
-            start = _now()
-            batcher = model.batcher()
-            ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
-            done = {r.id: r.tokens for r in batcher.run()}
-            together_s = min(together_s, _since(start))
-        same = [done[i] for i in ids] == alone
-        print(
-            f"{count:>8} {count / alone_s:>16.1f} {count / together_s:>13.1f} "
-            f"{alone_s / together_s:>5.2f}x {same}"
-        )
+            for name, runs in tools.items():
+                for mode, run in runs.items():
+                    start = _now()
+                    tokens[name, mode] = run(prompts, news)
+                    took = _since(start)
+                    seconds[name, mode] = min(seconds.get((name, mode), took), took)
+        for name in tools:
+            alone, together = seconds[name, "sequential"], seconds[name, "batched"]
+            same = tokens[name, "sequential"] == tokens[name, "batched"]
+            print(
+                f"{name:<6} {count:>8} {count / alone:>16.1f} {count / together:>13.1f} "
+                f"{alone / together:>5.2f}x {same}"
+            )
 
 
 def valid(tokens: np.ndarray, tokenizer: Any) -> bool:
@@ -259,20 +336,31 @@ def main() -> None:
         checkpoint(root / "ckpt")
         hf.export_pretrained(root / "ckpt", root / "ours")
         hf.export_pretrained(root / "ckpt", root / "fused", target="onnxruntime")
+        hf.export_pretrained(root / "ckpt", root / "int4", target="onnxruntime", quantize="int4")
         build_genai(root / "ckpt", root / "genai", env)
+        build_genai(root / "ckpt", root / "genai-int4", env, "int4")
         tokenizer = Tokenizer.from_file(str(root / "ckpt" / "tokenizer.json"))
-        fused = ours(root / "fused")
-        del fused["lookup"]  # its logits hold the last position only: no verification
-        tools = {"ours": ours(root / "ours"), "fused": fused, "genai": genai(root / "genai")}
+        int4 = ours(root / "int4")
+        del int4["json"]  # the speculation and batching tables only
+        genai_int4 = genai(root / "genai-int4")
+        del genai_int4["json"]
+        tools = {
+            "ours": ours(root / "ours"),
+            "fused": ours(root / "fused"),
+            "int4": int4,
+            "genai": genai(root / "genai"),
+            "genai-int4": genai_int4,
+        }
         print(
             f"structured output (JSON schema), ms per new token ({args.clock}), "
             f"best of {args.repeat}"
         )
         guided = best(tools, "json", PLAIN_PROMPT, args.repeat)
         # unconstrained decoding of as many tokens as each tool's document
-        plain = best(tools, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
+        structured = {name: runs for name, runs in tools.items() if name in guided}
+        plain = best(structured, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
         print(f"{'tool':<6} {'plain':>7} {'json':>7} {'mask/token':>10} {'tokens':>6} valid")
-        for name in tools:
+        for name in guided:
             per_plain = plain[name][1] / len(plain[name][0]) * 1e3
             tokens = guided[name][0]
             per_json = guided[name][1] / len(tokens) * 1e3
@@ -284,22 +372,21 @@ def main() -> None:
         plain = best(tools, "plain", REPEATING, args.repeat)
         spec = best(tools, "lookup", REPEATING, args.repeat)
         print(
-            f"{'tool':<6} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
+            f"{'tool':<10} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
             f"{'accepted':>8} same-tokens"
         )
         for name in tools:
-            if name not in spec:
-                print(f"{name:<6} {NEW / plain[name][1]:>11.0f} {'-':>11}")
-                continue
             rate = NEW / plain[name][1], NEW / spec[name][1]
             same = np.array_equal(plain[name][0], spec[name][0])
             accepted = spec[name][2] or 0.0
             print(
-                f"{name:<6} {rate[0]:>11.0f} {rate[1]:>11.0f} {rate[1] / rate[0]:>7.2f}x "
+                f"{name:<10} {rate[0]:>11.0f} {rate[1]:>11.0f} {rate[1] / rate[0]:>7.2f}x "
                 f"{accepted:>8.2f} {same}"
             )
-        print("\ncontinuous batching (ours, default graph): prompts of 8-40, 16-48 new tokens")
-        batching(root / "ours", max(1, args.repeat // 3))
+        print("\ncontinuous batching: prompts of 8-40, 16-48 new tokens, greedy")
+        batched = {name: our_batching(root / name) for name in ("ours", "fused", "int4")}
+        batched["genai"] = genai_batching(root / "genai")
+        batching(batched, max(1, args.repeat // 3))
 
 
 if __name__ == "__main__":

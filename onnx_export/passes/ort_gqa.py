@@ -19,9 +19,15 @@ graph outputs, the model is marked ``onnx_export.past_present_share_buffer = "1"
 (:data:`SHARE_BUFFER_KEY`): a runtime may then bind each past and its present to one
 preallocated (batch, kv heads, max length, head size) buffer that GQA updates in place
 (ORT's shared past/present buffer; ``seqlens_k`` says how much of it is filled).
+
+The head's input (each row's last token, a ``GatherND`` that ``hf/export/_gqa.py`` marks)
+takes each row's last ``num_logits_to_keep`` positions (:func:`keep_last_logits`), an
+input of default 1, so a runtime can verify k speculative drafts in one step.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -29,8 +35,11 @@ import onnx_ir as ir
 from onnx_export.passes.fold_weights import derived_initializer
 
 __all__ = [
+    "LAST_TOKEN_ROWS_KEY",
+    "LOGITS_TO_KEEP",
     "SHARE_BUFFER_KEY",
     "UNREAD_INPUTS_KEY",
+    "keep_last_logits",
     "lean_group_query_attention",
     "shares_past_present",
 ]
@@ -40,6 +49,12 @@ SHARE_BUFFER_KEY = "onnx_export.past_present_share_buffer"
 #: Model metadata key: the graph inputs nothing reads, comma-separated (``position_ids``
 #: when GQA rotates at the physical positions); a runtime need not refresh them per step.
 UNREAD_INPUTS_KEY = "onnx_export.unread_inputs"
+#: Node metadata marking the ``GatherND`` that picks each row's last token for the output
+#: head (``hf/export/_gqa.py``'s ``last_token_rows``).
+LAST_TOKEN_ROWS_KEY = "onnx_export.last_token_rows"
+#: The graph input saying how many of each row's last positions ``logits`` holds (1 unless
+#: fed; :func:`keep_last_logits`): speculative decoding verifies its drafts with it.
+LOGITS_TO_KEEP = "num_logits_to_keep"
 
 
 def _same_shape(a: ir.Value, b: ir.Value) -> bool:
@@ -188,6 +203,63 @@ def shares_past_present(graph: ir.Graph) -> bool:
     return pasts > 0
 
 
+def _downstream(value: ir.Value) -> list[ir.Value]:
+    """The values computed from ``value`` (itself included), in the graph's order."""
+    seen, stack, found = {id(value)}, [value], [value]
+    while stack:
+        for use in stack.pop().uses():
+            for out in use.node.outputs:
+                if id(out) not in seen:
+                    seen.add(id(out))
+                    stack.append(out)
+                    found.append(out)
+    return found
+
+
+def _constant(graph: ir.Graph, before: ir.Node, array: Any) -> ir.Value:
+    node = ir.node("Constant", [], attributes={"value": ir.tensor(np.asarray(array, np.int64))})
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
+def keep_last_logits(graph: ir.Graph) -> bool:
+    """The last-token ``GatherND`` takes each row's last ``num_logits_to_keep`` positions.
+
+    Its (batch, 1, 1) index of each row's last position p becomes (batch, k, 1): p - k + 1
+    to p. ``num_logits_to_keep`` (:data:`LOGITS_TO_KEEP`) is a (1,) int64 graph input with
+    an initializer of value 1 (an ONNX Runtime overridable initializer): a run that does not
+    feed it (onnxruntime-genai's, a plain decoding step's) gets each row's last token, and
+    ``logits`` keeps its declared (batch, 1, vocab); a runtime verifying k drafts feeds k.
+    """
+    marked = [n for n in graph if n.metadata_props.get(LAST_TOKEN_ROWS_KEY) == "1"]
+    if len(marked) != 1 or None in marked[0].inputs or LOGITS_TO_KEEP in graph.initializers:
+        return False
+    gather = marked[0]
+    index = gather.inputs[1]
+    keep = ir.Value(name=LOGITS_TO_KEEP, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
+    keep.const_value = ir.tensor(np.array([1], np.int64), name=LOGITS_TO_KEEP)
+    graph.inputs.append(keep)
+    graph.register_initializer(keep)
+
+    def add(op_type: str, *inputs: ir.Value | None, **attributes: Any) -> ir.Value:
+        node = ir.node(op_type, list(inputs), attributes=attributes)
+        graph.insert_before(gather, node)
+        return node.outputs[0]
+
+    one = _constant(graph, gather, [1])
+    scalar = add("Reshape", keep, _constant(graph, gather, []))
+    offsets = add("Range", _constant(graph, gather, 0), scalar, _constant(graph, gather, 1))
+    column = add("Reshape", offsets, _constant(graph, gather, [1, -1, 1]))  # (1, k, 1)
+    first = add("Sub", index, add("Sub", keep, one))  # (batch, 1, 1)
+    gather.replace_input_with(1, add("Add", first, column))  # (batch, k, 1)
+    axis = ir.SymbolicDim(LOGITS_TO_KEEP)
+    for value in _downstream(gather.outputs[0]):
+        shape = value.shape
+        if shape is not None and len(shape) == 3 and shape[1] == 1 and not value.is_graph_output():
+            value.shape = ir.Shape([shape[0], axis, shape[2]])
+    return True
+
+
 def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     """Apply the rewrites in place; return how often each applied (none: no GQA)."""
     graph = model.graph
@@ -198,12 +270,13 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
     round_trips = _drop_squeeze_round_trips(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)  # the dropped chains still read their input
     packed = sum(_pack_qkv(graph, node) for node in attention)
+    keeps = keep_last_logits(graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.CommonSubexpressionEliminationPass()(model)
     shared = shares_past_present(graph)
     if shared:
         model.metadata_props[SHARE_BUFFER_KEY] = "1"
-    unread = [str(v.name) for v in graph.inputs if not v.uses()]
+    unread = [str(v.name) for v in graph.inputs if not v.uses() and v.const_value is None]
     if unread:
         model.metadata_props[UNREAD_INPUTS_KEY] = ",".join(unread)
     return {
@@ -211,4 +284,5 @@ def lean_group_query_attention(model: ir.Model) -> dict[str, int]:
         "squeeze round trips dropped": round_trips,
         "packed QKV MatMul": packed,
         "shared past/present buffer": int(shared),
+        "logits of the last k positions": int(keeps),
     }

@@ -20,8 +20,11 @@ graph is marked ``onnx_export.padding_side = "right"`` and the runtime right-ali
 left-padded batch (``hf/runtime/generation/_causal.py``). With the rotary inside GQA,
 ``position_ids`` goes unused: GQA rotates at each token's position in its row
 (see ``hf/export/_gqa.py``).
-``logits`` holds each row's last token only (transformers' ``logits_to_keep=1``, per row):
-(batch, 1, vocab). ORT's CPU kernel takes several new tokens on top of a past for batch 1 only.
+``logits`` holds each row's last token (transformers' ``logits_to_keep=1``, per row):
+(batch, 1, vocab); fed ``num_logits_to_keep`` = k (an input with a default of 1 that
+``passes/ort_gqa.py`` adds to the head's ``GatherND``), each row's last k: the drafts
+speculative decoding verifies in a step of several new tokens after a past (ORT's CPU
+kernel takes those for batch 1 only).
 GQA reads and writes the cache at ``seqlens_k`` only, and nothing else reads the pasts, so
 the runtime may bind each past and its present to one preallocated max-length buffer that
 GQA updates in place (``passes/ort_gqa.py`` marks the graph,

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from onnx_export.passes.ort_gqa import LAST_TOKEN_ROWS_KEY
+
 __all__ = [
     "group_query_attention",
     "group_query_attention_onnx",
@@ -206,7 +208,11 @@ def last_token_rows_onnx(hidden: Any, mask: Any) -> Any:
     new = op.Sub(op.Shape(hidden, start=1, end=2), one)
     last = op.Min(_lengths(mask), new)  # (batch,)
     index = op.Unsqueeze(last, op.Constant(value_ints=[1, 2]))  # (batch, 1, 1)
-    return op.GatherND(hidden, index, batch_dims=1)
+    rows = op.GatherND(hidden, index, batch_dims=1)
+    node = rows.producer()
+    if node is not None:  # the GQA pass finds it to take the last k positions on request
+        node.metadata_props[LAST_TOKEN_ROWS_KEY] = "1"
+    return rows
 
 
 def _heads(value: Any) -> int:

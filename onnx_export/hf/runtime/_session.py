@@ -133,6 +133,9 @@ class StepSession:
         )
         if cuda_graph:
             resolved = _with_cuda_graph(resolved)
+        if session_options is None:  # errors only: ORT warns at load about the fused
+            session_options = ort.SessionOptions()  # decoder's num_logits_to_keep, an
+            session_options.log_severity_level = 3  # input with a default (on purpose)
         # MissingKernelError (bfloat16 on the CPU) names upcast=["bfloat16"] as a way out
         self.session = open_session(ort, path, session_options, resolved, list(upcast))
         self.device = "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"
@@ -278,8 +281,11 @@ class StepSession:
                 binding.bind_ortvalue_input(name, value)
             elif isinstance(value, ort.OrtValue):
                 binding.bind_ortvalue_input(name, value._ortvalue)
-            else:
+            elif name in self._inputs:
                 binding.bind_input(name, np.ascontiguousarray(value))
+            else:  # an initializer input (num_logits_to_keep): ORT has no input meta for it
+                array = np.ascontiguousarray(value)
+                binding.bind_ortvalue_input(name, c_value.ortvalue_from_numpy(array, self._cpu))
         names = list(outputs or self.output_names)
         for name in names:
             binding.bind_output(name, self._cpu if name == "logits" else self._device)

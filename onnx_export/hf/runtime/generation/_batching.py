@@ -12,8 +12,12 @@ remaining row reads are cut from the cache. Each request gets the tokens greedy
 The cache moves through numpy only when rows join or leave; between those steps the
 presents are fed back as ONNX Runtime values. Greedy decoding unless a request brings its
 own ``choose`` (sampling, structured output); :meth:`ContinuousBatcher.cancel` drops a
-request between steps. The default ``target="onnx"`` graph (the fused decoder keeps its
-rows right-aligned in a shared buffer, which this loop does not manage).
+request between steps.
+
+On the fused ``target="onnxruntime"`` decoder (``session.shares_buffer``) the rows live
+in slots of one shared buffer instead (``_slots.py``): each row's tokens first, its own
+count in the attention mask (GroupQueryAttention's ``seqlens_k``), nothing padded or cut
+when rows join or leave, and every step writes in place.
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ import numpy.typing as npt
 
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._session import StepSession, Value
+from onnx_export.hf.runtime.generation._slots import SlotCache
 
 __all__ = ["BatchedRequest", "ContinuousBatcher", "Choose"]
 
 #: Picks a row's next token from its logits (vocab,), float32; greedy when not given.
 Choose = Callable[[npt.NDArray[np.float32]], int]
+
+#: The fused decoder's first slots and positions (each doubles when a request needs more).
+_FIRST_SLOTS, _FIRST_CAPACITY = 4, 64
 
 
 @dataclasses.dataclass
@@ -73,16 +81,26 @@ class ContinuousBatcher:
         ...     print(request.id, request.tokens)
     """
 
-    def __init__(self, session: StepSession, *, uses_positions: bool, vocab: int | None = None):
-        shape = session.output_meta("logits").shape
-        if (len(shape) == 3 and shape[1] == 1) or session.shares_buffer:
+    def __init__(
+        self,
+        session: StepSession,
+        *,
+        uses_positions: bool,
+        vocab: int | None = None,
+        limit: int | None = None,
+    ):
+        if session.pads_right and not session.shares_buffer:
             raise GenerationError(
-                "Continuous batching runs the default target='onnx' decoder; this folder "
-                "holds the fused one: export with the default target."
+                "Continuous batching runs the fused target='onnxruntime' decoder on its shared "
+                "cache, on the CPU: this session cannot bind one (another device, or a cache "
+                "dtype numpy lacks). Use the CPU provider or the default target."
             )
+        self._slots: SlotCache | None = None
+        self._fused = session.shares_buffer
         self._session = session
         self._uses_positions = uses_positions
         self._vocab = vocab
+        self._limit = limit  # the model's positions: a request's prompt + new tokens at most
         self._waiting: list[BatchedRequest] = []
         self._rows: list[BatchedRequest] = []
         self._past: dict[str, Any] = {}
@@ -113,6 +131,11 @@ class ContinuousBatcher:
             raise GenerationError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
         if max_new_tokens < 1:
             raise GenerationError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
+        if self._limit is not None and len(ids) + max_new_tokens > self._limit:
+            raise GenerationError(
+                f"The prompt's {len(ids)} tokens plus max_new_tokens={max_new_tokens} pass the "
+                f"model's {self._limit} positions: lower max_new_tokens or shorten the prompt."
+            )
         eos = (
             ()
             if eos_token_id is None
@@ -162,6 +185,8 @@ class ContinuousBatcher:
 
     def _admit(self, request: BatchedRequest) -> BatchedRequest | None:
         """Prefill ``request`` alone; it joins the batch (or is done after one token)."""
+        if self._fused:
+            return self._admit_to_slot(request)
         length = len(request.prompt)
         feed: dict[str, Any] = {
             "input_ids": np.array([request.prompt], np.int64),
@@ -192,7 +217,49 @@ class ContinuousBatcher:
         self._mask = np.concatenate([_left_pad(self._mask, width), _left_pad(mask, width)], axis=0)
         self._rows.append(request)
 
+    def _admit_to_slot(self, request: BatchedRequest) -> BatchedRequest | None:
+        """Prefill ``request`` into the first free slot (the cache grown if it must)."""
+        need = len(request.prompt) + request.max_new_tokens
+        slot = len(self._rows)
+        limit = self._limit or need
+        if self._slots is None:
+            capacity = max(need, min(_FIRST_CAPACITY, limit))
+            self._slots = SlotCache(self._session, _FIRST_SLOTS, capacity)
+        elif slot >= self._slots.slots or need > self._slots.capacity:
+            slots = 2 * self._slots.slots if slot >= self._slots.slots else self._slots.slots
+            capacity = self._slots.capacity
+            if need > capacity:  # doubled, within the model's positions
+                capacity = max(need, min(2 * capacity, limit))
+            self._slots = self._slots.grown(slots, capacity)
+        request.tokens.append(_pick(request, self._slots.prefill(slot, request.prompt)))
+        if request.done:
+            return request
+        self._rows.append(request)
+        return None
+
+    def _decode_slots(self) -> None:
+        assert self._slots is not None  # rows were admitted
+        tokens = np.array([r.tokens[-1] for r in self._rows], np.int64)
+        counts = np.array([len(r.prompt) + len(r.tokens) for r in self._rows], np.int64)
+        logits = self._slots.step(tokens, counts)
+        for request, row in zip(self._rows, logits, strict=True):
+            request.tokens.append(_pick(request, row))
+        self.steps += 1
+
+    def _retire_slots(self, ended: list[int]) -> None:
+        """Each row that ended is replaced by the last live row (its slot copied)."""
+        assert self._slots is not None  # rows were admitted
+        for index in sorted(ended, reverse=True):
+            last = len(self._rows) - 1
+            if index != last:
+                self._slots.move(last, index)
+                self._rows[index] = self._rows[last]
+            self._rows.pop()
+
     def _decode(self) -> None:
+        if self._fused:
+            self._decode_slots()
+            return
         rows = len(self._rows)
         self._mask = np.concatenate([self._mask, np.ones((rows, 1), np.int64)], axis=1)
         feed: dict[str, Any] = {
@@ -211,6 +278,9 @@ class ContinuousBatcher:
         self.steps += 1
 
     def _retire(self, ended: list[int]) -> None:
+        if self._fused:
+            self._retire_slots(ended)
+            return
         gone = set(ended)
         keep = [i for i in range(len(self._rows)) if i not in gone]
         self._rows = [self._rows[i] for i in keep]

@@ -387,7 +387,8 @@ class OrtModelForCausalLM:
         )
         rng = as_rng(seed)
         if drafter is not None:
-            chunks = ChunkRunner(session, uses_positions=self._uses_positions)
+            capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
+            chunks = ChunkRunner(session, uses_positions=self._uses_positions, capacity=capacity)
             sequences, _ = speculative_decode(
                 chunks, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
             )
@@ -604,7 +605,9 @@ class OrtModelForCausalLM:
         """A loop that decodes many requests at once, admitting and retiring them per step.
 
         Greedy decoding; each request gets the tokens :meth:`generate` gives it alone
-        (``hf/runtime/generation/_batching.py``). Needs the default ``target="onnx"`` graph.
+        (``hf/runtime/generation/_batching.py``). On the default ``target="onnx"`` graph
+        the batch cache is left-padded; on the fused ``target="onnxruntime"`` decoder (CPU)
+        each request has a slot of one shared buffer (``_slots.py``).
 
         Returns:
             A :class:`ContinuousBatcher`: ``submit(prompt, max_new_tokens=...)`` (also
@@ -621,6 +624,7 @@ class OrtModelForCausalLM:
             self.session,
             uses_positions=self._uses_positions,
             vocab=self.folder.config.get("vocab_size"),
+            limit=self.folder.max_positions(*_POSITION_LIMITS),
         )
 
     def live(self, input_ids: Any = None) -> LiveSequence:

@@ -24,9 +24,12 @@ import numpy.typing as npt
 from onnxruntime.capi import _pybind_state as _C
 
 from onnx_export.hf._errors import GenerationError
-from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value
+from onnx_export.hf.runtime._session import ONNX_TO_NUMPY, StepSession, Value, host_float32
 
 __all__ = ["SharedCache"]
+
+#: The fused decoder's ``num_logits_to_keep`` input (``passes/ort_gqa.py``).
+_KEEP = "num_logits_to_keep"
 
 
 def _buffer(meta: Any, shape: Sequence[int]) -> npt.NDArray[Any]:
@@ -64,15 +67,18 @@ class SharedCache:
         for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
             self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
-        self._logits = _buffer(meta, (batch, meta.shape[1], meta.shape[2]))
-        self._binding.bind_ortvalue_output(
-            "logits", _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
-        )
+        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_new)
+        self._logits_value = _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
+        self._binding.bind_ortvalue_output("logits", self._logits_value)
         self._results = {"logits": self._logits}
         self._last = self._logits[:, -1, :]
         self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
+        self._one = np.ones(1, np.int64)  # the memory the value wraps (kept alive)
+        self._keep_one = _C.OrtValue.ortvalue_from_numpy(self._one, cpu)
+        self._keep_array = np.ones(1, np.int64)  # a verification step's count
+        self._keep_value = _C.OrtValue.ortvalue_from_numpy(self._keep_array, cpu)
 
     def grown(self, capacity: int, filled: int) -> SharedCache:
         """A cache of ``capacity`` positions holding this one's first ``filled``."""
@@ -97,7 +103,11 @@ class SharedCache:
         """
         if feed:
             for name, value in feed.items():
-                self._binding.bind_input(name, value)
+                if name == _KEEP:  # an initializer input: bound as a value (no input meta)
+                    self._keep_array[:] = value
+                    self._binding.bind_ortvalue_input(name, self._keep_value)
+                else:
+                    self._binding.bind_input(name, value)
             self._total = int(feed["attention_mask"].shape[1])
         if self._total > self.capacity:
             raise GenerationError(
@@ -105,6 +115,30 @@ class SharedCache:
             )
         self._run(self._binding, self._options)
         return self._results
+
+    def run_new(self, feed: Mapping[str, Any], count: int) -> npt.NDArray[np.float32]:
+        """One row's step whose last ``count`` positions' logits are wanted: (count, vocab).
+
+        ``feed`` then holds ``num_logits_to_keep`` = ``count`` (a fused decoder's input, 1
+        unless fed); ORT allocates the logits (the graph declares one position), and
+        afterwards the one-position buffer and ``num_logits_to_keep`` = 1 are bound again.
+        A later step overwrites what lies past its own tokens, which is how a verification step's
+        rejected drafts are dropped.
+        """
+        if count == 1:
+            return self.last_logits(self.run(feed)).copy()
+        # ORT allocates them: a buffer bound for the declared (batch, 1, vocab) must be it
+        self._binding.bind_output("logits", self._cpu)
+        try:
+            self.run(feed)
+            outputs = self._binding.get_outputs()
+            found = [outputs[i] for i in range(len(outputs)) if len(outputs[i].shape()) == 3]
+            logits = host_float32(found[0])
+        finally:
+            self._binding.bind_ortvalue_output("logits", self._logits_value)
+            if _KEEP in feed:
+                self._binding.bind_ortvalue_input(_KEEP, self._keep_one)
+        return np.array(logits[0], dtype=np.float32)  # the caller's own
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None

@@ -12,9 +12,12 @@ graph with its past, which gives the logits after each of them. Walking them in 
 the logits processors and the greedy choice run as in plain decoding; a draft is kept
 while it equals the token chosen, and the first token that differs is the model's own.
 Each step thus adds between 1 and k + 1 tokens, always the tokens plain greedy decoding
-gives, and the cache is cut back to the tokens kept. Greedy only, one row, a graph whose
-``logits`` cover every position (the default ``target="onnx"``; the fused decoder returns
-the last position's only).
+gives, and the cache is cut back to the tokens kept. Greedy only, one row. The default
+``target="onnx"`` graph gives every position's logits; the fused ``target="onnxruntime"``
+decoder gives the last ``num_logits_to_keep`` (an input of default 1), and ORT's
+GroupQueryAttention takes several new tokens on a past for one row, so the drafts are
+verified on its shared cache, where cutting back is lowering the count of tokens it holds
+(``seqlens_k``).
 """
 
 from __future__ import annotations
@@ -30,22 +33,48 @@ from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._session import StepSession, Value, host_float32
 from onnx_export.hf.runtime.generation._generate import Stopping, Streamer
 from onnx_export.hf.runtime.generation._logits import TokenChooser
+from onnx_export.hf.runtime.generation._shared_cache import SharedCache
+
+#: The fused decoder's input saying how many of each row's last positions ``logits`` holds
+#: (``passes/ort_gqa.py``'s ``LOGITS_TO_KEEP``, written down here: the runtime imports
+#: neither the exporter nor onnx_ir).
+LOGITS_TO_KEEP = "num_logits_to_keep"
+
+#: A chunk runner's first shared cache's positions, when it is not told (then doubled).
+_FIRST_CAPACITY = 64
 
 __all__ = [
+    "LOGITS_TO_KEEP",
     "ChunkRunner",
     "Drafter",
     "PromptLookup",
     "DraftModel",
     "SpeculationStats",
     "check_speculation",
+    "keeps_logits",
     "DraftSource",
     "make_drafter",
     "speculative_decode",
 ]
 
 
+def keeps_logits(session: StepSession) -> bool:
+    """Whether the graph takes ``num_logits_to_keep`` (the fused decoder: 1 unless fed).
+
+    Such a graph gives each row's last ``num_logits_to_keep`` positions' logits
+    (``passes/ort_gqa.py``); the default graph gives every position's.
+    """
+    names = {value.name for value in session.session.get_overridable_initializers()}
+    return LOGITS_TO_KEEP in names
+
+
 class ChunkRunner:
     """A session (one row) with its cache: runs chunks of tokens, cuts the cache back.
+
+    On a fused decoder (``session.shares_buffer``) the cache is one :class:`SharedCache`
+    (grown when full), and cutting it back only lowers the count of tokens it holds: the
+    next chunk overwrites the rest. Its logits cover the positions asked for
+    (``num_logits_to_keep``), the default graph's every position.
 
     Attributes:
         cached: How many tokens the cache holds.
@@ -56,14 +85,20 @@ class ChunkRunner:
         (3, 96)
     """
 
-    def __init__(self, session: StepSession, *, uses_positions: bool) -> None:
+    def __init__(
+        self, session: StepSession, *, uses_positions: bool, capacity: int | None = None
+    ) -> None:
         self._session = session
         self._uses_positions = uses_positions
-        self._past: dict[str, Value] = session.empty_past(1)
+        self._keeps = keeps_logits(session)
+        self._shared: SharedCache | None = None
+        self._capacity = capacity or _FIRST_CAPACITY
+        self._past: dict[str, Value] = {} if session.shares_buffer else session.empty_past(1)
         self.cached = 0
 
-    def run(self, tokens: list[int]) -> npt.NDArray[np.float32]:
-        """The logits after each of ``tokens`` (len, vocab); the cache then holds them."""
+    def run(self, tokens: list[int], wanted: int | None = None) -> npt.NDArray[np.float32]:
+        """The logits after each of the last ``wanted`` (all) ``tokens``; the cache holds them."""
+        wanted = len(tokens) if wanted is None else wanted
         total = self.cached + len(tokens)
         feed: dict[str, Any] = {
             "input_ids": np.array([tokens], np.int64),
@@ -71,19 +106,45 @@ class ChunkRunner:
         }
         if self._uses_positions:
             feed["position_ids"] = np.arange(self.cached, total, dtype=np.int64)[None]
-        results = self._session.run({**feed, **self._past})
-        self._past = self._session.next_past(results)
+        if self._keeps and wanted > 1:
+            feed[LOGITS_TO_KEEP] = np.array([wanted], np.int64)
+        if self._session.shares_buffer:
+            logits = self._shared_for(total).run_new(feed, wanted if self._keeps else 1)
+        else:
+            results = self._session.run({**feed, **self._past})
+            self._past = self._session.next_past(results)
+            logits = host_float32(results["logits"])[0]
         self.cached = total
-        logits = host_float32(results["logits"])[0]
-        return np.ascontiguousarray(logits[-len(tokens) :], dtype=np.float32)
+        if logits.shape[0] < wanted:
+            raise GenerationError(
+                f"The decoder gave {logits.shape[0]} positions' logits, {wanted} were needed: "
+                "export the folder again with this version (its fused decoder gives the "
+                "logits of every draft) or with the default target."
+            )
+        return np.ascontiguousarray(logits[logits.shape[0] - wanted :], dtype=np.float32)
+
+    def _shared_for(self, total: int) -> SharedCache:
+        """The shared cache, grown (doubled) to hold ``total`` positions."""
+        cache = self._shared
+        if cache is None or cache.capacity < total:
+            capacity = max(total, 2 * cache.capacity if cache else self._capacity)
+            if cache is None:
+                cache = SharedCache(self._session, 1, capacity)
+            else:
+                cache = cache.grown(capacity, self.cached)
+            self._shared = cache
+        return cache
 
     def cut(self, length: int) -> None:
         """Keep the cache's first ``length`` tokens."""
         if length >= self.cached:
             return
-        self._past = (
-            self._session.slice_past(self._past, length) if length else self._session.empty_past(1)
-        )
+        if not self._session.shares_buffer:  # a shared cache is read up to the mask only
+            self._past = (
+                self._session.slice_past(self._past, length)
+                if length
+                else self._session.empty_past(1)
+            )
         self.cached = length
 
 
@@ -112,14 +173,16 @@ class PromptLookup:
     def propose(self, sequence: list[int], count: int) -> list[int]:
         """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins."""
         ids = np.asarray(sequence, np.int64)
-        count = min(count, self.num_tokens)
-        for size in range(min(self.max_ngram, len(ids) - 1), 0, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(ids, size)
-            starts = np.nonzero((windows == ids[-size:]).all(axis=1))[0] + size
-            for start in starts.tolist():
-                end = min(start + count, len(ids))
-                if start < end:
-                    return [int(t) for t in ids[start:end]]
+        length, count = len(ids), min(count, self.num_tokens)
+        for size in range(min(self.max_ngram, length - 1), 0, -1):
+            # where an earlier window equals the last ``size`` tokens (not the last itself)
+            same = ids[: length - size] == ids[length - size]
+            for j in range(1, size):
+                same &= ids[j : length - size + j] == ids[length - size + j]
+            found = np.flatnonzero(same)
+            if found.size:
+                start = int(found[0]) + size
+                return [int(t) for t in ids[start : min(start + count, length)]]
         return []
 
     def accepted(self, proposed: int, kept: int) -> None:
@@ -151,14 +214,14 @@ class DraftModel:
         same = min(same, len(sequence) - 1)  # the last token reruns for its logits
         self._runner.cut(same)
         self._tokens = list(sequence)
-        logits = self._runner.run(sequence[same:])
+        logits = self._runner.run(sequence[same:], 1)
         drafts: list[int] = []
         while True:
             drafts.append(int(logits[-1].argmax()))
             if len(drafts) == count:
                 return drafts
             self._tokens.append(drafts[-1])
-            logits = self._runner.run(drafts[-1:])
+            logits = self._runner.run(drafts[-1:], 1)
 
     def accepted(self, proposed: int, kept: int) -> None:
         """As transformers' "heuristic" schedule: +2 after a whole draft was kept, else -1."""
@@ -193,9 +256,17 @@ class SpeculationStats:
 
 
 def check_speculation(
-    session: StepSession, rows: int, mask: npt.NDArray[np.int64], chooser: TokenChooser
+    session: StepSession,
+    rows: int,
+    mask: npt.NDArray[np.int64],
+    chooser: TokenChooser,
+    *,
+    verifies: bool = True,
 ) -> None:
-    """A :class:`GenerationError` when speculation cannot give plain decoding's tokens."""
+    """A :class:`GenerationError` when speculation cannot give plain decoding's tokens.
+
+    ``verifies``: the session verifies drafts (it needs their logits), not drafts them.
+    """
     if chooser.do_sample:
         raise GenerationError(
             "prompt_lookup_num_tokens= and assistant_model= decode greedily here: drop "
@@ -207,11 +278,11 @@ def check_speculation(
             f"generation), got {rows} rows: call generate once per prompt."
         )
     shape = session.output_meta("logits").shape
-    if len(shape) == 3 and shape[1] == 1:
+    if verifies and len(shape) == 3 and shape[1] == 1 and not keeps_logits(session):
         raise GenerationError(
-            "This folder's decoder returns the last position's logits only (the fused "
-            "target='onnxruntime' decoder), and verifying drafts needs every position's: "
-            "export with the default target for speculative decoding."
+            "This folder's decoder returns each row's last logits only (a fused "
+            "target='onnxruntime' decoder exported before it gave the drafts' logits), and "
+            "verifying drafts needs them: export the folder again with this version."
         )
 
 
@@ -264,7 +335,7 @@ def make_drafter(
             "the draft model must share the tokenizer."
         )
     count = _whole("num_assistant_tokens", assistant_tokens)
-    check_speculation(assistant.session, 1, mask, chooser)
+    check_speculation(assistant.session, 1, mask, chooser, verifies=False)
     return DraftModel(assistant.session, uses_positions=assistant.uses_positions, num_tokens=count)
 
 
@@ -292,7 +363,7 @@ def speculative_decode(
     while not done:
         made = len(sequence) - prompt
         drafts = drafter.propose(sequence, budget - made - 1) if budget - made > 1 else []
-        logits = runner.run(sequence[runner.cached :] + drafts)[-len(drafts) - 1 :]
+        logits = runner.run(sequence[runner.cached :] + drafts, len(drafts) + 1)
         stats.steps += 1
         kept = 0
         for i in range(len(drafts) + 1):
