@@ -510,8 +510,21 @@ _INDEX_PUT = [
          (_d(1), _d(0), _d(0, 1))),
 ]  # fmt: skip
 
+_EDGE_VALUES = [
+    Case("aten::mean.dim", "mean_dim_dynamic_axis",
+         lambda x: (x.mean(1), x.mean((0, 2), keepdim=True)),
+         lambda: (_r(2, 5, 3),), lambda: (_r(2, 7, 3, seed=1),), (_d(1),)),
+    Case("aten::mean", "mean_all_dynamic",
+         lambda x: aten.mean(x, dtype=torch.float64),
+         lambda: (_r(3, 4),), lambda: (_r(5, 2, seed=1),), (_d(0, 1),)),
+    Case("aten::log_sigmoid", "log_sigmoid_dynamic",
+         F.logsigmoid,
+         lambda: (_r(3, 4, low=-120, high=30),), lambda: (_r(6, 2, seed=1, low=-200),),
+         (_d(0, 1),)),
+]  # fmt: skip
+
 CASES = [
-    *_COMPLEX_MIXED, *_INDEX_PUT,
+    *_COMPLEX_MIXED, *_INDEX_PUT, *_EDGE_VALUES,
     *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_SUM, *_ATTENTION,
     *_ROLL, *_FFT, *_OWN_FORMS,
 ]  # fmt: skip
