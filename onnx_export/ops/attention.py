@@ -169,15 +169,20 @@ def _zero_fully_masked_rows(result: ir.Value, attn_mask: Any) -> ir.Value:
 
     The check reads the mask only (one ``ReduceMax`` over its key axis, shared by the
     layers that use the same mask) and zeros the output with one ``Where`` per layer.
-    For ``target="onnxruntime"`` it is left out: ONNX Runtime's attention fusions match
-    the attention alone (docs/numerics.md says what its fused kernels give instead).
+    For ``target="onnxruntime"`` it is left out for bool masks: torchlib's bool path fills
+    with ``finfo.min`` (no NaN; ONNX Runtime's fused kernels give such a row the mean of
+    the values), and the check cost Llama its ``SkipSimplifiedLayerNormalization``
+    fusion. Float masks keep it there: without it a row of ``-inf`` gave NaN, fused
+    (``MultiHeadAttention`` with an attention bias) or not, and the fusion still applies.
     """
-    if attn_mask is None or target_runtime() == "onnxruntime":
+    if attn_mask is None:
         return result
-    return op.Where(fully_masked_rows(attn_mask), const(0.0, result), result)
+    if attn_mask.dtype == ir.DataType.BOOL and target_runtime() == "onnxruntime":
+        return result
+    return op.Where(_fully_masked_rows(attn_mask), const(0.0, result), result)
 
 
-def fully_masked_rows(attn_mask: ir.Value) -> ir.Value:
+def _fully_masked_rows(attn_mask: ir.Value) -> ir.Value:
     """Bool, True where a row of ``attn_mask`` (last axis: the keys) masks every key.
 
     A bool mask masks with ``False``; a float (additive) mask with ``-inf``. The result

@@ -218,3 +218,41 @@ def test_transformer_layers_on_left_padded_batches(model_class: type, opset: int
     program = onnx_export.dynamo_export(model, *_left_padding(3, 6), export_options=options)
     for batch, length in ((3, 6), (4, 5), (2, 2)):
         _assert_matches_captured_path(program, model, *_left_padding(batch, length))
+
+
+_ORT = onnx_export.ExportOptions(target="onnxruntime", verify=False)
+
+
+def test_onnxruntime_target_float_masks_keep_the_fusion_and_give_zero() -> None:
+    """A float ``-inf`` mask: fused into ``MultiHeadAttention`` (bias), rows of -inf give 0."""
+    model = TwoLayers(bool_mask=False).eval()
+    program = onnx_export.dynamo_export(model, *_left_padded(3, 6), export_options=_ORT)
+    assert "MultiHeadAttention" in {n.op_type for n in program.model.graph}
+    assert_onnx_program_close(program, model, *_left_padded(3, 6), atol=1e-4)
+    encoder = Encoder().eval()
+    program = onnx_export.dynamo_export(encoder, *_left_padding(3, 6), export_options=_ORT)
+    _assert_matches_captured_path(program, encoder, *_left_padding(3, 6))
+
+
+def test_onnxruntime_target_bool_masks_differ_only_at_rows_with_no_key() -> None:
+    """GPT-2 on a left-padded batch, ``target="onnxruntime"``: the documented difference.
+
+    transformers gives SDPA a bool mask; for this target the check is left out (it cost
+    fusions), so a padding query, which sees no key, gets ONNX Runtime's mean of the
+    values where eager gives 0. Every real token matches eager, and no NaN appears.
+    """
+    pytest.importorskip("transformers")
+    from tests.e2e.zoo_models import ZOO
+
+    entry = ZOO["gpt2"]
+    model = entry.build()
+    args, kwargs = entry.inputs(2, 6)
+    kwargs["attention_mask"][0, :3] = 0  # the first row left-padded by 3
+    program = onnx_export.dynamo_export(model, *args, export_options=_ORT, **kwargs)
+    assert "MultiHeadAttention" in {n.op_type for n in program.model.graph}
+    actual = program(*args, **kwargs)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+    assert not actual.isnan().any()
+    real = kwargs["attention_mask"].bool()
+    torch.testing.assert_close(actual[real], expected[real], rtol=1e-4, atol=1e-4)
