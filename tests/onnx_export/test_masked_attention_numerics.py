@@ -256,3 +256,33 @@ def test_onnxruntime_target_bool_masks_differ_only_at_rows_with_no_key() -> None
     assert not actual.isnan().any()
     real = kwargs["attention_mask"].bool()
     torch.testing.assert_close(actual[real], expected[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_transformers_attention_on_a_left_padded_batch(implementation: str) -> None:
+    """transformers' eager (``finfo.min`` mask, softmax) and SDPA (bool mask) attentions.
+
+    Padding queries see no key: eager's softmax spreads them evenly, SDPA gives 0; the file
+    gives what each gives, at every position, padding included.
+    """
+    transformers = pytest.importorskip("transformers")
+    from tests.e2e.zoo_models import small_config
+
+    torch.manual_seed(0)
+    config = small_config("llama", use_cache=False, attn_implementation=implementation)
+    model = _Logits(transformers.LlamaForCausalLM(config)).eval()
+    ids = torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :3] = 0
+    program = onnx_export.dynamo_export(model, ids, mask)
+    assert_onnx_program_close(program, model, ids, mask, atol=1e-4)
+    assert not program(ids, mask).isnan().any()
+
+
+class _Logits(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # type: ignore[no-any-return]
