@@ -170,8 +170,8 @@ def _zero_fully_masked_rows(result: ir.Value, attn_mask: Any) -> ir.Value:
     The check reads the mask only (one ``ReduceMax`` over its key axis, shared by the
     layers that use the same mask) and zeros the output with one ``Where`` per layer.
     For ``target="onnxruntime"`` it is left out for bool masks: torchlib's bool path fills
-    with ``finfo.min`` (no NaN; ONNX Runtime's fused kernels give such a row the mean of
-    the values), and the check cost Llama its ``SkipSimplifiedLayerNormalization``
+    with ``finfo.min`` (no NaN; the row is the mean of the values, or what ONNX Runtime's
+    fused kernel gives), and the check cost Llama its ``SkipSimplifiedLayerNormalization``
     fusion. Float masks keep it there: without it a row of ``-inf`` gave NaN, fused
     (``MultiHeadAttention`` with an attention bias) or not, and the fusion still applies.
     """

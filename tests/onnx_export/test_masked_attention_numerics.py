@@ -238,8 +238,9 @@ def test_onnxruntime_target_bool_masks_differ_only_at_rows_with_no_key() -> None
     """GPT-2 on a left-padded batch, ``target="onnxruntime"``: the documented difference.
 
     transformers gives SDPA a bool mask; for this target the check is left out (it cost
-    fusions), so a padding query, which sees no key, gets ONNX Runtime's mean of the
-    values where eager gives 0. Every real token matches eager, and no NaN appears.
+    fusions), so a padding query, which sees no key, gets a finite value of ONNX
+    Runtime's fused kernel where eager gives 0. Every real token matches eager, and no
+    NaN appears.
     """
     pytest.importorskip("transformers")
     from tests.e2e.zoo_models import ZOO
