@@ -158,21 +158,45 @@ def _own_4d(query: ir.Value, attn_mask: Any, dropout_p: float) -> bool:
 
 
 def _zero_fully_masked_rows(result: ir.Value, attn_mask: Any) -> ir.Value:
-    """Zeros where a bool mask lets a query attend to no key, as torch's CPU kernels give.
+    """Zeros where the mask lets a query attend to no key, as torch's SDPA gives.
 
-    A softmax over keys that are all masked is undefined (ONNX Runtime spreads it evenly,
-    so the row would be the mean of the values). Float masks are left alone: torch gives
-    NaN for a row of -inf there too. The check is one ReduceMax over the mask's key axis.
-    For ``target="onnxruntime"`` it is left out: ONNX Runtime's attention fusions match
-    the attention alone, and its fused kernels give such rows the mean of the values.
+    torch (since 2.5) computes SDPA through a safe softmax: a query whose keys are all
+    masked (bool ``False``, or ``-inf`` in a float mask) gives 0. ONNX's Softmax over such
+    a row is undefined (NaN for ``-inf``; ONNX Runtime spreads torchlib's ``finfo.min``
+    fill evenly), and NaN spreads: the next layer multiplies the masked value by a weight
+    of 0. A float mask that is only very negative (``finfo.min``, ``-1e4``) is no
+    ``-inf``: torch gives the mean of the values there, and so does the graph.
+
+    The check reads the mask only (one ``ReduceMax`` over its key axis, shared by the
+    layers that use the same mask) and zeros the output with one ``Where`` per layer.
+    For ``target="onnxruntime"`` it is left out for bool masks: torchlib's bool path fills
+    with ``finfo.min`` (no NaN; the row is the mean of the values, or what ONNX Runtime's
+    fused kernel gives), and the check cost Llama its ``SkipSimplifiedLayerNormalization``
+    fusion. Float masks keep it there: without it a row of ``-inf`` gave NaN, fused
+    (``MultiHeadAttention`` with an attention bias) or not, and the fusion still applies.
     """
-    if attn_mask is None or attn_mask.dtype != ir.DataType.BOOL:
+    if attn_mask is None:
         return result
-    if target_runtime() == "onnxruntime":
+    if attn_mask.dtype == ir.DataType.BOOL and target_runtime() == "onnxruntime":
         return result
-    as_int = op.Cast(attn_mask, to=int(ir.DataType.INT32))
-    any_key = op.Cast(op.ReduceMax(as_int, ints([-1]), keepdims=1), to=int(ir.DataType.BOOL))
-    return op.Where(any_key, result, const(0.0, result))
+    return op.Where(_fully_masked_rows(attn_mask), const(0.0, result), result)
+
+
+def _fully_masked_rows(attn_mask: ir.Value) -> ir.Value:
+    """Bool, True where a row of ``attn_mask`` (last axis: the keys) masks every key.
+
+    A bool mask masks with ``False``; a float (additive) mask with ``-inf``. The result
+    keeps the key axis (size 1), so it broadcasts against the attention's output.
+    """
+    if attn_mask.dtype == ir.DataType.BOOL:
+        as_int = op.Cast(attn_mask, to=int(ir.DataType.INT32))
+        return op.Not(
+            op.Cast(op.ReduceMax(as_int, ints([-1]), keepdims=1), to=int(ir.DataType.BOOL))
+        )
+    highest = op.ReduceMax(attn_mask, ints([-1]), keepdims=1)
+    if attn_mask.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE):
+        highest = op.Cast(highest, to=int(ir.DataType.FLOAT))  # IsInf: float and double
+    return op.IsInf(highest, detect_negative=1, detect_positive=0)
 
 
 def _swap_last(r: int) -> list[int]:

@@ -29,6 +29,7 @@ from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
+    "aten_log_sigmoid",
     "horner",
     "compute_dtype",
     "to_compute",
@@ -548,3 +549,16 @@ def aten_nextafter(self: ir.Value, other: ir.Value) -> ir.Value:
     result = op.Where(op.IsInf(x), op.Mul(op.Sign(x), const(largest, x)), result)
     result = op.Where(op.Equal(x, y), y, result)
     return op.Where(op.Or(op.IsNaN(x), op.IsNaN(y)), op.Add(x, y), result)
+
+
+@onnx_op("aten::log_sigmoid")
+def aten_log_sigmoid(self: ir.Value) -> ir.Value:
+    """log_sigmoid(Tensor self): ``-softplus(-x)``, exact where ``log(sigmoid(x))`` underflows.
+
+    torchlib's ``Log(Sigmoid(x))`` gives ``-inf`` from about ``x = -88`` in float32 (the
+    sigmoid is 0); torch gives ``x`` there (``log_sigmoid(-200) = -200``).
+    """
+    half = self.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    x = op.Cast(self, to=int(ir.DataType.FLOAT)) if half else self  # Softplus: float kernels
+    result = op.Neg(op.Softplus(op.Neg(x)))
+    return op.CastLike(result, self) if half else result

@@ -3,7 +3,8 @@
 ``amax``/``amin`` without ``dim``, ``all``/``any`` on 0-d tensors, ``count_nonzero``,
 ``cumprod``/``cummax``/``cummin`` (an ONNX ``Scan``), ``median``/``nanmedian``/
 ``kthvalue``/``mode``, ``searchsorted``/``bucketize`` (counting comparisons),
-``unique_consecutive``. Histograms are in ``histogram``.
+``unique_consecutive``, and ``mean`` over axes that may be empty (NaN, as torch gives,
+where ONNX Runtime's ``ReduceMean`` gives 0). Histograms are in ``histogram``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from onnx_export.ops._opset import Opset
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
+    "aten_mean_dim",
     "count_before",
     "aten_count_nonzero",
     "aten_cumprod",
@@ -404,3 +406,38 @@ def aten_unique_consecutive(
     starts = op.Reshape(op.NonZero(starts_run), ints([-1]))
     ends = op.Concat(op.Slice(starts, ints([1]), ints([2**62]), ints([0])), size, axis=0)
     return values, op.Reshape(inverse, op.Shape(self)), op.Sub(ends, starts)
+
+
+def _never_empty(x: ir.Value, axes: list[int] | None) -> bool:
+    """Whether each of ``x``'s ``axes`` (None: all) has a static size above 0."""
+    shape = x.shape
+    if shape is None:
+        return False
+    sizes = [shape[a] for a in (axes if axes is not None else range(len(shape)))]
+    return all(isinstance(size, int) and size > 0 for size in sizes)
+
+
+@onnx_op("aten::mean.dim", "aten::mean")
+def aten_mean_dim(
+    self: ir.Value,
+    dim: int | Sequence[int] | None = None,
+    keepdim: bool = False,
+    dtype: int | None = None,
+) -> ir.Value:
+    """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None).
+
+    torch's mean of no elements is NaN (0 / 0); ONNX Runtime's ``ReduceMean`` of an empty
+    axis gives 0. Where every reduced axis has a static size above 0 it is ``ReduceMean``
+    (the form fusions match); where one may be empty (a dynamic sequence), the sum over
+    the count, which is NaN for a count of 0.
+    """
+    x = op.Cast(self, to=int(dtype)) if dtype is not None and dtype != -1 else self
+    if rank(self) == 0:
+        return op.Identity(x)
+    axes = _axes(dim, self)
+    if _never_empty(self, axes):
+        return _reduce("ReduceMean", x, dim, keepdim, self)
+    total = _reduce("ReduceSum", x, dim, keepdim, self)
+    sizes = op.Shape(x) if axes is None else op.Gather(op.Shape(x), ints(axes), axis=0)
+    count = op.CastLike(op.ReduceProd(sizes, keepdims=0), total)
+    return op.Div(total, count)

@@ -1,11 +1,13 @@
 """Scatter-like ops torchlib lacks or gets wrong.
 
 Scatter and index reductions (``mean``, ``include_self=False``), ``put``,
-``segment_reduce``, and transformers' mixture-of-experts ``grouped_mm_fallback``.
+``segment_reduce``, transformers' mixture-of-experts ``grouped_mm_fallback``, and
+``index_put`` with int32 indices.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
+    "aten_index_put",
     "aten_scatter_reduce_two",
     "aten_scatter_reduce",
     "aten_scatter_value_reduce",
@@ -215,3 +218,31 @@ def aten_segment_reduce(
     if initial is None:
         return averaged
     return op.Where(op.Equal(count, const(0.0, data)), const(float(initial), data), averaged)
+
+
+_NARROW_INDICES = {ir.DataType.INT32, ir.DataType.INT16, ir.DataType.INT8}
+
+
+@onnx_op("aten::index_put", "aten::_unsafe_index_put")
+def aten_index_put(
+    self: ir.Value,
+    indices: Sequence[ir.Value | None],
+    values: ir.Value,
+    accumulate: bool = False,
+) -> ir.Value:
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False).
+
+    torchlib's, with integer indices narrower than int64 cast to int64 first: ONNX's
+    ``ScatterND`` takes int64 indices only, and torch's decomposition of ``istft``
+    (overlap-add of the frames) indexes with int32.
+    """
+    from onnxscript.function_libs.torch_lib.ops.core import aten_index_put as torchlib
+
+    wide = [
+        op.Cast(index, to=int(ir.DataType.INT64))
+        if index is not None and index.dtype in _NARROW_INDICES
+        else index
+        for index in indices
+    ]
+    result: ir.Value = torchlib(self, wide, values, accumulate)
+    return result

@@ -337,6 +337,9 @@ def _trilu(node: ir.Node, target: int) -> None:
     k = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] is not None else zero
     upper = _attr(node, "upper", 1)
     keep = rewrite.op("GreaterOrEqual" if upper else "LessOrEqual", [offset, k])
+    if x.dtype == ir.DataType.BOOL:  # ONNX Runtime's Where-9 has no bool kernel
+        rewrite.done([rewrite.op("And", [keep, x])])
+        return
     nothing = rewrite.const(np.zeros((), dtype))
     rewrite.done([rewrite.op("Where", [keep, x, nothing])])
 

@@ -90,6 +90,12 @@ def _exact_identities(rule: Any) -> Any:
     multiplying by a number near the identity is a different op; only the identity
     itself is a no-op. The rule is copied, so onnxscript's own rules (which another
     exporter in the process may use) keep their tolerance.
+
+    Only the pattern is copied deeply: a rule's matcher keeps the last node it tried
+    (``SimplePatternMatcher._current_node``), and after ``torch.onnx.export`` or
+    onnxscript's own ``optimize`` ran in the process that node belongs to their model,
+    whose onnxscript objects cannot be copied (``Opset.__new__() missing 2 required
+    positional arguments``). The copy gets a fresh matcher of the same class.
     """
     pattern = getattr(rule, "_target_pattern", None)
     constants = [
@@ -100,7 +106,9 @@ def _exact_identities(rule: Any) -> Any:
     ]
     if not constants:
         return rule
-    exact = copy.deepcopy(rule)
+    exact = copy.copy(rule)
+    exact._target_pattern = copy.deepcopy(pattern)
+    exact._matcher = type(rule._matcher)(exact._target_pattern)
     for node in exact._target_pattern._nodes:
         for value in node.inputs:
             if isinstance(value, _pattern_ir.Constant) and value.value in (0, 1):

@@ -472,7 +472,59 @@ _OWN_FORMS = [
          lambda: (_r(3, 4) * 5,), lambda: (_r(6, 2, seed=1) * 5,), (_d(0, 1),)),
 ]  # fmt: skip
 
+def _complex_head(real: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+    """Real and complex operands broadcast both ways: (F,) against (B, C, F) and back."""
+    z = _view_complex(pair)  # (B, C, F)
+    w = torch.exp(real[0]) * (torch.cos(real) + 1j * torch.sin(real))  # (C, F) complex
+    mixed = (z * real[0] + real - z / (real + 3.0) + w) / real[0].abs().add(1.0)
+    return torch.view_as_real(mixed - real[:1])
+
+
+_COMPLEX_MIXED = [
+    Case(key, f"{key.split('::')[1].split('.')[0]}_complex_real_operands_dynamic",
+         _complex_head,
+         lambda: (_r(3, 5), _r(2, 3, 5, 2, seed=1)),
+         lambda: (_r(3, 7, seed=2), _r(4, 3, 7, 2, seed=3)),
+         (_d(1), _d(0, 2)), atol=1e-4)
+    for key in ("aten::add.Tensor (complex)", "aten::sub.Tensor (complex)",
+                "aten::mul.Tensor (complex)", "aten::div.Tensor (complex)")
+]  # fmt: skip
+
+
+def _index_put_int32(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return aten.index_put(x, [None, i.to(torch.int32)], v, True)
+
+
+def _unsafe_index_put_int32(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return aten._unsafe_index_put(x, [i.to(torch.int32)], v, False)
+
+
+_INDEX_PUT = [
+    Case("aten::index_put", "index_put_int32_accumulate_dynamic", _index_put_int32,
+         lambda: (_r(3, 6), _i(4, high=6), _r(3, 4, seed=1)),
+         lambda: (_r(5, 6, seed=2), _i(2, high=6, seed=3), _r(5, 2, seed=4)),
+         (_d(0), _d(0), _d(0, 1))),
+    Case("aten::_unsafe_index_put", "unsafe_index_put_int32_dynamic", _unsafe_index_put_int32,
+         lambda: (_r(6, 3), torch.tensor([4, 0, 2]), _r(3, 3, seed=1)),
+         lambda: (_r(6, 5, seed=2), torch.tensor([5, 1]), _r(2, 5, seed=4)),
+         (_d(1), _d(0), _d(0, 1))),
+]  # fmt: skip
+
+_EDGE_VALUES = [
+    Case("aten::mean.dim", "mean_dim_dynamic_axis",
+         lambda x: (x.mean(1), x.mean((0, 2), keepdim=True)),
+         lambda: (_r(2, 5, 3),), lambda: (_r(2, 7, 3, seed=1),), (_d(1),)),
+    Case("aten::mean", "mean_all_dynamic",
+         lambda x: aten.mean(x, dtype=torch.float64),
+         lambda: (_r(3, 4),), lambda: (_r(5, 2, seed=1),), (_d(0, 1),)),
+    Case("aten::log_sigmoid", "log_sigmoid_dynamic",
+         F.logsigmoid,
+         lambda: (_r(3, 4, low=-120, high=30),), lambda: (_r(6, 2, seed=1, low=-200),),
+         (_d(0, 1),)),
+]  # fmt: skip
+
 CASES = [
+    *_COMPLEX_MIXED, *_INDEX_PUT, *_EDGE_VALUES,
     *_NORM, *_ELEMENTWISE, *_REDUCE, *_SHAPES, *_POOL, *_PAD, *_POWER, *_SUM, *_ATTENTION,
     *_ROLL, *_FFT, *_OWN_FORMS,
 ]  # fmt: skip
