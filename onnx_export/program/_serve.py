@@ -95,7 +95,7 @@ def _problem(
     ):
         _report.record_held_sizes(context, held, proved=False)
         return None
-    second = resized_call(call, ranges=declared_ranges(spec))
+    second = resized_call(call, ranges=declared_ranges(spec), smallest=True)
     if second is None:
         return None
     problem = narrowed_range(spec) or second_size_problem(program, call, second)
