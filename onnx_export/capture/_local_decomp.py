@@ -71,10 +71,11 @@ def _symbolic_inputs(values: Any, out: Any) -> Any:
     return fake_mode if fake_mode is not None and fake_mode.shape_env is not None else None
 
 
-def _shape_env_state(fake_mode: Any) -> tuple[int, int, int]:
+def _shape_env_state(fake_mode: Any) -> tuple[int, int, int, int]:
+    """Guards, replacements, runtime asserts and symbols: a trace that adds any is refused."""
     env = fake_mode.shape_env
     asserts = sum(len(v) for v in env.deferred_runtime_asserts.values())
-    return len(env.guards), len(env.replacements), asserts
+    return len(env.guards), len(env.replacements), asserts, len(env.var_to_range)
 
 
 def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModule | None:
