@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from onnx_export._heap import older_objects_frozen
 from onnx_export._options import ExportOptions, is_default_opset
 from onnx_export._registry import OnnxRegistry
 from onnx_export.adapters import AdapterError
@@ -367,6 +368,7 @@ def _recording(context: DiagnosticContext) -> Iterator[None]:
     # one export at a time records them, so each report holds only its own.
     with (
         EXPORT_LOCK,
+        older_objects_frozen(),  # full collections walk the export's objects, not the heap
         context.record_python_warnings(library_paths=_report.LIBRARY_PATHS),
         context.record_log_records(_report.LOGGERS),
         record_torch_output(context),  # torch's logs and prints: the report, not stderr

@@ -139,6 +139,14 @@ def _default_decompositions(op_count: int) -> dict[Any, Any]:
     return dict(torch.export.default_decompositions())
 
 
+def _decomposable(op: torch._ops.OpOverload) -> bool:
+    """Whether torch has a decomposition of ``op`` (the table :func:`_table` draws from)."""
+    from torch._decomp import decomposition_table
+
+    table = _default_decompositions(len(torch._C._dispatch_get_all_op_names()))
+    return op in table or op in decomposition_table
+
+
 def _table(
     registry: OnnxRegistry, program: ExportedProgram | None = None
 ) -> dict[torch._ops.OperatorBase, object]:
@@ -277,7 +285,10 @@ def decompose(
 ) -> tuple[ExportedProgram, DecompositionReport]:
     """Decompose ``program`` when ONNX needs it, keeping ops that have ONNX functions."""
     drop_metadata_only_inplace(program)
-    rewrite_fresh_inplace(program, registry.is_registered)  # `hidden += residual`: no re-trace
+    # `hidden += residual`: no re-trace. An out-of-place op without an ONNX function but
+    # with a decomposition (`zeros(n).index_add_(...)` -> `index_add`) is rewritten too:
+    # that node alone is decomposed below, where a whole re-trace would functionalise.
+    rewrite_fresh_inplace(program, lambda op: registry.is_registered(op) or _decomposable(op))
     why = "requested (decompose='always')" if always else _needs(program, registry)
     if not why:
         remove_assertions(program)

@@ -54,10 +54,21 @@ def _returns_alias(target: object) -> bool:
     return schema is None or any(r.alias_info is not None for r in schema.returns)
 
 
+#: Arguments that select positions, never promoted with the values (``scatter_add_``'s
+#: int64 ``index``, ``masked_fill_``'s bool ``mask``).
+_POSITIONS = frozenset({"index", "indices", "mask"})
+
+
 def _same_dtype(node: torch.fx.Node) -> bool:
-    """Out of place gives the in-place dtype: every tensor argument has self's dtype."""
+    """Out of place gives the in-place dtype: every tensor argument has self's dtype.
+
+    Index and mask arguments are left out: they take no part in type promotion.
+    """
     want = getattr(node.meta.get("val"), "dtype", None)
-    tensors = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    given = [*zip(names, node.args, strict=False), *node.kwargs.items()]
+    tensors = [a for n, a in given if isinstance(a, torch.fx.Node) and n not in _POSITIONS]
     dtypes = {getattr(a.meta.get("val"), "dtype", None) for a in tensors}
     return want is not None and dtypes == {want}
 

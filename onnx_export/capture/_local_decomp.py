@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
@@ -60,13 +61,38 @@ def _signature(node: torch.fx.Node) -> str:
     return repr((node.target, pytree.tree_map(describe, (node.args, node.kwargs))))
 
 
+def _symbolic_inputs(values: Any, out: Any) -> Any:
+    """The program's fake mode when only tensor shapes are symbolic (no SymInt arguments)."""
+    leaves = pytree.tree_leaves(values)
+    if any(isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool) for v in leaves):
+        return None  # a size computed in the graph: its node is not an input of the trace
+    tensors = [v for v in (*leaves, *pytree.tree_leaves(out)) if isinstance(v, torch.Tensor)]
+    fake_mode = detect_fake_mode(tensors) if tensors else None
+    return fake_mode if fake_mode is not None and fake_mode.shape_env is not None else None
+
+
+def _shape_env_state(fake_mode: Any) -> tuple[int, int, int, int]:
+    """Guards, replacements, runtime asserts and symbols: a trace that adds any is refused."""
+    env = fake_mode.shape_env
+    asserts = sum(len(v) for v in env.deferred_runtime_asserts.values())
+    return len(env.guards), len(env.replacements), asserts, len(env.var_to_range)
+
+
 def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModule | None:
-    """``node``'s op alone, decomposed, as a graph whose placeholders are its tensor args."""
+    """``node``'s op alone, decomposed, as a graph whose placeholders are its tensor args.
+
+    Static shapes trace on meta tensors. Symbolic shapes trace on fake tensors of the
+    program's own fake mode, so that the sizes the decomposition reads (``sym_numel``,
+    ``sym_size``) are nodes of the graph and its values carry the program's symbols; a
+    decomposition that would guard on a symbol (or specialise it) is refused, and the
+    caller re-traces the whole program as before.
+    """
     values = pytree.tree_map_only(
         torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs)
     )
     if not _static(values) or not _static(node.meta.get("val")):
-        return None
+        fake_mode = _symbolic_inputs(values, node.meta.get("val"))
+        return None if fake_mode is None else _traced_symbolic(node, values, table, fake_mode)
     flat, spec = pytree.tree_flatten(values)
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
     target = node.target
@@ -86,6 +112,42 @@ def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModu
             )
     except Exception:
         return None
+
+
+def _traced_symbolic(
+    node: torch.fx.Node, values: Any, table: Mapping[Any, Any], fake_mode: Any
+) -> torch.fx.GraphModule | None:
+    flat, spec = pytree.tree_flatten(values)
+    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    target = node.target
+    assert callable(target)
+
+    def call(*tensors: torch.Tensor) -> Any:
+        leaves = list(flat)
+        for i, tensor in zip(positions, tensors, strict=True):
+            leaves[i] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return target(*args, **kwargs)
+
+    before = _shape_env_state(fake_mode)
+    try:
+        with fake_mode, torch.no_grad():
+            # Contiguous, as on the static path: a decomposition that restores a strided
+            # input's layout would add in-place nodes.
+            inputs = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
+            sub = make_fx(call, decomposition_table=dict(table), tracing_mode="real")(*inputs)
+    except Exception:
+        return None
+    if _shape_env_state(fake_mode) != before:
+        return None  # the decomposition guards on a size: only a whole re-trace keeps it
+    if any(is_mutable(n.target) for n in sub.graph.nodes if n.op == "call_function"):
+        return None
+    return sub
+
+
+def is_mutable(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
 
 
 def _spliceable(node: torch.fx.Node, sub: torch.fx.GraphModule) -> bool:

@@ -83,7 +83,10 @@ def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def _new_sizes(
-    call: Call, avoid: set[int], ranges: Mapping[tuple[str, int], tuple[int, float]]
+    call: Call,
+    avoid: set[int],
+    ranges: Mapping[tuple[str, int], tuple[int, float]],
+    smallest: bool = False,
 ) -> dict[tuple[str, int], tuple[int, int]] | None:
     """``(path, axis) -> (example size, new size)`` for each dynamic axis; None when none."""
     if call.shapes is None:
@@ -125,7 +128,11 @@ def _new_sizes(
         if key not in chosen:
             low, high = _bounds(dim)
             given_low, given_high = ranges.get((path, axis), (0, float("inf")))
-            new = _pick(taken, max(low, given_low), min(high, given_high))
+            low, high = max(low, given_low), min(high, given_high)
+            # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
+            # baked 1, and the check that runs the model there pays for each row it adds.
+            small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
+            new = 2 if small else _pick(taken, low, high)
             if new is None:
                 return None
             chosen[key] = new
@@ -183,6 +190,8 @@ def resized_call(
     call: Call,
     avoid: set[int] | None = None,
     ranges: Mapping[tuple[str, int], tuple[int, float]] | None = None,
+    *,
+    smallest: bool = False,
 ) -> Resized | None:
     """``call`` with every dynamic axis of its tensors at another size, or ``None``.
 
@@ -191,6 +200,9 @@ def resized_call(
         avoid: Sizes not to use (those of an earlier resize).
         ranges: ``(input path, axis) -> (low, high)`` the new sizes must lie in (the
             ranges a file declares).
+        smallest: An axis whose example size is 1 takes 2 (when no static size of the
+            inputs is 2), not the first odd prime: for a check that runs the model there,
+            whose cost grows with the size (a batch of 1 made 3 runs three rows).
 
     Returns ``None`` when there is nothing to resize (no dynamic tensor axis, an empty
     axis, no signature to rebuild the call with, no size left in a range).
@@ -207,7 +219,7 @@ def resized_call(
     """
     if call.signature is None:
         return None
-    sizes = _new_sizes(call, avoid or set(), ranges or {})
+    sizes = _new_sizes(call, avoid or set(), ranges or {}, smallest)
     if not sizes:
         return None
     per_path: dict[str, dict[int, int]] = {}

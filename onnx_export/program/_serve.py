@@ -64,11 +64,14 @@ def serve_dynamic_axes(
     found = _problem(program_of(built), call, context)
     if found is None:
         return built
-    problem, second, held = found
+    problem, _, held = found
     ranges = declared_ranges(program_of(built).adapter_spec)
-    rebuilt = _proved_recapture(program_of, call, second, ranges, recapture)
-    if rebuilt is not None:
-        _report.record_resized_capture(context, second.text(), problem)
+    # The capture again at sizes nothing is special about (odd primes, not the check's
+    # cheapest second size), proved at a third.
+    other = resized_call(call, ranges=ranges)
+    rebuilt = _proved_recapture(program_of, call, other, ranges, recapture)
+    if rebuilt is not None and other is not None:
+        _report.record_resized_capture(context, other.text(), problem)
         return rebuilt
     if narrowed_range(program_of(built).adapter_spec) is not None:
         return built  # the file declares the narrow range: it tells the truth
@@ -95,7 +98,7 @@ def _problem(
     ):
         _report.record_held_sizes(context, held, proved=False)
         return None
-    second = resized_call(call, ranges=declared_ranges(spec))
+    second = resized_call(call, ranges=declared_ranges(spec), smallest=True)
     if second is None:
         return None
     problem = narrowed_range(spec) or second_size_problem(program, call, second)
@@ -105,11 +108,13 @@ def _problem(
 def _proved_recapture(
     program_of: Callable[[Built], ONNXProgram],
     call: Call,
-    second: Resized,
+    second: Resized | None,
     ranges: Mapping[tuple[str, int], tuple[int, float]],
     recapture: Callable[[Call], Built | None],
 ) -> Built | None:
     """A capture at ``second``'s sizes that serves the axes at a third size, or ``None``."""
+    if second is None:
+        return None
     third = resized_call(call, avoid={size for *_, size in second.sizes}, ranges=ranges)
     rebuilt = recapture(second.call) if third is not None else None
     if rebuilt is None or third is None:

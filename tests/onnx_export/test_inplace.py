@@ -109,3 +109,35 @@ def test_the_rewritten_program_keeps_a_valid_signature(tmp_path: Any) -> None:
     torch.export.save(exported, tmp_path / "program.pt2")
     torch.testing.assert_close(exported.module()(x), model(x))
     assert_onnx_program_close(onnx_export.dynamo_export(model, x), model, x)
+
+
+class _MessagePassing(nn.Module):
+    """torch_geometric's pattern: ``zeros(n).scatter_add_`` degrees, ``index_add_`` messages.
+
+    The int64 index takes no part in type promotion; ``index_add`` has no ONNX function
+    but a decomposition of that node alone.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        src, dst = edge_index[0], edge_index[1]
+        deg = torch.zeros(x.shape[0]).scatter_add_(0, dst, torch.ones(dst.shape[0]))
+        msg = self.lin(x).index_select(0, src) / (deg[dst].unsqueeze(-1) + 1)
+        return torch.zeros_like(x).index_add_(0, dst, msg)
+
+
+def test_index_add_and_scatter_add_on_fresh_tensors_need_no_retrace(
+    no_retrace: list[int],
+) -> None:
+    torch.manual_seed(0)
+    model = _MessagePassing().eval()
+    x, edges = torch.randn(6, 4), torch.randint(0, 6, (2, 10))
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "n"}, "edge_index": {1: "e"}})
+    program = onnx_export.dynamo_export(model, x, edges, export_options=options)
+    assert not no_retrace
+    assert_onnx_program_close(program, model, x, edges)
+    other = (torch.randn(9, 4), torch.randint(0, 9, (2, 17)))
+    assert_onnx_program_close(program, model, *other)

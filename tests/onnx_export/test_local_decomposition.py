@@ -103,3 +103,53 @@ def test_dynamic_shapes_still_take_the_full_retrace(retraces: list[int]) -> None
     with torch.no_grad():
         torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
     assert "those nodes only" not in _decomposition_note(program)
+
+
+class _UpConv3d(torch.nn.Module):
+    """MONAI's up path: ``ConvTranspose3d`` (``aten.conv_transpose3d.input``) then a conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.ConvTranspose3d(4, 2, 3, 2, 1, output_padding=1)
+        self.conv = torch.nn.Conv3d(2, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.up(x))
+
+
+class _GridAnchors(torch.nn.Module):
+    """A detector's anchors: ``meshgrid`` of ``arange``s of the feature map's dynamic sizes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[2], x.shape[3]
+        yy, xx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+        anchors = torch.stack((xx, yy), -1).view(-1, 2)
+        return x.flatten(2).transpose(1, 2)[..., :2] + anchors
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "dynamic", "other", "op"),
+    [
+        (_UpConv3d, (2, 4, 4, 4, 4), {0: "batch"}, (3, 4, 4, 4, 4), "aten.conv_transpose3d.input"),
+        (_GridAnchors, (1, 3, 6, 8), {2: "h", 3: "w"}, (1, 3, 5, 7), "aten.meshgrid.indexing"),
+    ],
+    ids=["conv_transpose3d", "meshgrid"],
+)
+def test_dynamic_shapes_decompose_those_nodes_only(
+    model: type[torch.nn.Module],
+    shape: tuple[int, ...],
+    dynamic: dict[int, str],
+    other: tuple[int, ...],
+    op: str,
+    retraces: list[int],
+) -> None:
+    """At symbolic sizes the node is traced on the program's own fake tensors (#39)."""
+    torch.manual_seed(0)
+    module = model().eval()
+    program = _export(module, torch.randn(*shape), dynamic_shapes={"x": dynamic})
+    assert retraces == []
+    note = _decomposition_note(program)
+    assert op in note and "those nodes only" in note
+    x = torch.randn(*other)
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), module(x), rtol=1e-4, atol=1e-5)

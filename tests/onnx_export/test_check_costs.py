@@ -1,0 +1,92 @@
+"""What the export's own checks cost (#39): each check kept, run no more than it needs.
+
+- The served-axes check runs the model at a second size only; the example's runs are the
+  parity check's (and run here again only when the second size disagrees).
+- A size-1 example's second size is 2 (3 when an input has a static 2): the check pays
+  for every row it adds.
+- Garbage collection during the export walks the export's objects, not the older heap;
+  the freeze is undone afterwards, and a process's own freeze is left alone.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import onnx_export
+from onnx_export._options import ExportOptions
+from onnx_export.capture._call import forward_signature, prepare_call
+from onnx_export.capture._resize import resized_call
+from tests.helpers import assert_onnx_program_close
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+class _Counted(nn.Module):
+    """Counts its eager runs on real tensors (torch.export's traces are not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.batches: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is torch.Tensor:  # a real run: capture traces fake tensors
+            self.batches.append(int(x.shape[0]))
+        return self.lin(x).relu()
+
+
+def test_the_example_runs_once_and_the_second_size_once() -> None:
+    torch.manual_seed(0)
+    model = _Counted().eval()
+    x = torch.randn(1, 4)
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    model.batches.clear()
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    # One run at 2 (the served-axes check), one at 1 (the parity check): the served-axes
+    # check does not run the example again when the second size agrees.
+    assert model.batches == [2, 1]
+    assert_onnx_program_close(program, model, torch.randn(5, 4))
+
+
+def _call(model: nn.Module, *args: torch.Tensor, shapes: dict) -> object:
+    options = ExportOptions(dynamic_shapes=shapes)
+    return prepare_call(model, forward_signature(model), args, {}, options)
+
+
+class _Two(nn.Module):
+    def forward(self, x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+        return x.sum() + pairs.sum()
+
+
+def test_a_size_one_example_is_checked_at_two_unless_two_is_a_static_size() -> None:
+    call = _call(nn.Linear(4, 2), torch.ones(1, 4), shapes={"input": {0: "batch"}})
+    second = resized_call(call, smallest=True)  # type: ignore[arg-type]
+    assert second is not None and second.text() == "input[0]: 1 -> 2"
+    assert resized_call(call).text() == "input[0]: 1 -> 3"  # type: ignore[arg-type, union-attr]
+    taken = _call(_Two(), torch.ones(1, 4), torch.ones(2, 5), shapes={"x": {0: "b"}})
+    assert resized_call(taken, smallest=True).text() == "x[0]: 1 -> 3"  # type: ignore[arg-type, union-attr]
+    larger = _call(nn.Linear(4, 2), torch.ones(6, 4), shapes={"input": {0: "batch"}})
+    assert resized_call(larger, smallest=True).text() == "input[0]: 6 -> 3"  # type: ignore[arg-type, union-attr]
+
+
+def test_the_heap_is_unfrozen_after_the_export() -> None:
+    assert gc.get_freeze_count() == 0
+    program = onnx_export.dynamo_export(nn.ReLU(), torch.randn(2, 3))
+    assert gc.get_freeze_count() == 0
+    assert_onnx_program_close(program, nn.ReLU(), torch.randn(2, 3))
+
+
+def test_a_process_freeze_is_left_alone() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        onnx_export.dynamo_export(nn.ReLU(), torch.randn(2, 3))
+        # Not unfrozen by the export (frozen objects freed by reference counting leave).
+        assert gc.get_freeze_count() > frozen // 2
+    finally:
+        gc.unfreeze()
