@@ -3,7 +3,7 @@
 LLaVA-NeXT (and -Video, OneVision, Granite-4-Vision) picks each image's crop grid from
 its ``image_sizes`` row and cuts the aspect-ratio padding off the grid's features, in
 Python numbers: torch.export stopped at ``select_best_resolution``'s first comparison.
-``capture/_anyres.py`` computes the same with tensor ops; the number of image features
+``capture/patches/_anyres.py`` computes the same with tensor ops; the number of image features
 then follows ``image_sizes`` in the exported program. The tensor forms are checked
 against transformers' helpers over many sizes, and a tiny LLaVA-NeXT exported at one
 ``image_sizes`` is checked against eager at others (other grids, other padding).
@@ -20,7 +20,7 @@ import torch
 
 import onnx_export
 import onnx_export.capture._strategies as strategies
-from onnx_export.capture._anyres import anyres_tensor_sizes, best_resolution, unpadded
+from onnx_export.capture.patches._anyres import anyres_tensor_sizes, best_resolution, unpadded
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")

@@ -2,7 +2,7 @@
 
 LLaVA-OneVision interpolates its unpadded image grid only ``if math.sqrt(h * w / c) >
 1.1``, ``h`` and ``w`` computed from ``image_sizes`` values. ``math.sqrt`` asked for a
-float the trace does not have; ``capture/_sqrt.py`` computes the root in the graph with
+float the trace does not have; ``capture/patches/_sqrt.py`` computes the root in the graph with
 the range the sizes' bounds give it, which decides the comparison where the bounds do.
 """
 

@@ -4,9 +4,9 @@ TimeSeriesTransformer, Informer and Autoformer's ``...ForPrediction`` score the 
 values with a distribution (Student's t by default) built from the model's parameters.
 ``torch.distributions`` validated those parameters with ``if not check(value).all():
 raise``, a tensor's value under torch.export ("Could not guard on data-dependent
-expression" at transformers' ``time_series_utils.py``); ``capture/_distributions.py``
+expression" at transformers' ``time_series_utils.py``); ``capture/patches/_distributions.py``
 builds them without that validation. Autoformer also traced another attention path than
-eager (a mask built under export where eager has none: ``capture/_mask_skip.py``).
+eager (a mask built under export where eager has none: ``capture/patches/_mask_skip.py``).
 Each export is checked against eager, with the batch dynamic at another batch size.
 """
 
@@ -20,7 +20,7 @@ import torch
 
 import onnx_export
 import onnx_export.capture._strategies as strategies
-from onnx_export.capture._distributions import distribution_checks_off
+from onnx_export.capture.patches._distributions import distribution_checks_off
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")

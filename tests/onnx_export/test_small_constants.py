@@ -6,7 +6,7 @@ SAM 3's vision encoder stores its feature map's ``(height, width)`` with
 torch's fake tensors kept the values of one-element constants only, so the read-back sizes
 were unbacked and ``height * width == keys`` undecidable ("Could not guard on
 data-dependent expression" in ``scaled_dot_product_attention``).
-``capture/_small_constants.py`` keeps the values of small constants while tracing.
+``capture/patches/_small_constants.py`` keeps the values of small constants while tracing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch._subclasses import fake_tensor
 
 import onnx_export
 import onnx_export.capture._strategies as strategies
-from onnx_export.capture._small_constants import small_constants_kept
+from onnx_export.capture.patches._small_constants import small_constants_kept
 from tests.helpers import export_and_check
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import onnx_export
-from onnx_export.capture._transformers_masks import masks_without_vmap
+from onnx_export.capture.patches._transformers_masks import masks_without_vmap
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 masking = pytest.importorskip("transformers.masking_utils")

@@ -3,10 +3,10 @@
 Mistral3's Pixtral vision tower sizes its patch sequence from ``image_sizes`` (values),
 Mimi its audio frames from padding computed from the input: the length is an unbacked
 size under torch.export. transformers' SDPA attention then asked ``q_length > 1`` even
-with a mask given (the answer cannot matter: ``capture/_sdpa_causal.py``), and
+with a mask given (the answer cannot matter: ``capture/patches/_sdpa_causal.py``), and
 ``torch.cdist`` asked ``rows > 25`` though the other side's rows decide the mode
-(``capture/_cdist.py``), and ``unfold`` (Mistral3's patch merger) asked whether the grid's
-sizes are non-zero, its own precondition (``capture/_unfold.py``). Each export is
+(``capture/patches/_cdist.py``), and ``unfold`` (Mistral3's patch merger) asked whether the grid's
+sizes are non-zero, its own precondition (``capture/patches/_unfold.py``). Each export is
 checked against eager at the example and at other values of the length.
 """
 

@@ -25,7 +25,7 @@ ELSEWHERE: dict[str, str] = {
     ),
     **dict.fromkeys(
         ["onnx_export::lstm", "onnx_export::gru", "onnx_export::rnn"],
-        "tests/onnx_export/test_recurrent.py (capture/_rnn.py routes nn.LSTM/GRU/RNN to these "
+        "tests/onnx_export/test_recurrent.py (capture/patches/_rnn.py routes nn.LSTM/GRU/RNN to these "
         "keys; each case is compared with eager at three time lengths)",
     ),
     **dict.fromkeys(

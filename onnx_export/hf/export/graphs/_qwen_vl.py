@@ -3,7 +3,7 @@
 - ``vision_encoder.onnx``: one image's patches, flattened as the processor writes them
   (``pixel_values``: patches, channels * temporal patch * patch * patch) and its
   ``image_grid_thw`` (1, 3) -> ``image_features`` (1, image tokens, hidden): the patch
-  embedding, the vision blocks (packed attention, ``capture/_packed_attention.py``) and
+  embedding, the vision blocks (packed attention, ``capture/patches/_packed_attention.py``) and
   the merger. Qwen2.5-VL's blocks attend within windows too; where each window starts
   and the order of the merged patches in them (``window_index``, ``cu_window_seqlens``)
   come in as inputs, computed by the runtime with numpy (transformers takes them

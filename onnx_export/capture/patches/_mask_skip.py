@@ -23,7 +23,9 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["bidirectional_skip_without_padding"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "bidirectional_skip_without_padding"]
 
 
 def _deciding(original: Callable[..., bool]) -> Callable[..., bool]:
@@ -57,3 +59,20 @@ def bidirectional_skip_without_padding() -> Iterator[None]:
         yield
     finally:
         masking._ignore_bidirectional_mask_sdpa = original  # type: ignore[attr-defined]
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="mask_skip",
+    targets=(
+        Target(
+            "transformers.masking_utils",
+            "_ignore_bidirectional_mask_sdpa",
+            ("padding_mask", "kv_length", "local_attention_size"),
+            since="5.0",
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    why="transformers skips a bidirectional mask without padding eagerly, never under torch.export",
+    apply=lambda call: bidirectional_skip_without_padding(),
+)
