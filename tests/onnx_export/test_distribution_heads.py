@@ -12,15 +12,14 @@ Each export is checked against eager, with the batch dynamic at another batch si
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 import torch
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
 from onnx_export.capture.patches._distributions import distribution_checks_off
+from tests.capture_patches import refused_without
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -80,19 +79,25 @@ def test_without_the_switch_the_distribution_line_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Proof the capture patch is needed: the distribution's validation fails to capture."""
-    monkeypatch.setattr(strategies, "distribution_checks_off", contextlib.nullcontext)
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(_model("TimeSeriesTransformer"), **_inputs(3, 0))
-    first = str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "distributions",
+            lambda: onnx_export.dynamo_export(_model("TimeSeriesTransformer"), **_inputs(3, 0)),
+        )
+    first = str(error).splitlines()[0]
     assert "time_series_utils.py:" in first and "distribution_class" in first
 
 
 def test_without_the_mask_skip_autoformer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof: with a mask built under export, Autoformer's attention views wrong sizes."""
-    monkeypatch.setattr(strategies, "bidirectional_skip_without_padding", contextlib.nullcontext)
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(_model("Autoformer"), **_inputs(3, 0))
-    assert "modeling_autoformer.py:" in str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "mask_skip",
+            lambda: onnx_export.dynamo_export(_model("Autoformer"), **_inputs(3, 0)),
+        )
+    assert "modeling_autoformer.py:" in str(error).splitlines()[0]
 
 
 class Normal(torch.nn.Module):
