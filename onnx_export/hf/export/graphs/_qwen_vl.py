@@ -66,7 +66,25 @@ class PatchedImageEncoder(nn.Module):
         return {"image_features": out.pooler_output.unsqueeze(0)}
 
 
+def _vision_window_index() -> Any:
+    """The ``get_vision_window_index`` of transformers 5; 4.x has none (nor 5.x's tower outputs)."""
+    try:
+        from transformers.vision_utils import get_vision_window_index
+    except ImportError:
+        import transformers
+
+        from onnx_export.hf._errors import CheckpointError
+
+        raise CheckpointError(
+            "Exporting a Qwen2-VL or Qwen2.5-VL checkpoint needs transformers >= 5.0 (its "
+            "vision tower's window index and outputs); transformers "
+            f"{transformers.__version__} is installed. Run: pip install -U 'transformers>=5.0'"
+        ) from None
+    return get_vision_window_index
+
+
 def _encoder(model: Any) -> GraphSpec:
+    get_vision_window_index = _vision_window_index()
     visual = model.model.visual
     config = visual.config
     size = int(config.in_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2
@@ -77,8 +95,6 @@ def _encoder(model: Any) -> GraphSpec:
     args: tuple[Any, ...] = (pixels, grid)
     dynamic: dict[str, Any] = {"pixel_values": {0: "patches"}, "image_grid_thw": None}
     if _windowed(visual):
-        from transformers.vision_utils import get_vision_window_index
-
         index, starts = get_vision_window_index(
             grid, visual.spatial_merge_size, visual.window_size, visual.patch_size
         )
