@@ -45,7 +45,19 @@ def _mixtral_eager_experts() -> Any:
     return transformers.MixtralModel(config)
 
 
-@pytest.mark.parametrize("build", [_dbrx, _mixtral_eager_experts], ids=["dbrx", "mixtral-eager"])
+#: transformers 4.x's DBRX loops over every expert and skips the empty ones
+#: (``if token_idx.shape[0] == 0: continue``): a data-dependent branch of another form.
+_DBRX_FOUR = pytest.mark.skipif(
+    not hasattr(transformers, "masking_utils") or int(transformers.__version__.split(".")[0]) < 5,
+    reason="transformers 4.x's DBRX skips experts without tokens (another loop form)",
+)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [pytest.param(_dbrx, marks=_DBRX_FOUR), _mixtral_eager_experts],
+    ids=["dbrx", "mixtral-eager"],
+)
 def test_a_loop_over_the_hit_experts_runs_over_every_expert(build: Any) -> None:
     torch.manual_seed(0)
     model = build().eval()

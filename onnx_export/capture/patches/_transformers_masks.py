@@ -77,14 +77,16 @@ def _broadcast_for_bhqkv(mask_function: Any, bh_indices: bool = True) -> Any:
     def build(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
         if not bh_indices:
             mask = mask_function(batch_idx, head_idx, q_idx[:, None], kv_idx[None, :])
-            return torch.as_tensor(mask, device=q_idx.device).expand(len(q_idx), len(kv_idx))
+            sizes = (q_idx.shape[0], kv_idx.shape[0])
+            return torch.as_tensor(mask, device=q_idx.device).expand(*sizes)
         mask = mask_function(
             batch_idx[:, None, None, None],
             head_idx[None, :, None, None],
             q_idx[None, None, :, None],
             kv_idx[None, None, None, :],
         )
-        sizes = (len(batch_idx), len(head_idx), len(q_idx), len(kv_idx))
+        # sizes, not len(): len() makes a traced size a Python int (a static dimension)
+        sizes = (batch_idx.shape[0], head_idx.shape[0], q_idx.shape[0], kv_idx.shape[0])
         return torch.as_tensor(mask, device=q_idx.device).expand(*sizes)
 
     return build
