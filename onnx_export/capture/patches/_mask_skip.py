@@ -29,12 +29,12 @@ __all__ = ["PATCH", "bidirectional_skip_without_padding"]
 
 
 def _deciding(original: Callable[..., bool]) -> Callable[..., bool]:
-    def _ignore_bidirectional_mask_sdpa(
-        padding_mask: Any, kv_length: Any, local_attention_size: Any = None
-    ) -> bool:
-        if padding_mask is None and local_attention_size is None:
+    def _ignore_bidirectional_mask_sdpa(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+        # (padding_mask, kv_length, local_attention_size=None) in 5.25; (padding_mask) in 5.0
+        local = kwargs.get("local_attention_size", args[1] if len(args) > 1 else None)
+        if padding_mask is None and local is None:
             return True  # eager's answer, whatever the lengths
-        return original(padding_mask, kv_length, local_attention_size)
+        return original(padding_mask, *args, **kwargs)
 
     return _ignore_bidirectional_mask_sdpa
 
@@ -68,7 +68,7 @@ PATCH = Patch(
         Target(
             "transformers.masking_utils",
             "_ignore_bidirectional_mask_sdpa",
-            ("padding_mask", "kv_length", "local_attention_size"),
+            ("padding_mask",),
             since="5.0",
         ),
     ),

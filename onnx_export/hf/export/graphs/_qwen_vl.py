@@ -67,7 +67,7 @@ class PatchedImageEncoder(nn.Module):
 
 
 def _vision_window_index() -> Any:
-    """The ``get_vision_window_index`` of transformers 5; 4.x has none (nor 5.x's tower outputs)."""
+    """The ``get_vision_window_index`` of recent transformers (not in 4.x nor 5.0.0)."""
     try:
         from transformers.vision_utils import get_vision_window_index
     except ImportError:
@@ -76,9 +76,10 @@ def _vision_window_index() -> Any:
         from onnx_export.hf._errors import CheckpointError
 
         raise CheckpointError(
-            "Exporting a Qwen2-VL or Qwen2.5-VL checkpoint needs transformers >= 5.0 (its "
-            "vision tower's window index and outputs); transformers "
-            f"{transformers.__version__} is installed. Run: pip install -U 'transformers>=5.0'"
+            "Exporting a Qwen2-VL or Qwen2.5-VL checkpoint needs a transformers release with "
+            "transformers.vision_utils (its vision tower's window index and outputs; 5.0.0 "
+            f"and 4.x lack it, 5.25 has it); transformers {transformers.__version__} is "
+            "installed. Run: pip install -U transformers"
         ) from None
     return get_vision_window_index
 
