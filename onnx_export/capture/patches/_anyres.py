@@ -253,7 +253,7 @@ PATCH = Patch(
         ),
         Target("transformers.models.llava_next.modeling_llava_next", "unpad_image", example=True),
     ),
-    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="any-resolution image grids are computed from image_sizes with Python numbers",
     apply=lambda call: anyres_tensor_sizes(),
 )

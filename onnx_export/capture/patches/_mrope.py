@@ -220,7 +220,7 @@ PATCH = Patch(
             example=True,
         ),
     ),
-    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="multimodal rotary positions group tokens by modality in Python, grids read by .item()",
     apply=lambda call: multimodal_rope(call.model),
 )

@@ -152,7 +152,7 @@ PATCH = Patch(
             example=True,
         ),
     ),
-    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="vision towers split images packed in one sequence by cu_seqlens.tolist()",
     apply=lambda call: packed_attention(call.model),
 )

@@ -166,7 +166,7 @@ PATCH = Patch(
         ),
         Target("transformers.integrations.sdpa_attention", "repeat_kv"),
     ),
-    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="SDPA's is_causal decision asks q_length > 1 of an unbacked length",
     apply=lambda call: sdpa_causal_flag(),
 )

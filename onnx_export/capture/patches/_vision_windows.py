@@ -124,7 +124,7 @@ PATCH = Patch(
     name="vision_windows",
     # absent in 5.0.0 and present in 5.25 (both measured); the releases between not checked
     targets=(Target("transformers.vision_utils", "get_vision_window_index", since="5.1"),),
-    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="windowed vision attention orders its tokens in a Python loop over images",
     apply=lambda call: vision_windows(),
 )
