@@ -6,7 +6,7 @@ import argparse
 
 from onnx_export.cli._common import EXPORT_EXTRA, CommandError, Subcommands, add_command
 
-__all__ = ["register"]
+__all__ = ["patch_table", "register"]
 
 
 def register(commands: Subcommands) -> None:

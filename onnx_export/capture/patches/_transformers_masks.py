@@ -77,8 +77,8 @@ def _broadcast_for_bhqkv(mask_function: Any, bh_indices: bool = True) -> Any:
     def build(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
         if not bh_indices:
             mask = mask_function(batch_idx, head_idx, q_idx[:, None], kv_idx[None, :])
-            sizes = (q_idx.shape[0], kv_idx.shape[0])
-            return torch.as_tensor(mask, device=q_idx.device).expand(*sizes)
+            pair = (q_idx.shape[0], kv_idx.shape[0])
+            return torch.as_tensor(mask, device=q_idx.device).expand(*pair)
         mask = mask_function(
             batch_idx[:, None, None, None],
             head_idx[None, :, None, None],
