@@ -28,6 +28,8 @@ __all__ = [
     "BUFFER_MUTATION",
     "INPUT_MISMATCH",
     "DYNAMIC_SHAPE_FIXED",
+    "CAPTURE_PATCHES",
+    "CAPTURE_PATCH_SKIPPED",
     # Decomposition and translation
     "DECOMPOSITION",
     "DISPATCH_DECISION",
@@ -445,6 +447,38 @@ TRAINING_MODE = _rule(
 )
 """OXE0025: exported in training mode. Example: ``TRAINING_MODE.fields == ("modules",)``."""
 
+CAPTURE_PATCHES = _rule(
+    "OXE0026",
+    "capture-patches",
+    Level.NOTE,
+    template="Capture ran with {count} patch(es) of library code: {patches}.",
+    short="The patches of library code that capture ran with.",
+    full=(
+        "Capture rewrites some library code (torch's, transformers') for the time of one "
+        "torch.export call, so that code torch.export cannot trace as written is traced as "
+        "it computes eagerly; each such patch is listed in capture/patches/ with its targets, "
+        "the releases it was tested against and why it exists (onnx-export doctor prints the "
+        "table). This note lists those that took part in the export. Fields: count, patches "
+        "(their names). The result's properties hold the names as a list (patches)."
+    ),
+)
+"""OXE0026: the patches capture ran with. Example: ``CAPTURE_PATCHES.id == "OXE0026"``."""
+
+CAPTURE_PATCH_SKIPPED = _rule(
+    "OXE0027",
+    "capture-patch-skipped",
+    Level.NOTE,
+    template="Capture patch {patch} was skipped: {reason}.",
+    short="A patch of library code was left out because its target is missing or changed.",
+    full=(
+        "A patch of capture/patches/ targets library code that the installed release does "
+        "not have, or has with another signature; rather than fail inside the export, the "
+        "capture runs without it. Models that needed it may fail to capture or differ from "
+        "eager PyTorch. Fields: patch (its name), reason (the target and what changed)."
+    ),
+)
+"""OXE0027: a capture patch was skipped. Example: ``CAPTURE_PATCH_SKIPPED.id == "OXE0027"``."""
+
 ALL_RULES: tuple[Rule, ...] = (
     CAPTURE_ATTEMPT_FAILED,
     CAPTURE_SUCCEEDED,
@@ -471,6 +505,8 @@ ALL_RULES: tuple[Rule, ...] = (
     PARITY_SKIPPED,
     INVALID_GRAPH,
     TRAINING_MODE,
+    CAPTURE_PATCHES,
+    CAPTURE_PATCH_SKIPPED,
 )
 """Every rule of the exporter, in id order.
 

@@ -14,7 +14,7 @@ only (I-BERT's scales): non-strict capture traces with fake weights, so the valu
 unknown where numpy is called, and strict capture refuses numpy functions that
 ``torch._numpy`` lacks (``frexp``). The fix is the model's: the torch op (``torch.frexp``)
 or a value computed before export (I-BERT's own ``batch_frexp`` is replaced
-while capturing: ``capture/_quant_frexp.py``).
+while capturing: ``capture/patches/_quant_frexp.py``).
 
 No rewrite to ``torch.cond`` is made automatically: the two branches of a Python ``if``
 may return different structures, mutate state or call code torch cannot trace twice,

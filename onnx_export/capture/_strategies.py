@@ -19,29 +19,10 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from onnx_export.capture._anyres import anyres_tensor_sizes
-from onnx_export.capture._cdist import cdist_decided
-from onnx_export.capture._distributions import distribution_checks_off
 from onnx_export.capture._dynamo_caches import forget_compiled_code
-from onnx_export.capture._experts import every_expert
-from onnx_export.capture._finite_branches import finite_branches, has_float16_tensors
-from onnx_export.capture._global_attention import global_attention_flag
-from onnx_export.capture._mask_skip import bidirectional_skip_without_padding
-from onnx_export.capture._module_casts import unchanged_module_casts
-from onnx_export.capture._mrope import multimodal_rope
-from onnx_export.capture._packed_attention import packed_attention
-from onnx_export.capture._quant_frexp import torch_frexp
-from onnx_export.capture._rnn import recurrent_ops
-from onnx_export.capture._sdpa_causal import sdpa_causal_flag
 from onnx_export.capture._shape_fixes import Repair, StaticDim
-from onnx_export.capture._small_constants import small_constants_kept
 from onnx_export.capture._specialized import RangeGuard, Specialization, recording_guards
-from onnx_export.capture._sqrt import bounded_sqrt
-from onnx_export.capture._stack_traces import every_user_frame
-from onnx_export.capture._tensor_data import data_as_detach
-from onnx_export.capture._transformers_masks import masks_without_vmap
-from onnx_export.capture._unfold import unfold_preconditions
-from onnx_export.capture._vision_windows import vision_windows
+from onnx_export.capture.patches import PATCHES, PatchCall, PatchOutcome, enter_patches
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]
 
@@ -70,6 +51,8 @@ class CaptureAttempt:
             torch's name of the dimension.
         range_guards: The guards of the model's code that bounded a dynamic size during
             this attempt (``if x.shape[0] > 2:``), one per torch symbol.
+        patches: What became of each patch of library code (``capture/patches/``) that
+            applies to this model: entered, or skipped and why.
 
     Example:
         >>> import onnx_export
@@ -86,6 +69,7 @@ class CaptureAttempt:
     made_static: tuple[StaticDim, ...] = ()
     specializations: tuple[Specialization, ...] = ()
     range_guards: tuple[RangeGuard, ...] = ()
+    patches: tuple[PatchOutcome, ...] = ()
 
     def summary(self) -> str:
         """The strategy, the outcome, and torch's explanation of a failure."""
@@ -145,6 +129,7 @@ def _export(
     kwargs: dict[str, Any],
     dynamic_shapes: Any,
     strict: bool,
+    outcomes: list[PatchOutcome],
 ) -> ExportedProgram:
     """torch.export with deferred runtime asserts; with guards where torch's assert pass fails.
 
@@ -155,11 +140,11 @@ def _export(
     control flow"); the capture is then redone with guards, as torch.export's default.
     """
     try:
-        return _torch_export(model, args, kwargs, dynamic_shapes, strict, deferred=True)
+        return _torch_export(model, args, kwargs, dynamic_shapes, strict, outcomes, deferred=True)
     except Exception as e:
         if not _in_assert_pass(e):
             raise
-        return _torch_export(model, args, kwargs, dynamic_shapes, strict, deferred=False)
+        return _torch_export(model, args, kwargs, dynamic_shapes, strict, outcomes, deferred=False)
 
 
 def _in_assert_pass(error: BaseException) -> bool:
@@ -177,50 +162,17 @@ def _torch_export(
     kwargs: dict[str, Any],
     dynamic_shapes: Any,
     strict: bool,
+    outcomes: list[PatchOutcome],
     *,
     deferred: bool,
 ) -> ExportedProgram:
-    # Nodes located at their own line, not forward's; no compiled loop body reused later;
-    # float16 overflow guards (BART's `if not isfinite(x).all(): clamp`) traced as selects.
-    guards = not strict and has_float16_tensors(model, (args, kwargs))
-    # a mixture of experts' loop over the experts that got tokens runs over every expert;
-    # images packed in one sequence attend as one masked attention, not chunk by chunk;
-    # multimodal rotary positions and vision windows computed with tensor ops, not loops;
-    # a module cast in forward that converts nothing stays a no-op (NLLB-MoE's router);
-    # transformers' masks with extra patterns built by indexing, not vmap (Gemma 3 and 4);
-    # SDPA's is_causal, and cdist's mode, decided without a data-dependent length they
-    # do not need; any-resolution image grids computed from image_sizes with tensor ops;
-    # distributions built without their value checks; no bidirectional mask without padding;
-    # small constant tensors (sizes in torch.tensor) keep their values; math.sqrt of
-    # sizes read from data keeps their bounds; Longformer's "any global token?" flag as its
-    # general branch; I-BERT's numpy frexp in torch ops, and its weights' `.data` as detach().
-    # Python allows at most 20 context managers in one `with`: an ExitStack holds them.
-    patches = (
-        every_user_frame(not strict),
-        forget_compiled_code(),
-        recurrent_ops(),
-        finite_branches(guards),
-        every_expert(),
-        packed_attention(model),
-        multimodal_rope(model),
-        vision_windows(),
-        unchanged_module_casts(),
-        masks_without_vmap(),
-        sdpa_causal_flag(),
-        cdist_decided(),
-        unfold_preconditions(),
-        anyres_tensor_sizes(),
-        distribution_checks_off(),
-        bidirectional_skip_without_padding(),
-        small_constants_kept(),
-        bounded_sqrt(),
-        global_attention_flag(model),
-        torch_frexp(),
-        data_as_detach(),
-    )
+    """One torch.export call with the patches whose targets are found; ``outcomes`` says which."""
+    # The patches of capture/patches/ (library code rewritten so that torch.export can
+    # trace it), each entered where its targets are found; a clean torch.compile cache.
     with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
+        stack.enter_context(forget_compiled_code())
+        call = PatchCall(model, args, kwargs, strict=strict)
+        outcomes[:] = [o for o in enter_patches(stack, PATCHES, call) if o.applies]
         return torch.export.export(
             model,
             args,
@@ -278,17 +230,24 @@ def capture(
     def attempt(strategy: str, shapes: Any, oblivious: bool, fixes: Repair | None) -> Any:
         start = time.perf_counter()
         notes, static = (fixes.notes, fixes.made_static) if fixes else ((), ())
+        patched: list[PatchOutcome] = []
         with EXPORT_LOCK, _size_oblivious(oblivious), recording_guards() as (found, guards):
             try:
-                program = _export(model, args, kwargs, shapes, strategy == "strict")
+                program = _export(model, args, kwargs, shapes, strategy == "strict", patched)
             except Exception as e:
                 seconds = time.perf_counter() - start
                 seen = tuple(found.values())
-                attempts.append(CaptureAttempt(strategy, False, seconds, e, notes, (), seen))
+                attempts.append(
+                    CaptureAttempt(
+                        strategy, False, seconds, e, notes, (), seen, patches=tuple(patched)
+                    )
+                )
                 return e
         seconds = time.perf_counter() - start
         bounds = tuple(guards.values())
-        attempts.append(CaptureAttempt(strategy, True, seconds, None, notes, static, (), bounds))
+        attempts.append(
+            CaptureAttempt(strategy, True, seconds, None, notes, static, (), bounds, tuple(patched))
+        )
         return program
 
     # Every strategy as the user asked first: a specialisation one strategy reports (a

@@ -1,7 +1,7 @@
 """Recurrent layers as ONNX ``LSTM``/``GRU``/``RNN`` nodes, one per layer, any length.
 
 The capture stage routes ``nn.LSTM``/``nn.GRU``/``nn.RNN`` to the custom ops
-``onnx_export::lstm``/``gru``/``rnn`` (``capture/_rnn.py``), so that the time axis stays
+``onnx_export::lstm``/``gru``/``rnn`` (``capture/patches/_rnn.py``), so that the time axis stays
 symbolic; these functions translate them. torch keeps each layer's weights per direction
 as ``w_ih`` (gates x input), ``w_hh`` (gates x hidden), ``b_ih``, ``b_hh``; ONNX wants them
 stacked by direction, with the gates in its own order: torch's LSTM gates are

@@ -22,6 +22,7 @@ from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
 from onnx_export.capture._specialized import RangeGuard, model_file
 from onnx_export.capture._strategies import CaptureAttempt, explanation
+from onnx_export.capture.patches import PatchOutcome
 from onnx_export.diagnostics import (
     DiagnosticContext,
     DiagnosticOptions,
@@ -45,6 +46,7 @@ __all__ = [
     "new_context",
     "user_frame",
     "record_capture",
+    "record_patches",
     "record_decomposition",
     "record_dispatch",
     "record_unsupported",
@@ -244,6 +246,25 @@ def record_capture(
             locations=_specialization_locations(attempt) or _exception_locations(error),
             exception=failure_info(error),
             properties={"seconds": round(attempt.seconds, 3)},
+        )
+    if attempts:
+        record_patches(context, attempts[-1].patches)
+
+
+def record_patches(context: DiagnosticContext, outcomes: Sequence[PatchOutcome]) -> None:
+    """A note listing the capture patches entered, and one per patch skipped, with why."""
+    for outcome in outcomes:
+        if not outcome.entered:
+            context.emit(
+                rules.CAPTURE_PATCH_SKIPPED,
+                message_args={"patch": outcome.name, "reason": outcome.reason},
+            )
+    entered = [o.name for o in outcomes if o.entered]
+    if entered:
+        context.emit(
+            rules.CAPTURE_PATCHES,
+            message_args={"count": len(entered), "patches": ", ".join(entered)},
+            properties={"patches": entered},
         )
 
 

@@ -39,6 +39,8 @@ COMMITTED_RULES = (
     ("OXE0023", "parity-skipped", Level.NOTE),
     ("OXE0024", "invalid-graph", Level.ERROR),
     ("OXE0025", "training-mode", Level.WARNING),
+    ("OXE0026", "capture-patches", Level.NOTE),
+    ("OXE0027", "capture-patch-skipped", Level.NOTE),
 )
 
 # The fields the exporter passes for each rule.
@@ -68,6 +70,8 @@ EXPECTED_FIELDS = {
     "OXE0023": {"reason"},
     "OXE0024": {"node", "op", "reason"},
     "OXE0025": {"modules"},
+    "OXE0026": {"count", "patches"},
+    "OXE0027": {"patch", "reason"},
 }
 
 RULE_IDS = [rule.id for rule in ALL_RULES]

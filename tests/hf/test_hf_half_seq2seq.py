@@ -1,7 +1,7 @@
 """``onnx-export hf --dtype float16`` for the seq2seq families that guard against float16.
 
 BART's and Marian's encoder layers clamp on overflow behind a data-dependent ``if`` (traced
-as a select, ``capture/_finite_branches.py``); T5 keeps its feed-forward output ``wo`` in
+as a select, ``capture/patches/_finite_branches.py``); T5 keeps its feed-forward output ``wo`` in
 float32 (``_keep_in_fp32_modules``, honoured by the conversion). Each folder's greedy tokens
 are compared with transformers' ``generate()`` in float16 (ONNX Runtime's CPU provider runs
 these graphs in float16, through float32 where it lacks a kernel).

@@ -3,7 +3,7 @@
 LLaVA-NeXT (and -Video, OneVision, Granite-4-Vision) picks each image's crop grid from
 its ``image_sizes`` row and cuts the aspect-ratio padding off the grid's features, in
 Python numbers: torch.export stopped at ``select_best_resolution``'s first comparison.
-``capture/_anyres.py`` computes the same with tensor ops; the number of image features
+``capture/patches/_anyres.py`` computes the same with tensor ops; the number of image features
 then follows ``image_sizes`` in the exported program. The tensor forms are checked
 against transformers' helpers over many sizes, and a tiny LLaVA-NeXT exported at one
 ``image_sizes`` is checked against eager at others (other grids, other padding).
@@ -11,7 +11,6 @@ against transformers' helpers over many sizes, and a tiny LLaVA-NeXT exported at
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from typing import Any
 
@@ -19,8 +18,8 @@ import pytest
 import torch
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
-from onnx_export.capture._anyres import anyres_tensor_sizes, best_resolution, unpadded
+from onnx_export.capture.patches._anyres import anyres_tensor_sizes, best_resolution, unpadded
+from tests.capture_patches import refused_without
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -95,11 +94,14 @@ def test_llava_next_features_follow_image_sizes() -> None:
 
 def test_without_the_tensor_forms_llava_next_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof the capture patch is needed: transformers' own line fails to capture."""
-    monkeypatch.setattr(strategies, "anyres_tensor_sizes", contextlib.nullcontext)
     model = _llava_next()
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(model, **_inputs(model, [[8, 16], [20, 10]]))
-    first = str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "anyres",
+            lambda: onnx_export.dynamo_export(model, **_inputs(model, [[8, 16], [20, 10]])),
+        )
+    first = str(error).splitlines()[0]
     assert "image_processing_utils.py:" in first and "scale = min(" in first
 
 

@@ -2,20 +2,19 @@
 
 LLaVA-OneVision interpolates its unpadded image grid only ``if math.sqrt(h * w / c) >
 1.1``, ``h`` and ``w`` computed from ``image_sizes`` values. ``math.sqrt`` asked for a
-float the trace does not have; ``capture/_sqrt.py`` computes the root in the graph with
+float the trace does not have; ``capture/patches/_sqrt.py`` computes the root in the graph with
 the range the sizes' bounds give it, which decides the comparison where the bounds do.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
 import torch
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
+from tests.capture_patches import refused_without
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 
@@ -54,8 +53,10 @@ def test_a_comparison_the_bounds_leave_open_is_refused() -> None:
 
 def test_without_the_range_the_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof the capture patch is needed."""
-    monkeypatch.setattr(strategies, "bounded_sqrt", contextlib.nullcontext)
-    with pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(Trimmed(1.1), torch.randn(3, 4, 6), torch.tensor([0, 1]))
-    assert "math.sqrt" in str(caught.value).splitlines()[0]
+    error = refused_without(
+        monkeypatch,
+        "sqrt",
+        lambda: onnx_export.dynamo_export(Trimmed(1.1), torch.randn(3, 4, 6), torch.tensor([0, 1])),
+    )
+    assert "math.sqrt" in str(error).splitlines()[0]
     assert math.sqrt.__module__ == "math"  # restored

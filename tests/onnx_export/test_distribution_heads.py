@@ -4,23 +4,22 @@ TimeSeriesTransformer, Informer and Autoformer's ``...ForPrediction`` score the 
 values with a distribution (Student's t by default) built from the model's parameters.
 ``torch.distributions`` validated those parameters with ``if not check(value).all():
 raise``, a tensor's value under torch.export ("Could not guard on data-dependent
-expression" at transformers' ``time_series_utils.py``); ``capture/_distributions.py``
+expression" at transformers' ``time_series_utils.py``); ``capture/patches/_distributions.py``
 builds them without that validation. Autoformer also traced another attention path than
-eager (a mask built under export where eager has none: ``capture/_mask_skip.py``).
+eager (a mask built under export where eager has none: ``capture/patches/_mask_skip.py``).
 Each export is checked against eager, with the batch dynamic at another batch size.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 import torch
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
-from onnx_export.capture._distributions import distribution_checks_off
+from onnx_export.capture.patches._distributions import distribution_checks_off
+from tests.capture_patches import refused_without
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -80,19 +79,25 @@ def test_without_the_switch_the_distribution_line_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Proof the capture patch is needed: the distribution's validation fails to capture."""
-    monkeypatch.setattr(strategies, "distribution_checks_off", contextlib.nullcontext)
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(_model("TimeSeriesTransformer"), **_inputs(3, 0))
-    first = str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "distributions",
+            lambda: onnx_export.dynamo_export(_model("TimeSeriesTransformer"), **_inputs(3, 0)),
+        )
+    first = str(error).splitlines()[0]
     assert "time_series_utils.py:" in first and "distribution_class" in first
 
 
 def test_without_the_mask_skip_autoformer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof: with a mask built under export, Autoformer's attention views wrong sizes."""
-    monkeypatch.setattr(strategies, "bidirectional_skip_without_padding", contextlib.nullcontext)
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(_model("Autoformer"), **_inputs(3, 0))
-    assert "modeling_autoformer.py:" in str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "mask_skip",
+            lambda: onnx_export.dynamo_export(_model("Autoformer"), **_inputs(3, 0)),
+        )
+    assert "modeling_autoformer.py:" in str(error).splitlines()[0]
 
 
 class Normal(torch.nn.Module):

@@ -2,7 +2,7 @@
 
 Their encoders compute ``is_global_attn = is_index_global_attn.flatten().any().item()``
 and each self-attention branches on it; capture takes the global branch, which gives the
-local branch's numbers when no token is global (``capture/_global_attention.py``). Each
+local branch's numbers when no token is global (``capture/patches/_global_attention.py``). Each
 test exports a tiny real transformers model with one kind of input and compares ONNX
 Runtime with eager on both kinds: with global tokens, and without any (where the global
 part has zero columns: ONNX Runtime's ``Einsum`` crashed on that before ``ops/einsum.py``).
@@ -75,7 +75,7 @@ def test_led_encoder_matches_eager_with_and_without_global_tokens() -> None:
 
 def test_a_plain_flag_is_left_to_the_model() -> None:
     """Outside capture (eager), the flag is a bool and the model's own branch runs."""
-    from onnx_export.capture._global_attention import global_attention_flag
+    from onnx_export.capture.patches._global_attention import global_attention_flag
 
     torch.manual_seed(0)
     model = _longformer().eval()

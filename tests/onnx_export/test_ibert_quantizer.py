@@ -1,8 +1,8 @@
 """I-BERT's integer-only quantizer exported with eager's exact integers (#28).
 
 Its fixed-point multiply calls numpy's ``frexp`` and Python's ``decimal`` on traced
-tensors (``batch_frexp``: ``capture/_quant_frexp.py`` computes it with torch ops), its
-quantized layers read ``weight.data`` in ``forward`` (``capture/_tensor_data.py``: a
+tensors (``batch_frexp``: ``capture/patches/_quant_frexp.py`` computes it with torch ops), its
+quantized layers read ``weight.data`` in ``forward`` (``capture/patches/_tensor_data.py``: a
 fake constant before) and its integer GELU computes ``1.0 // scaling_factor``
 (``ops/division.py``: ATen's floor division, not ``Floor(Div)``). Each test builds a tiny
 real model from a config and compares ONNX Runtime with eager at two inputs.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from onnx_export.capture._quant_frexp import batch_frexp
+from onnx_export.capture.patches._quant_frexp import batch_frexp
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")

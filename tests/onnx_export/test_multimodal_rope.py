@@ -3,7 +3,7 @@
 Vision-language models of the Qwen2-VL kind called without ``position_ids`` compute them in
 ``get_rope_index`` with Python loops over the token types and ``.item()`` on the grids;
 capture switches that function to one made of cumulative sums and gathers
-(``capture/_mrope.py``). The exported graph computes the positions of other texts, other
+(``capture/patches/_mrope.py``). The exported graph computes the positions of other texts, other
 image placements and other image sizes as eager does.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import onnx_export
-from onnx_export.capture._mrope import multimodal_rope
-from onnx_export.capture._mrope_index import RopeLayout, multimodal_positions
+from onnx_export.capture.patches._mrope import multimodal_rope
+from onnx_export.capture.patches._mrope_index import RopeLayout, multimodal_positions
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")

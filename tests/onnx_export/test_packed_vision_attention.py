@@ -3,7 +3,7 @@
 Qwen2-VL's vision attention (and GLM-4V's, ERNIE-4.5-VL's, ColQwen2's, Qwen2.5/3-VL's...)
 splits the packed patches per image with ``lengths.tolist()`` unless a flash attention is
 configured; capture switches those modules to one attention with a block-diagonal mask
-built from ``cu_seqlens`` (``capture/_packed_attention.py``). The tower is exported with a
+built from ``cu_seqlens`` (``capture/patches/_packed_attention.py``). The tower is exported with a
 dynamic number of patches and run on other images (other sizes, another split).
 """
 

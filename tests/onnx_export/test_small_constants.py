@@ -6,21 +6,19 @@ SAM 3's vision encoder stores its feature map's ``(height, width)`` with
 torch's fake tensors kept the values of one-element constants only, so the read-back sizes
 were unbacked and ``height * width == keys`` undecidable ("Could not guard on
 data-dependent expression" in ``scaled_dot_product_attention``).
-``capture/_small_constants.py`` keeps the values of small constants while tracing.
+``capture/patches/_small_constants.py`` keeps the values of small constants while tracing.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 import torch
 from torch._subclasses import fake_tensor
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
-from onnx_export.capture._small_constants import small_constants_kept
-from tests.helpers import export_and_check
+from onnx_export.capture.patches._small_constants import small_constants_kept
+from tests.capture_patches import refused_without
+from tests.helpers import assert_onnx_program_close, export_and_check
 
 
 class RelativeBias(torch.nn.Module):
@@ -54,12 +52,22 @@ def test_dynamic_sizes_read_back_are_still_refused() -> None:
     """
     shapes = {"queries": None, "features": {2: "high", 3: "wide"}}
     options = onnx_export.ExportOptions(dynamic_shapes=shapes)
-    with pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(
-            RelativeBias(), torch.randn(2, 1, 5, 8), torch.randn(2, 8, 4, 6),
-            export_options=options,
-        )  # fmt: skip
-    assert "data-dependent" in str(caught.value).splitlines()[0]
+    model, queries = RelativeBias(), torch.randn(2, 1, 5, 8)
+    try:
+        program = onnx_export.dynamo_export(
+            model, queries, torch.randn(2, 8, 4, 6), export_options=options
+        )
+    except onnx_export.CaptureError as caught:
+        assert "data-dependent" in str(caught).splitlines()[0]
+        return
+    # A newer torch (2.15) captures it: then the program computes eager's numbers at
+    # other sizes, or the limit this test names has turned into a wrong answer.
+    for features in (torch.randn(2, 8, 3, 7), torch.randn(2, 8, 1, 5)):
+        assert_onnx_program_close(program, model, queries, features)
+    pytest.skip(
+        f"torch {torch.__version__} captures dynamic sizes read back (and the program is "
+        "right at other sizes): this limit is lifted"
+    )
 
 
 def test_limit_restored() -> None:
@@ -71,7 +79,11 @@ def test_limit_restored() -> None:
 
 def test_without_the_values_the_attention_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof the capture patch is needed."""
-    monkeypatch.setattr(strategies, "small_constants_kept", contextlib.nullcontext)
-    with pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(RelativeBias(), torch.randn(2, 1, 5, 8), torch.randn(2, 8, 4, 6))
-    assert "data-dependent" in str(caught.value).splitlines()[0]
+    error = refused_without(
+        monkeypatch,
+        "small_constants",
+        lambda: onnx_export.dynamo_export(
+            RelativeBias(), torch.randn(2, 1, 5, 8), torch.randn(2, 8, 4, 6)
+        ),
+    )
+    assert "data-dependent" in str(error).splitlines()[0]

@@ -200,7 +200,8 @@ def test_data_dependent_if_is_named_on_the_first_line() -> None:
 
 class _NumpyScale(torch.nn.Module):
     """Splits its input with numpy's ``frexp``, as I-BERT's quantizer did before capture
-    replaced it (``capture/_quant_frexp.py``; Longformer's branch: ``_global_attention.py``)."""
+    replaced it (``capture/patches/_quant_frexp.py``; Longformer's branch:
+    ``_global_attention.py``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mantissa, _ = np.frexp(x.numpy())  # the line the error names

@@ -3,23 +3,22 @@
 Mistral3's Pixtral vision tower sizes its patch sequence from ``image_sizes`` (values),
 Mimi its audio frames from padding computed from the input: the length is an unbacked
 size under torch.export. transformers' SDPA attention then asked ``q_length > 1`` even
-with a mask given (the answer cannot matter: ``capture/_sdpa_causal.py``), and
+with a mask given (the answer cannot matter: ``capture/patches/_sdpa_causal.py``), and
 ``torch.cdist`` asked ``rows > 25`` though the other side's rows decide the mode
-(``capture/_cdist.py``), and ``unfold`` (Mistral3's patch merger) asked whether the grid's
-sizes are non-zero, its own precondition (``capture/_unfold.py``). Each export is
+(``capture/patches/_cdist.py``), and ``unfold`` (Mistral3's patch merger) asked whether the grid's
+sizes are non-zero, its own precondition (``capture/patches/_unfold.py``). Each export is
 checked against eager at the example and at other values of the length.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 import torch
 
 import onnx_export
-import onnx_export.capture._strategies as strategies
+from tests.capture_patches import refused_without
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -48,11 +47,16 @@ def test_pixtral_patches_sized_by_image_sizes_attend_as_eager() -> None:
 
 def test_without_the_decision_the_sdpa_line_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proof the capture patch is needed: transformers' own line fails to capture."""
-    monkeypatch.setattr(strategies, "sdpa_causal_flag", contextlib.nullcontext)
     sizes = torch.tensor([[30, 30], [30, 30]])
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(_pixtral(), torch.rand(2, 3, 30, 30), image_sizes=sizes)
-    first = str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "sdpa_causal",
+            lambda: onnx_export.dynamo_export(
+                _pixtral(), torch.rand(2, 3, 30, 30), image_sizes=sizes
+            ),
+        )
+    first = str(error).splitlines()[0]
     assert "sdpa_attention.py:" in first and "q_length > 1" in first
 
 
@@ -80,10 +84,12 @@ def test_cdist_over_data_sized_rows_takes_eagers_mode() -> None:
 
 
 def test_without_the_mode_the_cdist_line_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(strategies, "cdist_decided", contextlib.nullcontext)
-    with pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(Quantize(), torch.randn(40, 8), torch.tensor(7))
-    first = str(caught.value).splitlines()[0]
+    error = refused_without(
+        monkeypatch,
+        "cdist",
+        lambda: onnx_export.dynamo_export(Quantize(), torch.randn(40, 8), torch.tensor(7)),
+    )
+    first = str(error).splitlines()[0]
     assert "test_unbacked_lengths.py:" in first and "torch.cdist" in first
 
 
@@ -120,11 +126,14 @@ def test_mistral3_patch_merger_unfolds_grids_sized_by_image_sizes() -> None:
 def test_without_the_preconditions_the_unfold_line_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(strategies, "unfold_preconditions", contextlib.nullcontext)
     sizes = torch.tensor([[30, 30], [30, 30]])
-    with torch.no_grad(), pytest.raises(onnx_export.CaptureError) as caught:
-        onnx_export.dynamo_export(PatchMerger(), torch.randn(50, 8), sizes)
-    first = str(caught.value).splitlines()[0]
+    with torch.no_grad():
+        error = refused_without(
+            monkeypatch,
+            "unfold",
+            lambda: onnx_export.dynamo_export(PatchMerger(), torch.randn(50, 8), sizes),
+        )
+    first = str(error).splitlines()[0]
     assert "modeling_mistral3.py:" in first and "unfold" in first
 
 

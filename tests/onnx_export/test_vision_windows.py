@@ -3,7 +3,7 @@
 Qwen2.5-VL's vision tower (and the towers that call ``get_vision_window_index``) reorders
 the merged patches window by window with a loop over ``grid_thw.tolist()``; capture
 computes the order and the window boundaries with tensor ops
-(``capture/_vision_windows.py``). The tower is exported with a dynamic number of patches
+(``capture/patches/_vision_windows.py``). The tower is exported with a dynamic number of patches
 and run on other images.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import onnx_export
-from onnx_export.capture._vision_windows import window_order
+from onnx_export.capture.patches._vision_windows import window_order
 from tests.helpers import assert_onnx_program_close, export_and_check
 
 transformers = pytest.importorskip("transformers")
@@ -72,7 +72,7 @@ def test_window_order_equals_transformers_on_random_grids() -> None:
 
 
 def test_towers_keep_their_function_outside_capture() -> None:
-    from onnx_export.capture._vision_windows import vision_windows
+    from onnx_export.capture.patches._vision_windows import vision_windows
 
     original = qwen2_5_vl.get_vision_window_index
     with vision_windows():

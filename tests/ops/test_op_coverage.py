@@ -25,8 +25,8 @@ ELSEWHERE: dict[str, str] = {
     ),
     **dict.fromkeys(
         ["onnx_export::lstm", "onnx_export::gru", "onnx_export::rnn"],
-        "tests/onnx_export/test_recurrent.py (capture/_rnn.py routes nn.LSTM/GRU/RNN to these "
-        "keys; each case is compared with eager at three time lengths)",
+        "tests/onnx_export/test_recurrent.py (capture/patches/_rnn.py routes nn.LSTM/GRU/RNN "
+        "to these keys; each case is compared with eager at three time lengths)",
     ),
     **dict.fromkeys(
         ["aten::sym_stride.int", "aten::sym_storage_offset"],

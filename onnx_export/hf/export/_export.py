@@ -41,6 +41,7 @@ from onnx_export.hf.export._precision import (
 from onnx_export.hf.export._precision import (
     narrow_args as _narrow_args,
 )
+from onnx_export.hf.export._versions import require_transformers
 
 __all__ = ["ExportedCheckpoint", "export_pretrained", "MANIFEST_NAME"]
 
@@ -108,6 +109,7 @@ def _load_model(path: pathlib.Path, task: str, model_type: str, dtype: Precision
             f"Exporting a checkpoint needs transformers ({e}); install it "
             "with pip install 'onnx-export[hf]'."
         ) from e
+    require_transformers(transformers.__version__)
 
     name = model_class(model_type, task) or _AUTO_CLASSES[task]
     auto = getattr(transformers, name, None)

@@ -3,7 +3,7 @@
 - ``vision_encoder.onnx``: one image's patches, flattened as the processor writes them
   (``pixel_values``: patches, channels * temporal patch * patch * patch) and its
   ``image_grid_thw`` (1, 3) -> ``image_features`` (1, image tokens, hidden): the patch
-  embedding, the vision blocks (packed attention, ``capture/_packed_attention.py``) and
+  embedding, the vision blocks (packed attention, ``capture/patches/_packed_attention.py``) and
   the merger. Qwen2.5-VL's blocks attend within windows too; where each window starts
   and the order of the merged patches in them (``window_index``, ``cu_window_seqlens``)
   come in as inputs, computed by the runtime with numpy (transformers takes them
@@ -66,7 +66,26 @@ class PatchedImageEncoder(nn.Module):
         return {"image_features": out.pooler_output.unsqueeze(0)}
 
 
+def _vision_window_index() -> Any:
+    """The ``get_vision_window_index`` of recent transformers (not in 4.x nor 5.0.0)."""
+    try:
+        from transformers.vision_utils import get_vision_window_index
+    except ImportError:
+        import transformers
+
+        from onnx_export.hf._errors import CheckpointError
+
+        raise CheckpointError(
+            "Exporting a Qwen2-VL or Qwen2.5-VL checkpoint needs a transformers release with "
+            "transformers.vision_utils (its vision tower's window index and outputs; 5.0.0 "
+            f"and 4.x lack it, 5.25 has it); transformers {transformers.__version__} is "
+            "installed. Run: pip install -U transformers"
+        ) from None
+    return get_vision_window_index
+
+
 def _encoder(model: Any) -> GraphSpec:
+    get_vision_window_index = _vision_window_index()
     visual = model.model.visual
     config = visual.config
     size = int(config.in_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2
@@ -77,8 +96,6 @@ def _encoder(model: Any) -> GraphSpec:
     args: tuple[Any, ...] = (pixels, grid)
     dynamic: dict[str, Any] = {"pixel_values": {0: "patches"}, "image_grid_thw": None}
     if _windowed(visual):
-        from transformers.vision_utils import get_vision_window_index
-
         index, starts = get_vision_window_index(
             grid, visual.spatial_merge_size, visual.window_size, visual.patch_size
         )

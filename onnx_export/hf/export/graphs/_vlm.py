@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from onnx_export.capture._transformers_masks import masks_without_vmap
+from onnx_export.capture.patches._transformers_masks import masks_without_vmap
 from onnx_export.hf.export.graphs._base import (
     BATCH,
     PAST,

@@ -25,7 +25,9 @@ from collections.abc import Iterator
 
 from torch._subclasses import fake_tensor
 
-__all__ = ["NUMEL", "small_constants_kept"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "NUMEL", "small_constants_kept"]
 
 #: The most elements of a constant whose values are kept (torch's default keeps 1).
 NUMEL = 64
@@ -46,3 +48,13 @@ def small_constants_kept() -> Iterator[None]:
         yield
     finally:
         fake_tensor.CONSTANT_NUMEL_LIMIT = before
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="small_constants",
+    targets=(Target("torch._subclasses.fake_tensor", "CONSTANT_NUMEL_LIMIT"),),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="fake tensors forget the values of constants of more than one element",
+    apply=lambda call: small_constants_kept(),
+)

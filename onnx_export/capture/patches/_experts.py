@@ -34,7 +34,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["every_expert"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "every_expert"]
 
 
 def _experts_of_caller(depth: int) -> int | None:
@@ -53,6 +55,9 @@ class _ExpertIndex(list[int]):
     """``[index]``, with the tensor methods a loop body calls on ``nonzero()``'s rows."""
 
     def item(self) -> int:
+        return self[0]
+
+    def __index__(self) -> int:  # ``self.experts[expert_idx]`` (transformers 4.57's loops)
         return self[0]
 
     def tolist(self) -> list[int]:
@@ -108,3 +113,18 @@ def every_expert() -> Iterator[None]:
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="experts",
+    targets=(
+        Target("torch", "nonzero"),
+        Target("torch", "Tensor.nonzero"),
+        Target("torch", "Tensor.__iter__"),
+        Target("transformers.models.dbrx.modeling_dbrx", "DbrxExperts.forward", example=True),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 4.57.6", "transformers 5.25"),
+    why="a mixture of experts loops over the experts its router hit, a number read from data",
+    apply=lambda call: every_expert(),
+)

@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-__all__ = ["data_as_detach"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "data_as_detach"]
 
 
 @contextlib.contextmanager
@@ -46,3 +48,13 @@ def data_as_detach() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.data = original  # the descriptor, restored
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="tensor_data",
+    targets=(Target("torch", "Tensor.data"),),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="tensor.data of a traced weight becomes a constant without values",
+    apply=lambda call: data_as_detach(),
+)

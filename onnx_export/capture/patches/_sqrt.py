@@ -28,7 +28,9 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-__all__ = ["bounded_sqrt"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "bounded_sqrt"]
 
 #: How much the root's range is widened, relatively, against rounding.
 _SLACK = 1e-9
@@ -79,3 +81,17 @@ def bounded_sqrt() -> Iterator[None]:
         yield
     finally:
         math.sqrt = original
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="sqrt",
+    targets=(
+        Target("math", "sqrt"),
+        Target("torch.utils._sympy.value_ranges", "bound_sympy"),
+        Target("torch.fx.experimental.symbolic_shapes", "ShapeEnv._update_var_to_range"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="math.sqrt of unbacked sizes asks for their value",
+    apply=lambda call: bounded_sqrt(),
+)

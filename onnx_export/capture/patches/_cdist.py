@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-__all__ = ["cdist_decided"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "cdist_decided"]
 
 #: Rows above which eager's default mode uses matrix products (aten's cdist).
 _MM_ROWS = 25
@@ -65,3 +67,13 @@ def cdist_decided() -> Iterator[None]:
         yield
     finally:
         torch.cdist = original
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="cdist",
+    targets=(Target("torch", "cdist", ("x1", "x2", "p", "compute_mode")),),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="cdist's mode asks rows > 25 of an unbacked row count",
+    apply=lambda call: cdist_decided(),
+)

@@ -23,16 +23,18 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["bidirectional_skip_without_padding"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "bidirectional_skip_without_padding"]
 
 
 def _deciding(original: Callable[..., bool]) -> Callable[..., bool]:
-    def _ignore_bidirectional_mask_sdpa(
-        padding_mask: Any, kv_length: Any, local_attention_size: Any = None
-    ) -> bool:
-        if padding_mask is None and local_attention_size is None:
+    def _ignore_bidirectional_mask_sdpa(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+        # (padding_mask, kv_length, local_attention_size=None) in 5.25; (padding_mask) in 5.0
+        local = kwargs.get("local_attention_size", args[1] if len(args) > 1 else None)
+        if padding_mask is None and local is None:
             return True  # eager's answer, whatever the lengths
-        return original(padding_mask, kv_length, local_attention_size)
+        return original(padding_mask, *args, **kwargs)
 
     return _ignore_bidirectional_mask_sdpa
 
@@ -57,3 +59,20 @@ def bidirectional_skip_without_padding() -> Iterator[None]:
         yield
     finally:
         masking._ignore_bidirectional_mask_sdpa = original  # type: ignore[attr-defined]
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="mask_skip",
+    targets=(
+        Target(
+            "transformers.masking_utils",
+            "_ignore_bidirectional_mask_sdpa",
+            ("padding_mask",),
+            since="5.0",
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="transformers skips a bidirectional mask without padding eagerly, never under torch.export",
+    apply=lambda call: bidirectional_skip_without_padding(),
+)

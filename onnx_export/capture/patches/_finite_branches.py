@@ -30,7 +30,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-__all__ = ["finite_branches", "has_float16_tensors"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "finite_branches", "has_float16_tensors"]
 
 _CLAMPS = frozenset({torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip})
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -107,3 +109,20 @@ def finite_branches(enabled: bool) -> Iterator[None]:
         return
     with _FiniteBranches():
         yield
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="finite_branches",
+    targets=(
+        Target("torch", "isfinite"),
+        Target("torch", "Tensor.all"),
+        Target("torch", "Tensor.__bool__"),
+        Target("transformers.models.bart.modeling_bart", "BartEncoderLayer.forward", example=True),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="float16 overflow guards (if not isfinite(x).all(): clamp) ask for a tensor's value",
+    apply=lambda call: finite_branches(
+        not call.strict and has_float16_tensors(call.model, (call.args, call.kwargs))
+    ),
+)

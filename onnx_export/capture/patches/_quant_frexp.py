@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_frexp", "torch_frexp"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "batch_frexp", "torch_frexp"]
 
 #: Modules whose ``batch_frexp`` is I-BERT's (the module's name ends with this).
 _MODULE_SUFFIX = ".quant_modules"
@@ -72,3 +74,21 @@ def torch_frexp() -> Iterator[None]:
     finally:
         for module, original in saved:
             module.batch_frexp = original
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="quant_frexp",
+    targets=(
+        Target("torch", "frexp"),
+        Target(
+            "transformers.models.ibert.quant_modules",
+            "batch_frexp",
+            ("inputs", "max_bit"),
+            example=True,
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="I-BERT's batch_frexp runs numpy on a traced tensor",
+    apply=lambda call: torch_frexp(),
+)

@@ -42,7 +42,9 @@ from typing import Any
 import torch
 from torch.utils._sympy.value_ranges import bound_sympy
 
-__all__ = ["anyres_tensor_sizes", "best_resolution", "unpadded", "crop_grid"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "anyres_tensor_sizes", "best_resolution", "unpadded", "crop_grid"]
 
 #: transformers' helpers replaced while active, by name.
 _HELPERS = ("image_size_to_num_patches", "get_anyres_image_grid_shape", "unpad_image")
@@ -233,3 +235,25 @@ def anyres_tensor_sizes() -> Iterator[None]:
     finally:
         for module, helper, original in reversed(replaced):
             setattr(module, helper, original)
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="anyres",
+    targets=(
+        Target(
+            "transformers.models.llava_next.modeling_llava_next",
+            "image_size_to_num_patches",
+            example=True,
+        ),
+        Target(
+            "transformers.models.llava_next.modeling_llava_next",
+            "get_anyres_image_grid_shape",
+            example=True,
+        ),
+        Target("transformers.models.llava_next.modeling_llava_next", "unpad_image", example=True),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="any-resolution image grids are computed from image_sizes with Python numbers",
+    apply=lambda call: anyres_tensor_sizes(),
+)

@@ -14,7 +14,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["every_user_frame"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "every_user_frame"]
 
 
 @contextlib.contextmanager
@@ -48,3 +50,16 @@ def _module_stack_tracer() -> Any:
     if tracer is None or not hasattr(tracer, "_filter_traceback_frames"):
         return None
     return tracer
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="stack_traces",
+    targets=(
+        Target("torch.fx.experimental.proxy_tensor", "_ModuleStackTracer.__init__"),
+        Target("torch.fx.experimental.proxy_tensor", "_ModuleStackTracer._filter_traceback_frames"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="non-strict capture keeps only the frames of forward methods in a node's stack trace",
+    apply=lambda call: every_user_frame(not call.strict),
+)

@@ -9,7 +9,7 @@ expression").
 
 While :func:`multimodal_rope` is active, the classes of ``model``'s modules whose
 ``get_rope_index`` follows that scheme get one computed with tensor ops
-(:func:`~onnx_export.capture._mrope_index.multimodal_positions`): the graph computes the
+(:func:`~onnx_export.capture.patches._mrope_index.multimodal_positions`): the graph computes the
 positions from the token ids, the mask and the grids it is called with, for any number
 of images and grid sizes.
 
@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture._mrope_index import RopeLayout, multimodal_positions
+from onnx_export.capture.patches._mrope_index import RopeLayout, multimodal_positions
+from onnx_export.capture.patches._registry import Patch, Target
 
-__all__ = ["multimodal_rope"]
+__all__ = ["PATCH", "multimodal_rope"]
 
 #: What every recognised ``get_rope_index`` does: runs by modality, a grid per vision run.
 _SCHEME = (
@@ -207,3 +208,19 @@ def multimodal_rope(model: torch.nn.Module) -> Iterator[None]:
                 setattr(cls, "get_rope_index", original)  # noqa: B010  # any module class
         for module, deltas in kept:
             module.rope_deltas = deltas
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="mrope",
+    targets=(
+        Target(
+            "transformers.models.qwen2_vl.modeling_qwen2_vl",
+            "Qwen2VLModel.get_rope_index",
+            example=True,
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="multimodal rotary positions group tokens by modality in Python, grids read by .item()",
+    apply=lambda call: multimodal_rope(call.model),
+)

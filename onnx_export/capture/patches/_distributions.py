@@ -23,7 +23,9 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["distribution_checks_off"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "distribution_checks_off"]
 
 
 @contextlib.contextmanager
@@ -42,3 +44,16 @@ def distribution_checks_off() -> Iterator[None]:
         yield
     finally:
         distribution.set_default_validate_args(before)
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="distributions",
+    targets=(
+        Target("torch.distributions", "Distribution.set_default_validate_args"),
+        Target("torch.distributions", "Distribution._validate_args"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="distributions validate their arguments with if not check(value).all(): raise",
+    apply=lambda call: distribution_checks_off(),
+)

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
-__all__ = ["sdpa_causal_flag"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "sdpa_causal_flag"]
+
+#: The parameters of transformers' ``sdpa_attention_forward`` this module passes by position.
+_SDPA_PARAMETERS = (
+    "module", "query", "key", "value", "attention_mask", "dropout", "scaling", "is_causal",
+)  # fmt: skip
 
 
 def _length_undecided(length: Any) -> bool:
@@ -115,10 +122,11 @@ def _deciding(original: Callable[..., Any]) -> Callable[..., Any]:
             return _not_causal_attention(
                 module, query, key, value, attention_mask, dropout, scaling, position_bias
             )
+        if position_bias is not None:  # by name: transformers 4.57's function has no such parameter
+            kwargs["position_bias"] = position_bias
         return original(
-            module, query, key, value, attention_mask, dropout, scaling, is_causal,
-            position_bias, **kwargs,
-        )  # fmt: skip
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
 
     return sdpa_attention_forward
 
@@ -146,3 +154,19 @@ def sdpa_causal_flag() -> Iterator[None]:
         yield
     finally:
         mapping["sdpa"] = original
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="sdpa_causal",
+    targets=(
+        Target("transformers.modeling_utils", "AttentionInterface._global_mapping"),
+        Target(
+            "transformers.integrations.sdpa_attention", "sdpa_attention_forward", _SDPA_PARAMETERS
+        ),
+        Target("transformers.integrations.sdpa_attention", "repeat_kv"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="SDPA's is_causal decision asks q_length > 1 of an unbacked length",
+    apply=lambda call: sdpa_causal_flag(),
+)

@@ -45,7 +45,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["global_attention_flag"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "global_attention_flag"]
 
 _PARAMETERS = ("is_index_global_attn", "is_global_attn")
 
@@ -144,3 +146,19 @@ def global_attention_flag(model: torch.nn.Module) -> Iterator[None]:
                 setattr(module, name, own)  # the instance's own attribute, restored
             else:
                 delattr(module, name)
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="global_attention",
+    targets=(
+        Target(
+            "transformers.models.longformer.modeling_longformer",
+            "LongformerSelfAttention._get_global_attn_indices",
+            example=True,
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="Longformer branches on whether any token is global, a value read from data",
+    apply=lambda call: global_attention_flag(call.model),
+)

@@ -32,7 +32,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["packed_attention"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "packed_attention"]
 
 #: The name of our attention function in transformers' registry ("flash" selects the path).
 NAME = "onnx_export_flash_packed"
@@ -137,3 +139,20 @@ def packed_attention(model: torch.nn.Module) -> Iterator[None]:
         for config in configs:
             config._attn_implementation_internal = config._onnx_export_packed_from
             del config._onnx_export_packed_from
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="packed_attention",
+    targets=(
+        Target("transformers.modeling_utils", "AttentionInterface.register"),
+        Target(
+            "transformers.models.qwen2_vl.modeling_qwen2_vl",
+            "VisionAttention.forward",
+            example=True,
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="vision towers split images packed in one sequence by cu_seqlens.tolist()",
+    apply=lambda call: packed_attention(call.model),
+)

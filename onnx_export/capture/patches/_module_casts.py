@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["unchanged_module_casts"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "unchanged_module_casts"]
 
 
 def _unchanged(module: torch.nn.Module, device: Any, dtype: Any) -> bool:
@@ -59,3 +61,16 @@ def unchanged_module_casts() -> Iterator[None]:
         yield
     finally:
         torch.nn.Module.to = original  # type: ignore[method-assign]  # restored
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="module_casts",
+    targets=(
+        Target("torch", "nn.Module.to"),
+        Target("torch._C", "_nn._parse_to"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why='module.to(dtype) in forward swaps fake parameters ("Couldn\'t swap Linear.weight")',
+    apply=lambda call: unchanged_module_casts(),
+)

@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["vision_windows", "window_order"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "vision_windows", "window_order"]
 
 
 def window_order(
@@ -115,3 +117,14 @@ def vision_windows() -> Iterator[None]:
     finally:
         for module in users:
             module.get_vision_window_index = original  # type: ignore[attr-defined]
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="vision_windows",
+    # absent in 5.0.0 and present in 5.25 (both measured); the releases between not checked
+    targets=(Target("transformers.vision_utils", "get_vision_window_index", since="5.1"),),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
+    why="windowed vision attention orders its tokens in a Python loop over images",
+    apply=lambda call: vision_windows(),
+)

@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-__all__ = ["unfold_preconditions"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "unfold_preconditions"]
 
 
 def _unbacked(size: Any) -> bool:
@@ -71,3 +73,19 @@ def unfold_preconditions() -> Iterator[None]:
         yield
     finally:
         torch.nn.functional.unfold = original
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="unfold",
+    targets=(
+        Target(
+            "torch.nn.functional",
+            "unfold",
+            ("input", "kernel_size", "dilation", "padding", "stride"),
+        ),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="unfold's decomposition asks whether unbacked sizes are non-zero",
+    apply=lambda call: unfold_preconditions(),
+)

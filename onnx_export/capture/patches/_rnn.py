@@ -23,7 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["recurrent_ops"]
+from onnx_export.capture.patches._registry import Patch, Target
+
+__all__ = ["PATCH", "recurrent_ops"]
 
 _KERNELS = torch._C._VariableFunctions
 #: What ONNX Runtime's LSTM, GRU and RNN kernels run ("LSTM operator does not support double").
@@ -204,3 +206,19 @@ def recurrent_ops() -> Iterator[None]:
                 delattr(vf, name)
             else:
                 setattr(vf, name, before)
+
+
+#: The record capture enters this patch from (``patches/__init__.py``).
+PATCH = Patch(
+    name="rnn",
+    targets=(
+        Target("torch._C", "_VariableFunctions.lstm"),
+        Target("torch._C", "_VariableFunctions.gru"),
+        Target("torch._C", "_VariableFunctions.rnn_tanh"),
+        Target("torch._C", "_VariableFunctions.rnn_relu"),
+        Target("torch", "_VF"),
+    ),
+    tested=("torch 2.13.0", "torch 2.15.0"),
+    why="torch.export unrolls nn.LSTM/GRU/RNN's time loop and fixes the sequence length",
+    apply=lambda call: recurrent_ops(),
+)
