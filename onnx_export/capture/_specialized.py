@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import linecache
 import logging
+import operator
 import os
 import re
 import sys
@@ -23,12 +24,14 @@ import sysconfig
 import traceback
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any, Literal
 
 import torch
 
 __all__ = [
     "Specialization",
     "RangeGuard",
+    "GuardKind",
     "recording_specializations",
     "recording_guards",
     "SHAPES_LOGGER",
@@ -143,6 +146,25 @@ class RangeGuard:
     guard: str
     location: str
     code: str
+    kind: GuardKind = "bound"
+
+    @property
+    def key(self) -> str:
+        """What tells two guards apart: ``kind:symbol:guard``."""
+        return f"{self.kind}:{self.symbol}:{self.guard}"
+
+
+#: What a recorded guard says of its size: a ``bound`` (``s77 > 2``), an ``excluded`` size
+#: (``Ne(s77, 4)``), a ``multiple`` (``Eq(Mod(s77, 4), 0)``), ``size_one`` (the model's code
+#: compared the size with 1, a branch torch decided by assuming sizes of 2 or more), or a
+#: ``narrowing`` (a guard of torch's own code, ``max_pool2d``'s kernel, that raised the
+#: size's lower bound).
+GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing"]
+#: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
+_NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
+_MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")
+#: A guard torch's own code added that bounds sizes (``(s0//5) >= 1``).
+_COMPARES = re.compile(r"[<>]=?")
 
 
 class _Recorder(logging.Handler):
@@ -154,6 +176,7 @@ class _Recorder(logging.Handler):
         self.sources: dict[str, str] = {}
         self.found: dict[str, Specialization] = {}
         self.guards: dict[str, RangeGuard] = {}
+        self.bounded: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # a record in another format: nothing to learn
@@ -178,8 +201,11 @@ class _Recorder(logging.Handler):
                 self._found(str(args[0]), int(str(args[1])))
         elif "[guard added]" in template:
             match = _EQ.match(str(args[1]))
+            where_text = str(args[2]) if len(args) > 2 else ""
             if _BOUND.match(str(args[1])):
-                self._bound(str(args[1]), str(args[2]) if len(args) > 2 else "")
+                self._bound(str(args[1]), where_text)
+            else:
+                self._condition(str(args[1]), where_text)
             if match:
                 symbol = match.group("s1") or match.group("s2")
                 where = _SLOC.search(str(args[2])) if len(args) > 2 else None
@@ -188,10 +214,39 @@ class _Recorder(logging.Handler):
     def _bound(self, guard: str, where: str) -> None:
         symbol = re.findall(r"s\d+", guard)[0]
         source = self.sources.get(symbol)
-        if source is None or symbol in self.guards:
+        if source is None or symbol in self.bounded:
             return
+        self.bounded.add(symbol)
         location, code = self._where(_SLOC.search(where) or _PLOC.search(where))
-        self.guards[symbol] = RangeGuard(symbol, source, guard, location, code)
+        self._add(RangeGuard(symbol, source, guard, location, code))
+
+    def _add(self, guard: RangeGuard) -> None:
+        self.guards.setdefault(guard.key, guard)
+
+    def _condition(self, guard: str, where: str) -> None:
+        """A guard of the model's own code that excludes a size or asks for a multiple;
+        any other guard that compares sizes may narrow a range (``narrowing``)."""
+        sloc = _SLOC.search(where) or _PLOC.search(where)
+        excluded, multiple = _NE.match(guard), _MOD.match(guard)
+        if (excluded or multiple) and _own(where, sloc):
+            found = excluded or multiple
+            assert found is not None  # one of the two matched
+            symbol = found.group("s1") or found.group("s2") if excluded else found.group("s")
+            source = self.sources.get(symbol)
+            if source is not None:
+                location, code = self._where(sloc)
+                kind: GuardKind = "excluded" if excluded else "multiple"
+                self._add(RangeGuard(symbol, source, guard, location, code, kind))
+            return
+        if not _COMPARES.search(guard):
+            return
+        for symbol in sorted(set(re.findall(r"s\d+", guard))):
+            source = self.sources.get(symbol)
+            if source is not None and not any(
+                g.symbol == symbol and g.kind == "narrowing" for g in self.guards.values()
+            ):
+                location, code = self._where(sloc)
+                self._add(RangeGuard(symbol, source, guard, location, code, "narrowing"))
 
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)
@@ -219,6 +274,126 @@ class _Recorder(logging.Handler):
         return location, code.strip()
 
 
+def _own(where: str, sloc: re.Match[str] | None) -> bool:
+    """Whether a guard's record names the model's own line as the one that added it.
+
+    Non-strict capture writes ``(model.py:12 in forward)``; strict capture writes the
+    model's line and then dynamo's frame that evaluated it (``_dynamo/...``) for the
+    model's own condition, or the library's (``_meta_registrations.py``) for torch's.
+    """
+    if sloc is None or _skipped(_full_path(sloc.group("path"))):
+        return False
+    inner = re.search(r"\((?P<path>[^()\s]+?):\d+ in \w+\)[^()]*$", where[sloc.end() :])
+    return inner is None or "_dynamo" in inner.group("path")
+
+
+#: Comparisons of a size with an int; with 1 (or 2), torch decides them from the range
+#: ``[2, inf)`` it gives dynamic sizes, so the size-1 branch is never traced.
+_COMPARISONS = {
+    "__eq__": operator.eq,
+    "__ne__": operator.ne,
+    "__lt__": operator.lt,
+    "__le__": operator.le,
+    "__gt__": operator.gt,
+    "__ge__": operator.ge,
+}
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+#: Torch's code that compares sizes for its own reasons (meta functions, references,
+#: decompositions, fake tensors, modules): a comparison under it is not the model's.
+_LIBRARY = tuple(
+    os.path.join(_TORCH_DIR, *part)
+    for part in (
+        ("_refs", ""),
+        ("_prims", ""),
+        ("_prims_common", ""),
+        ("_meta_registrations.py",),
+        ("_decomp", ""),
+        ("_subclasses", ""),
+        ("nn", ""),
+        ("_higher_order_ops", ""),
+    )
+)
+#: Dynamo's bytecode interpreter: a comparison under it (and no library code) is the
+#: model's own expression, evaluated while tracing it (strict capture).
+_INTERPRETER = os.path.join(_TORCH_DIR, "_dynamo", "symbolic_convert.py")
+
+
+def _size_one_line(recorder: _Recorder) -> tuple[str, str] | None:
+    """The model's line that compared a size with 1 itself (not torch's code), or ``None``."""
+    frame: FrameType | None = sys._getframe(3)  # the comparison's caller
+    for _ in range(64):
+        if frame is None:
+            return None
+        path = frame.f_code.co_filename
+        if path.startswith(_LIBRARY):
+            return None
+        if path == _INTERPRETER:
+            stack = _traced_stack()
+            last = stack[-1] if stack else None
+            if last is None or _skipped(last.filename):
+                return None
+            return f"{last.filename}:{last.lineno}", (last.line or "").strip()
+        if not _skipped(path):  # non-strict: the model's frame compared it
+            line = frame.f_lineno
+            return f"{path}:{line}", linecache.getline(path, line).strip()
+        frame = frame.f_back
+    return None
+
+
+def _traced_stack() -> list[traceback.FrameSummary]:
+    try:
+        from torch._guards import TracingContext
+
+        return list(TracingContext.extract_stack())
+    except Exception:  # not tracing
+        return []
+
+
+def _note_size_one(recorder: _Recorder, size: Any, name: str, other: int) -> None:
+    """Record a comparison of an input's size with 1 that torch decided from its range."""
+    node = size.node
+    expr, hint = node.expr, node.hint
+    symbol = str(expr)
+    source = recorder.sources.get(symbol)
+    if not expr.is_Symbol or source is None or not isinstance(hint, int) or hint < 2:
+        return
+    compare = _COMPARISONS[name]
+    if bool(compare(hint, other)) == bool(compare(1, other)):
+        return  # the same branch at 1: nothing assumed
+    bounds = node.shape_env.var_to_range.get(expr)
+    if bounds is None or int(bounds.lower) < 2:
+        return  # 1 is in the range: torch traced a real guard, recorded as such
+    found = _size_one_line(recorder)
+    if found is None:
+        return
+    guard = f"Ne({symbol}, 1)"
+    recorder._add(RangeGuard(symbol, source, guard, found[0], found[1], "size_one"))
+
+
+@contextlib.contextmanager
+def _watching_size_one(recorder: _Recorder) -> Iterator[None]:
+    """Patch ``torch.SymInt``'s comparisons to see the model compare a size with 1 or 2."""
+    originals = {name: getattr(torch.SymInt, name) for name in _COMPARISONS}
+
+    def wrap(name: str, original: Any) -> Any:
+        def compare(self: Any, other: Any) -> Any:
+            result = original(self, other)
+            if type(other) is int and 0 < other < 3:
+                with contextlib.suppress(Exception):  # a check never breaks a capture
+                    _note_size_one(recorder, self, name, other)
+            return result
+
+        return compare
+
+    for name, original in originals.items():
+        setattr(torch.SymInt, name, wrap(name, original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.SymInt, name, original)
+
+
 @contextlib.contextmanager
 def recording_specializations() -> Iterator[dict[str, Specialization]]:
     """Collect the specialisations of the block, by torch's source name of the dimension.
@@ -242,7 +417,8 @@ def recording_guards() -> Iterator[tuple[dict[str, Specialization], dict[str, Ra
     logger.setLevel(min(logging.INFO, logger.getEffectiveLevel()))
     logger.propagate = False
     try:
-        yield recorder.found, recorder.guards
+        with _watching_size_one(recorder):
+            yield recorder.found, recorder.guards
     finally:
         logger.handlers = handlers
         logger.setLevel(level)

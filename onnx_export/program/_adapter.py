@@ -200,14 +200,53 @@ def _axis_range(
     if low is None and high is None:
         return None
     if guard is not None:
-        at = f" at {guard.location}" if guard.location else ""
-        code = f" ({guard.code})" if guard.code else ""
-        origin = f"the model's code{at}{code}"
+        origin = _origin(guard)
     elif user != (None, None):
         origin = f"{dim!r} in dynamic_shapes"
     else:
         origin = TORCH_RANGE
     return AxisRange(axis, low, high, origin)
+
+
+def _origin(guard: RangeGuard) -> str:
+    at = f" at {guard.location}" if guard.location else ""
+    code = f" ({guard.code})" if guard.code else ""
+    return f"the model's code{at}{code}"
+
+
+def _conditions(
+    axis: int,
+    symbol: str,
+    bounds: tuple[int | None, int | None],
+    guards: Sequence[RangeGuard],
+    bounded: bool,
+) -> list[tuple[AxisRange, RangeGuard]]:
+    """The sizes of one axis the model's code left out: excluded sizes, a multiple, size 1.
+
+    A comparison of the size with 1 (``size_one``) counts only when no bound of the
+    model's already starts above 1.
+    """
+    low, high = bounds
+    found: list[tuple[AxisRange, RangeGuard]] = []
+    for guard in guards:
+        if guard.symbol != symbol:
+            continue
+        if guard.kind == "multiple":
+            value = int(guard.guard.split(", ")[1].rstrip(")"))
+            found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
+        elif guard.kind in ("excluded", "size_one"):
+            value = 1 if guard.kind == "size_one" else _excluded_value(guard.guard)
+            inside = (low is None or value >= low or value == 1) and (high is None or value <= high)
+            if (guard.kind == "size_one" and bounded) or not inside:
+                continue
+            found.append((AxisRange(axis, None, None, _origin(guard), excluded=(value,)), guard))
+    return found
+
+
+def _excluded_value(guard: str) -> int:
+    """``k`` of ``Ne(s77, k)`` (or ``Ne(k, s77)``)."""
+    left, right = guard[len("Ne(") : -1].split(", ")
+    return int(right if left.startswith("s") else left)
 
 
 def with_axis_ranges(
@@ -228,7 +267,8 @@ def with_axis_ranges(
             tell the user's ``Dim`` bounds from guards.
         guards: The guards of the model's code that bounded a size, by torch symbol.
     """
-    by_symbol = {g.symbol: g for g in guards}
+    by_symbol = {g.symbol: g for g in guards if g.kind == "bound"}
+    narrowing = {g.symbol: g for g in guards if g.kind == "narrowing"}
     user = user_dims(names) if names is not None else {}
     found: dict[str, tuple[AxisRange, ...]] = {}
     guarded: list[tuple[str, str, RangeGuard]] = []
@@ -236,11 +276,17 @@ def with_axis_ranges(
         ranges = []
         for axis, symbol, low, high in value.meta.get(AXIS_RANGES_KEY, ()):
             dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
+            if guard is None and low is not None and low > 2 and symbol in narrowing:
+                guard = narrowing[symbol]  # torch's code raised the bound, at that line
             made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
             if made is not None:
                 ranges.append(made)
                 if guard is not None:
                     guarded.append((f"{value.name}[{axis}]", made.text(), guard))
+            bounded = made is not None and (made.low or 0) >= 2
+            for condition in _conditions(axis, symbol, (low, high), guards, bounded):
+                ranges.append(condition[0])
+                guarded.append((f"{value.name}[{axis}]", condition[0].text(), condition[1]))
         if ranges:
             found[str(value.name)] = tuple(ranges)
     if not found:
