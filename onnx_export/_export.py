@@ -58,6 +58,7 @@ from onnx_export.program._parity import (
     warn_parity,
     warn_training,
 )
+from onnx_export.program._probe import ProbeMismatch, probe_and_record, probe_wanted, warn_probe
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serve import serve_dynamic_axes
 from onnx_export.reporting import _records as _report
@@ -153,6 +154,7 @@ class _Built:
     merged: tuple[MergedDimName, ...]
     guarded: tuple[Any, ...]
     parity: ParityOutcome | None = None
+    probe: tuple[ProbeMismatch, ...] = ()
 
 
 def _program_of(built: _Built) -> ONNXProgram:
@@ -264,6 +266,9 @@ def _pipeline(
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
     _report.record_guarded_ranges(context, built.guarded)
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
+    if probe_wanted(built.parity.result, options.verify):
+        with timer.stage("edge probe"):  # the smallest sizes, fully masked rows
+            built.probe = tuple(probe_and_record(built.program, call, context))
     return built
 
 
@@ -437,4 +442,5 @@ def dynamo_export(
     if built.parity is not None:
         warn_training(built.parity.training)
         warn_parity(built.parity)
+    warn_probe(list(built.probe))
     return program

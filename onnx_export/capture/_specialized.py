@@ -139,6 +139,10 @@ class RangeGuard:
         guard: The guard's text (``"s77 > 2"``).
         location: ``"file.py:12"`` of the model's line that set it, or ``""``.
         code: That line's text, or ``""``.
+        kind: What the guard says of the size (:data:`GuardKind`).
+        hinted: For a ``narrowing`` candidate, the guard with the other sizes at the
+            example's values: the adapter's builder finds the one that fails just below
+            the range torch gave.
     """
 
     symbol: str
@@ -147,6 +151,7 @@ class RangeGuard:
     location: str
     code: str
     kind: GuardKind = "bound"
+    hinted: str = ""
 
     @property
     def key(self) -> str:
@@ -163,6 +168,8 @@ GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing"]
 #: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
 _NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
 _MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")
+#: Guards of torch's own code kept per size as candidates for what narrowed its range.
+_NARROWING_CANDIDATES = 16
 #: A guard torch's own code added that bounds sizes (``(s0//5) >= 1``).
 _COMPARES = re.compile(r"[<>]=?")
 
@@ -177,6 +184,7 @@ class _Recorder(logging.Handler):
         self.found: dict[str, Specialization] = {}
         self.guards: dict[str, RangeGuard] = {}
         self.bounded: set[str] = set()
+        self.hints: dict[str, int] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # a record in another format: nothing to learn
@@ -196,6 +204,8 @@ class _Recorder(logging.Handler):
             return
         if template.startswith("create_symbol %s = %s for"):
             self.sources.setdefault(str(args[0]), str(args[2]))
+            if str(args[1]).isdigit():
+                self.hints.setdefault(str(args[0]), int(str(args[1])))
         elif template.startswith("set_replacement"):
             if str(args[1]).lstrip("-").isdigit():
                 self._found(str(args[0]), int(str(args[1])))
@@ -240,13 +250,18 @@ class _Recorder(logging.Handler):
             return
         if not _COMPARES.search(guard):
             return
-        for symbol in sorted(set(re.findall(r"s\d+", guard))):
+        symbols = sorted(set(re.findall(r"s\d+", guard)))
+        for symbol in symbols:
             source = self.sources.get(symbol)
-            if source is not None and not any(
-                g.symbol == symbol and g.kind == "narrowing" for g in self.guards.values()
-            ):
-                location, code = self._where(sloc)
-                self._add(RangeGuard(symbol, source, guard, location, code, "narrowing"))
+            seen = sum(g.symbol == symbol and g.kind == "narrowing" for g in self.guards.values())
+            if source is None or seen >= _NARROWING_CANDIDATES:
+                continue
+            hinted = guard
+            for other in symbols:
+                if other != symbol and other in self.hints:
+                    hinted = re.sub(rf"\b{other}\b", str(self.hints[other]), hinted)
+            location, code = self._where(sloc)
+            self._add(RangeGuard(symbol, source, guard, location, code, "narrowing", hinted))
 
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)
@@ -313,6 +328,12 @@ _LIBRARY = tuple(
         ("_higher_order_ops", ""),
     )
 )
+#: The symbolic machinery's dispatch: a comparison under it was made by torch's C++ code
+#: (``contiguous()``'s stride checks) or is the inner call of the model's own comparison,
+#: which was seen on the way in.
+_DISPATCH = tuple(
+    os.path.join(_TORCH_DIR, "fx", "experimental", name) for name in ("sym_node.py", "proxy_tensor.py")
+)
 #: Dynamo's bytecode interpreter: a comparison under it (and no library code) is the
 #: model's own expression, evaluated while tracing it (strict capture).
 _INTERPRETER = os.path.join(_TORCH_DIR, "_dynamo", "symbolic_convert.py")
@@ -325,7 +346,7 @@ def _size_one_line(recorder: _Recorder) -> tuple[str, str] | None:
         if frame is None:
             return None
         path = frame.f_code.co_filename
-        if path.startswith(_LIBRARY):
+        if path.startswith(_LIBRARY) or path in _DISPATCH:
             return None
         if path == _INTERPRETER:
             stack = _traced_stack()

@@ -208,6 +208,35 @@ def _axis_range(
     return AxisRange(axis, low, high, origin)
 
 
+def narrowing_guard(symbol: str, low: int, candidates: Sequence[RangeGuard]) -> RangeGuard | None:
+    """The guard of torch's code that fails at ``low - 1``: the one that raised the bound.
+
+    Each candidate's expression has the other sizes at the example's values (``hinted``).
+    """
+    import sympy
+
+    names = {
+        "FloorDiv": lambda a, b: sympy.floor(a / b),
+        "PythonMod": sympy.Mod,
+        "Mod": sympy.Mod,
+        "Max": sympy.Max,
+        "Min": sympy.Min,
+        "Eq": sympy.Eq,
+        "Ne": sympy.Ne,
+        symbol: sympy.Integer(low - 1),
+    }
+    for guard in candidates:
+        if guard.symbol != symbol or not guard.hinted:
+            continue
+        try:
+            value = sympy.sympify(guard.hinted, locals=names)
+        except Exception:  # a form sympy does not read: not this one
+            continue
+        if value is sympy.false or value is False:
+            return guard
+    return None
+
+
 def _origin(guard: RangeGuard) -> str:
     at = f" at {guard.location}" if guard.location else ""
     code = f" ({guard.code})" if guard.code else ""
@@ -268,7 +297,7 @@ def with_axis_ranges(
         guards: The guards of the model's code that bounded a size, by torch symbol.
     """
     by_symbol = {g.symbol: g for g in guards if g.kind == "bound"}
-    narrowing = {g.symbol: g for g in guards if g.kind == "narrowing"}
+    narrowing = [g for g in guards if g.kind == "narrowing"]
     user = user_dims(names) if names is not None else {}
     found: dict[str, tuple[AxisRange, ...]] = {}
     guarded: list[tuple[str, str, RangeGuard]] = []
@@ -276,8 +305,8 @@ def with_axis_ranges(
         ranges = []
         for axis, symbol, low, high in value.meta.get(AXIS_RANGES_KEY, ()):
             dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
-            if guard is None and low is not None and low > 2 and symbol in narrowing:
-                guard = narrowing[symbol]  # torch's code raised the bound, at that line
+            if guard is None and low is not None and low > 2:
+                guard = narrowing_guard(symbol, low, narrowing)  # torch's code raised it
             made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
             if made is not None:
                 ranges.append(made)
