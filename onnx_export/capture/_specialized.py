@@ -163,8 +163,9 @@ class RangeGuard:
 #: (``Ne(s77, 4)``), a ``multiple`` (``Eq(Mod(s77, 4), 0)``), ``size_one`` (the model's code
 #: compared the size with 1, a branch torch decided by assuming sizes of 2 or more), or a
 #: ``narrowing`` (a guard of torch's own code, ``max_pool2d``'s kernel, that raised the
-#: size's lower bound).
-GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing"]
+#: size's lower bound), or an ``interval`` (a guard of the model's on one size, such as
+#: ``(s77//8) <= 4``, that holds only for the sizes in ``hinted``: ``"s77 <= 39"``).
+GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing", "interval"]
 #: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
 _NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
 _MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")
@@ -248,6 +249,9 @@ class _Recorder(logging.Handler):
                 kind: GuardKind = "excluded" if excluded else "multiple"
                 self._add(RangeGuard(symbol, source, guard, location, code, kind))
             return
+        symbols = sorted(set(re.findall(r"s\d+", guard)))
+        if len(symbols) == 1 and _own(where, sloc) and _EQ.match(guard) is None:
+            self._interval(symbols[0], guard, sloc)
         if not _COMPARES.search(guard):
             return
         symbols = sorted(set(re.findall(r"s\d+", guard)))
@@ -270,6 +274,22 @@ class _Recorder(logging.Handler):
         location, code = self._where(sloc)
         self.found[source] = Specialization(source, value, location, code)
 
+    def _interval(self, symbol: str, guard: str, sloc: re.Match[str] | None) -> None:
+        """A guard of the model's own code on one size (``(s77//8) <= 4``) as the sizes
+        around the example's for which it holds, when that bounds the size."""
+        source, hint = self.sources.get(symbol), self.hints.get(symbol)
+        if source is None or hint is None or "Mod" in guard:
+            return
+        found = guard_interval(guard, symbol, hint)
+        if found is None:
+            return
+        low, high = found
+        text = f"{low if low is not None else 0} <= {symbol}" + (
+            f" <= {high}" if high is not None else ""
+        )
+        location, code = self._where(sloc)
+        self._add(RangeGuard(symbol, source, guard, location, code, "interval", text))
+
     def _where(self, sloc: re.Match[str] | None) -> tuple[str, str]:
         """The model's line a shape-env record was made at: its own text, dynamo's, the stack."""
         location = code = ""
@@ -287,6 +307,38 @@ class _Recorder(logging.Handler):
             path, _, line = location.rpartition(":")
             code = linecache.getline(path, int(line)).strip()
         return location, code.strip()
+
+
+#: How far from the example's size a guard's interval is searched.
+_INTERVAL_REACH = 4096
+
+
+def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int | None] | None:
+    """The sizes around ``hint`` for which ``guard`` holds: ``(low, high)``, ``None`` for
+    no bound that side; ``None`` when it bounds nothing (or cannot be read).
+
+    Example:
+        >>> guard_interval("(s7//8) <= 4", "s7", 32)
+        (None, 39)
+    """
+    import sympy
+
+    try:
+        names = {"FloorDiv": lambda a, b: sympy.floor(a / b), "PythonMod": sympy.Mod}
+        variable = sympy.Symbol(symbol, integer=True)
+        expr = sympy.sympify(guard, locals={**names, symbol: variable})
+        holds = sympy.lambdify(variable, expr, modules="math")
+        if not holds(hint):
+            return None
+        low = next((n + 1 for n in range(hint - 1, -1, -1) if not holds(n)), None)
+        top = hint + _INTERVAL_REACH
+        high = next((n - 1 for n in range(hint + 1, top) if not holds(n)), None)
+    except Exception:  # a form sympy or math cannot evaluate: no interval
+        return None
+    low = None if low is not None and low <= 2 else low
+    if (low is None and high is None) or (high is not None and high - (low or 0) < 1):
+        return None
+    return low, high
 
 
 def _own(where: str, sloc: re.Match[str] | None) -> bool:

@@ -260,7 +260,11 @@ def _conditions(
     for guard in guards:
         if guard.symbol != symbol:
             continue
-        if guard.kind == "multiple":
+        if guard.kind == "interval":
+            bounds = _interval_bounds(guard)
+            if bounds is not None:
+                found.append((AxisRange(axis, *bounds, _origin(guard)), guard))
+        elif guard.kind == "multiple":
             value = int(guard.guard.split(", ")[1].rstrip(")"))
             found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
         elif guard.kind in ("excluded", "size_one"):
@@ -270,6 +274,16 @@ def _conditions(
                 continue
             found.append((AxisRange(axis, None, None, _origin(guard), excluded=(value,)), guard))
     return found
+
+
+def _interval_bounds(guard: RangeGuard) -> tuple[int | None, int | None] | None:
+    """``(low, high)`` of an interval guard's ``hinted`` text (``"3 <= s77 <= 39"``)."""
+    parts = [p.strip() for p in guard.hinted.split("<=")]
+    if len(parts) not in (2, 3) or not parts[0].isdigit():
+        return None
+    low = int(parts[0]) or None
+    high = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
+    return (low, high) if (low, high) != (None, None) else None
 
 
 def _excluded_value(guard: str) -> int:
