@@ -214,9 +214,7 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
 
 
 def _read_axis_range(obj: object, where: str) -> AxisRange:
-    data = read_object(
-        obj, where, ("axis", "low", "high"), ("origin", "excluded", "multiple_of")
-    )
+    data = read_object(obj, where, ("axis", "low", "high"), ("origin", "excluded", "multiple_of"))
     low, high = (
         None if data[k] is None else read_int(data[k], f"{where}.{k}") for k in ("low", "high")
     )

@@ -43,6 +43,7 @@ from onnx_export.errors import ConversionError, ExportInputError, OnnxExportErro
 from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import (
     build_spec,
+    size_one_candidates,
     with_axis_ranges,
     with_cast_from,
     with_made_static,
@@ -58,7 +59,13 @@ from onnx_export.program._parity import (
     warn_parity,
     warn_training,
 )
-from onnx_export.program._probe import ProbeMismatch, probe_and_record, probe_wanted, warn_probe
+from onnx_export.program._probe import (
+    ProbeMismatch,
+    probe_and_record,
+    probe_wanted,
+    unchecked_size_one,
+    warn_probe,
+)
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serve import serve_dynamic_axes
 from onnx_export.reporting import _records as _report
@@ -155,6 +162,7 @@ class _Built:
     guarded: tuple[Any, ...]
     parity: ParityOutcome | None = None
     probe: tuple[ProbeMismatch, ...] = ()
+    size_one: tuple[Any, ...] = ()
 
 
 def _program_of(built: _Built) -> ONNXProgram:
@@ -198,6 +206,7 @@ def _build(
             spec = with_made_static(spec, made_static(attempts))
             names = call.shapes.names if call.shapes is not None else None
             spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
+            size_one = size_one_candidates(result.model, range_guards(attempts), spec)
             spec = with_cast_from(spec, options.dtype)
     except AdapterError as e:
         raise ConversionError(
@@ -216,7 +225,7 @@ def _build(
         adapter_spec=spec,
         eager_model=eager_model,
     )
-    return _Built(onnx_program, result.merged_dim_names, tuple(guarded))
+    return _Built(onnx_program, result.merged_dim_names, tuple(guarded), size_one=size_one)
 
 
 def _pipeline(
@@ -264,11 +273,15 @@ def _pipeline(
 
         with timer.stage("dynamic axes"):
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
-    _report.record_guarded_ranges(context, built.guarded)
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
     if probe_wanted(built.parity.result, options.verify):
         with timer.stage("edge probe"):  # the smallest sizes, fully masked rows
-            built.probe = tuple(probe_and_record(built.program, call, context))
+            found, refused = probe_and_record(built.program, call, context, built.size_one)
+        built.probe = tuple(found)
+        built.guarded += refused  # the size-1 branches the probe proved missing: refused
+    else:
+        built.guarded += unchecked_size_one(built.size_one)  # said, not enforced
+    _report.record_guarded_ranges(context, built.guarded)
     return built
 
 

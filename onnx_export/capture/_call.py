@@ -278,14 +278,22 @@ def guarded_range_message(where: str, text: str, guard: RangeGuard) -> str:
     """What a guard of the model's code (or torch's) did to a dynamic axis, and what to do."""
     code = guard.code or guard.guard
     refuses = (
-        "the exported model holds only for those sizes and refuses others with an "
-        "InputShapeError"
+        "the exported model holds only for those sizes and refuses others with an InputShapeError"
     )
+    if guard.kind == "size_one" and guard.hinted == "unchecked":
+        return (
+            f"{where} is dynamic, but the model's code compares it with 1 ({code}): "
+            "torch.export traces dynamic sizes as 2 or more, so the size-1 branch is not in "
+            "the file, and the export could not run size 1 to check it (the model is too "
+            "large for its check). Check size 1 with program.verify(...), or write the "
+            "branch with torch.cond to keep both."
+        )
     if guard.kind == "size_one":
         return (
             f"{where} is dynamic, but the model's code compares it with 1 ({code}): "
             "torch.export traces dynamic sizes as 2 or more, so the size-1 branch is not in "
-            f"the file, which holds for {text} and refuses size 1 with an InputShapeError. "
+            "the file, which differs from eager PyTorch at size 1 (the export's edge probe ran "
+            f"it): it holds for {text} and refuses size 1 with an InputShapeError. "
             "Write the branch with torch.cond to keep both, or export with that axis static "
             "if size 1 is all you need there."
         )

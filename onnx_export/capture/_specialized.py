@@ -235,8 +235,11 @@ class _Recorder(logging.Handler):
         self.guards.setdefault(guard.key, guard)
 
     def _condition(self, guard: str, where: str) -> None:
-        """A guard of the model's own code that excludes a size or asks for a multiple;
-        any other guard that compares sizes may narrow a range (``narrowing``)."""
+        """Record a guard that excludes a size, asks for a multiple, or narrows a range.
+
+        Excluded sizes and multiples count when the model's own code set them; any
+        other guard that compares sizes is a candidate for what narrowed a range.
+        """
         sloc = _SLOC.search(where) or _PLOC.search(where)
         excluded, multiple = _NE.match(guard), _MOD.match(guard)
         if (excluded or multiple) and _own(where, sloc):
@@ -275,8 +278,10 @@ class _Recorder(logging.Handler):
         self.found[source] = Specialization(source, value, location, code)
 
     def _interval(self, symbol: str, guard: str, sloc: re.Match[str] | None) -> None:
-        """A guard of the model's own code on one size (``(s77//8) <= 4``) as the sizes
-        around the example's for which it holds, when that bounds the size."""
+        """Record a guard of the model's own code on one size as the sizes it holds for.
+
+        ``(s77//8) <= 4`` at an example of 32 holds for sizes up to 39.
+        """
         source, hint = self.sources.get(symbol), self.hints.get(symbol)
         if source is None or hint is None or "Mod" in guard:
             return
@@ -314,8 +319,10 @@ _INTERVAL_REACH = 4096
 
 
 def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int | None] | None:
-    """The sizes around ``hint`` for which ``guard`` holds: ``(low, high)``, ``None`` for
-    no bound that side; ``None`` when it bounds nothing (or cannot be read).
+    """The sizes around ``hint`` for which ``guard`` holds, as ``(low, high)``.
+
+    ``None`` on a side means no bound there; the result is ``None`` when the guard bounds
+    nothing (or cannot be read).
 
     Example:
         >>> guard_interval("(s7//8) <= 4", "s7", 32)
@@ -384,7 +391,8 @@ _LIBRARY = tuple(
 #: (``contiguous()``'s stride checks) or is the inner call of the model's own comparison,
 #: which was seen on the way in.
 _DISPATCH = tuple(
-    os.path.join(_TORCH_DIR, "fx", "experimental", name) for name in ("sym_node.py", "proxy_tensor.py")
+    os.path.join(_TORCH_DIR, "fx", "experimental", name)
+    for name in ("sym_node.py", "proxy_tensor.py")
 )
 #: Dynamo's bytecode interpreter: a comparison under it (and no library code) is the
 #: model's own expression, evaluated while tracing it (strict capture).

@@ -39,9 +39,9 @@ from onnx_export.capture._specialized import RangeGuard, Specialization, recordi
 from onnx_export.capture._sqrt import bounded_sqrt
 from onnx_export.capture._stack_traces import every_user_frame
 from onnx_export.capture._tensor_data import data_as_detach
+from onnx_export.capture._torch_int import symbolic_torch_int
 from onnx_export.capture._transformers_masks import masks_without_vmap
 from onnx_export.capture._unfold import unfold_preconditions
-from onnx_export.capture._torch_int import symbolic_torch_int
 from onnx_export.capture._vision_windows import vision_windows
 
 __all__ = ["CaptureAttempt", "capture", "captured_call", "explanation", "EXPORT_LOCK"]

@@ -34,7 +34,9 @@ def _symbolic(original: Any) -> Any:
 
 @contextlib.contextmanager
 def symbolic_torch_int() -> Iterator[None]:
-    """transformers' ``torch_int`` keeps symbolic sizes symbolic while active.
+    """Keep symbolic sizes symbolic through transformers' ``torch_int`` while active.
+
+    transformers' ``torch_int`` keeps symbolic sizes symbolic while active.
 
     Example:
         >>> with symbolic_torch_int():

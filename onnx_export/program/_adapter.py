@@ -24,7 +24,15 @@ from onnx_export.capture._shape_fixes import StaticDim, user_dims
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
 
-__all__ = ["build_spec", "with_cast_from", "with_made_static", "with_axis_ranges", "TORCH_RANGE"]
+__all__ = [
+    "build_spec",
+    "with_cast_from",
+    "with_made_static",
+    "with_axis_ranges",
+    "size_one_candidates",
+    "with_size_one_refused",
+    "TORCH_RANGE",
+]
 
 #: The origin of a range torch.export gave without a guard of the model's or a user's bound.
 TORCH_RANGE = "torch.export's range for the captured program"
@@ -248,12 +256,11 @@ def _conditions(
     symbol: str,
     bounds: tuple[int | None, int | None],
     guards: Sequence[RangeGuard],
-    bounded: bool,
 ) -> list[tuple[AxisRange, RangeGuard]]:
-    """The sizes of one axis the model's code left out: excluded sizes, a multiple, size 1.
+    """The sizes of one axis the model's code left out: excluded sizes, a multiple, bounds.
 
-    A comparison of the size with 1 (``size_one``) counts only when no bound of the
-    model's already starts above 1.
+    A comparison of the size with 1 (``size_one``) is not here: the export's edge probe
+    runs size 1 first (:func:`size_one_candidates`, :func:`with_size_one_refused`).
     """
     low, high = bounds
     found: list[tuple[AxisRange, RangeGuard]] = []
@@ -267,10 +274,10 @@ def _conditions(
         elif guard.kind == "multiple":
             value = int(guard.guard.split(", ")[1].rstrip(")"))
             found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
-        elif guard.kind in ("excluded", "size_one"):
-            value = 1 if guard.kind == "size_one" else _excluded_value(guard.guard)
-            inside = (low is None or value >= low or value == 1) and (high is None or value <= high)
-            if (guard.kind == "size_one" and bounded) or not inside:
+        elif guard.kind == "excluded":
+            value = _excluded_value(guard.guard)
+            inside = (low is None or value >= low) and (high is None or value <= high)
+            if not inside:
                 continue
             found.append((AxisRange(axis, None, None, _origin(guard), excluded=(value,)), guard))
     return found
@@ -284,6 +291,53 @@ def _interval_bounds(guard: RangeGuard) -> tuple[int | None, int | None] | None:
     low = int(parts[0]) or None
     high = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
     return (low, high) if (low, high) != (None, None) else None
+
+
+def size_one_candidates(
+    model: ir.Model, guards: Sequence[RangeGuard], spec: AdapterSpec
+) -> tuple[tuple[str, int, RangeGuard], ...]:
+    """``(input, axis, guard)`` of each dynamic axis the model's code compared with 1.
+
+    torch.export traced sizes of 2 or more, so the size-1 branch is not in the file; the
+    export's edge probe runs size 1 and refuses it only where the file is wrong there
+    (transformers compares sizes with 1 where both branches agree). Axes whose range
+    already starts above 1 are left out.
+    """
+    by_symbol = {g.symbol: g for g in guards if g.kind == "size_one"}
+    lowest = {
+        (leaf.tensor.name, r.axis): r.low or 0
+        for leaf in spec.inputs
+        if leaf.tensor is not None
+        for r in leaf.tensor.axis_ranges
+        if r.low is not None
+    }
+    found = []
+    for value in model.graph.inputs:
+        for axis, symbol, *_ in value.meta.get(AXIS_RANGES_KEY, ()):
+            guard = by_symbol.get(symbol)
+            if guard is not None and lowest.get((str(value.name), axis), 0) < 2:
+                found.append((str(value.name), axis, guard))
+    return tuple(found)
+
+
+def with_size_one_refused(
+    spec: AdapterSpec, refused: Sequence[tuple[str, int, RangeGuard]]
+) -> AdapterSpec:
+    """``spec`` refusing size 1 on each ``(input, axis, guard)``, naming the guard's line."""
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        extra = tuple(
+            AxisRange(axis, None, None, _origin(guard), excluded=(1,))
+            for name, axis, guard in refused
+            if tensor is not None and name == tensor.name and isinstance(tensor.shape[axis], str)
+        )
+        if tensor is None or not extra:
+            leaves.append(leaf)
+            continue
+        tensor = dataclasses.replace(tensor, axis_ranges=tensor.axis_ranges + extra)
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves))
 
 
 def _excluded_value(guard: str) -> int:
@@ -326,8 +380,7 @@ def with_axis_ranges(
                 ranges.append(made)
                 if guard is not None:
                     guarded.append((f"{value.name}[{axis}]", made.text(), guard))
-            bounded = made is not None and (made.low or 0) >= 2
-            for condition in _conditions(axis, symbol, (low, high), guards, bounded):
+            for condition in _conditions(axis, symbol, (low, high), guards):
                 ranges.append(condition[0])
                 guarded.append((f"{value.name}[{axis}]", condition[0].text(), condition[1]))
         if ranges:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,8 +31,10 @@ from torch.utils import _pytree as pytree
 from onnx_export.adapters import AdapterSpec, AxisRange, InputError
 from onnx_export.capture._call import Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
+from onnx_export.capture._specialized import RangeGuard
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import ConversionError, ParityWarning
+from onnx_export.program._adapter import with_size_one_refused
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._served_axes import _eager, _error, _leaves
 from onnx_export.reporting._records import call_site, origin_locations
@@ -44,6 +46,7 @@ __all__ = [
     "probe_edges",
     "probe_and_record",
     "probe_wanted",
+    "unchecked_size_one",
     "record_probe",
     "warn_probe",
 ]
@@ -60,10 +63,12 @@ class EdgeProbe:
     Attributes:
         name: What the probe feeds, for messages (``"smallest sizes x[0]=1"``).
         call: The export's call with those inputs.
+        axes: ``(input, axis)`` the probe set to size 1.
     """
 
     name: str
     call: Call
+    axes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +151,7 @@ def _smallest_probe(spec: AdapterSpec, call: Call) -> EdgeProbe | None:
     tensors = dict(_tensors(call))
     replaced: dict[str, torch.Tensor] = {}
     changed: list[str] = []
+    ones: list[tuple[str, int]] = []
     for leaf in spec.inputs:
         tensor = leaf.tensor
         example = tensors.get(tensor.name) if tensor is not None else None
@@ -161,9 +167,11 @@ def _smallest_probe(spec: AdapterSpec, call: Call) -> EdgeProbe | None:
         if axes:
             replaced[tensor.name] = _resize(example, axes)
             changed += [f"{tensor.name}[{a}]={s}" for a, s in axes.items()]
+            ones += [(tensor.name, a) for a, s in axes.items() if s == 1]
     if not replaced:
         return None
-    return EdgeProbe(f"the smallest sizes ({', '.join(changed[:6])})", _with(call, replaced))
+    name = f"the smallest sizes ({', '.join(changed[:6])})"
+    return EdgeProbe(name, _with(call, replaced), tuple(ones))
 
 
 def _masked_row(name: str, tensor: torch.Tensor) -> torch.Tensor | None:
@@ -232,28 +240,63 @@ def _failed(probe: EdgeProbe, error: Exception) -> ConversionError:
     )
 
 
-def probe_edges(program: ONNXProgram, call: Call) -> list[ProbeMismatch]:
-    """Run every edge probe; the mismatches (with their lines).
+SizeOne = tuple[str, int, RangeGuard]
+
+
+def probe_edges(
+    program: ONNXProgram, call: Call, size_one: Sequence[SizeOne] = ()
+) -> tuple[list[ProbeMismatch], list[SizeOne]]:
+    """Run every edge probe; the mismatches (with their lines), and the size-1 branches.
+
+    ``size_one``: ``(input, axis, guard)`` where the model's code compared a size with 1.
+    When the probe at size 1 fails or differs and such a comparison is on a probed axis,
+    the file is made to refuse size 1 there (naming the guard's line) instead of a
+    warning or an error: those are returned second.
 
     Raises:
         ConversionError: ONNX Runtime fails at a probe where eager PyTorch runs.
     """
     found: list[ProbeMismatch] = []
+    refused: list[SizeOne] = []
     for probe in edge_probes(program.adapter_spec, call):
         want = _eager(probe.call)
         if want is None:
             continue  # eager refuses the probe itself: nothing to prove
+        branches = [c for c in size_one if (c[0], c[1]) in probe.axes]
         try:
             got = _leaves(program(*probe.call.args, **probe.call.kwargs))
         except InputError:
             continue  # outside what the file declares: it says so itself
         except Exception as error:
+            if branches:
+                refused += branches
+                continue
             raise _failed(probe, error) from error
         worst = _error(got, want)
         if worst is None or worst <= _LIMIT:
             continue
+        if branches:
+            refused += branches
+            continue
         found.append(ProbeMismatch(probe.name, worst, *_culprit(program, probe)))
-    return found
+    if refused and program.adapter_spec is not None:
+        _respec(program, with_size_one_refused(program.adapter_spec, refused))
+    return found, refused
+
+
+def _respec(program: ONNXProgram, spec: AdapterSpec) -> None:
+    """Give ``program`` ``spec``; its adapter and session are built again on the next call."""
+    program.adapter_spec = spec
+    program._inputs = None
+    program._module = None
+
+
+def unchecked_size_one(size_one: Sequence[SizeOne]) -> tuple[tuple[str, str, RangeGuard], ...]:
+    """Size-1 branches the probe did not run (a large model): said, not enforced."""
+    return tuple(
+        (f"{name}[{axis}]", "sizes of 2 or more", dataclasses.replace(guard, hinted="unchecked"))
+        for name, axis, guard in size_one
+    )
 
 
 def probe_wanted(result: Any, verify: bool | None) -> bool:
@@ -262,16 +305,23 @@ def probe_wanted(result: Any, verify: bool | None) -> bool:
 
 
 def probe_and_record(
-    program: ONNXProgram, call: Call, context: DiagnosticContext
-) -> list[ProbeMismatch]:
+    program: ONNXProgram,
+    call: Call,
+    context: DiagnosticContext,
+    size_one: Sequence[SizeOne] = (),
+) -> tuple[list[ProbeMismatch], tuple[tuple[str, str, RangeGuard], ...]]:
     """:func:`probe_edges`, its mismatches recorded (OXE0022).
+
+    Returns:
+        The mismatches, and ``(input[axis], range, guard)`` of each size-1 branch now
+        refused (for the ``ShapeRangeWarning`` and OXE0020 of guarded ranges).
 
     Raises:
         ConversionError: ONNX Runtime fails at a probe where eager PyTorch runs.
     """
-    found = probe_edges(program, call)
+    found, refused = probe_edges(program, call, size_one)
     record_probe(context, found)
-    return found
+    return found, tuple((f"{n}[{a}]", "any size but 1", g) for n, a, g in refused)
 
 
 def record_probe(context: DiagnosticContext, mismatches: list[ProbeMismatch]) -> None:

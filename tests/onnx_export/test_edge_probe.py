@@ -73,9 +73,7 @@ def test_onnx_runtime_failing_at_the_smallest_size_is_an_export_error() -> None:
     registry.register_op("guards_test::third_last", _third_last_onnx)
     model = _ThirdLast()
     with pytest.raises(ConversionError, match=r"fails in ONNX Runtime at the smallest sizes"):
-        _export(
-            model, torch.randn(4, 3), dynamic_shapes={"x": {0: "n"}}, onnx_registry=registry
-        )
+        _export(model, torch.randn(4, 3), dynamic_shapes={"x": {0: "n"}}, onnx_registry=registry)
     # The same file bounded to 2 rows or more: the probe starts at 2, and it exports.
     program = _export(
         model,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,21 @@ def test_excluded_sizes_and_multiples_round_trip_through_json() -> None:
     both = AxisRange(0, 2, None, "", excluded=(3,), multiple_of=3)
     assert [both.holds(n) for n in (1, 3, 6, 7)] == [False, False, True, False]
     assert both.text() == "[2, inf), multiples of 3, any size but 3"
+
+
+class _SameEitherWay(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:  # a shortcut: both branches give the same numbers
+            return x * 2
+        return x + x
+
+
+def test_a_size_one_branch_that_agrees_at_size_one_is_not_refused() -> None:
+    """The edge probe runs size 1: where the file is right there, nothing is refused."""
+    model = _SameEitherWay()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShapeRangeWarning)
+        program = _export(model, (torch.randn(3, 4),), {"x": {0: Dim.DYNAMIC}})
+    assert program.adapter_spec.inputs[0].tensor.axis_ranges == ()
+    for rows in (1, 3):
+        assert_onnx_program_close(program, model, torch.randn(rows, 4))
