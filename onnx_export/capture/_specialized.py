@@ -36,6 +36,8 @@ __all__ = [
     "recording_guards",
     "SHAPES_LOGGER",
     "model_file",
+    "guard_fails_at",
+    "guard_interval",
 ]
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -318,6 +320,29 @@ class _Recorder(logging.Handler):
 _INTERVAL_REACH = 4096
 
 
+def _readable(guard: str, symbol: str) -> tuple[Any, Any]:
+    """``guard`` as a sympy expression over ``symbol`` (an integer), and that symbol."""
+    import sympy  # type: ignore[import-untyped]  # sympy ships no stubs
+
+    names = {"FloorDiv": lambda a, b: sympy.floor(a / b), "PythonMod": sympy.Mod}
+    variable = sympy.Symbol(symbol, integer=True)
+    return sympy.sympify(guard, locals={**names, symbol: variable}), variable
+
+
+def guard_fails_at(guard: str, symbol: str, size: int) -> bool:
+    """Whether ``guard`` (over ``symbol`` only) is false at ``size``; unreadable: ``False``.
+
+    Example:
+        >>> guard_fails_at("((s0//5)) >= 1", "s0", 4)
+        True
+    """
+    try:
+        expr, variable = _readable(guard, symbol)
+        return not bool(expr.subs(variable, size))
+    except Exception:  # a form sympy cannot read or decide
+        return False
+
+
 def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int | None] | None:
     """The sizes around ``hint`` for which ``guard`` holds, as ``(low, high)``.
 
@@ -328,12 +353,10 @@ def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int 
         >>> guard_interval("(s7//8) <= 4", "s7", 32)
         (None, 39)
     """
-    import sympy
+    import sympy  # type: ignore[import-untyped]  # sympy ships no stubs
 
     try:
-        names = {"FloorDiv": lambda a, b: sympy.floor(a / b), "PythonMod": sympy.Mod}
-        variable = sympy.Symbol(symbol, integer=True)
-        expr = sympy.sympify(guard, locals={**names, symbol: variable})
+        expr, variable = _readable(guard, symbol)
         holds = sympy.lambdify(variable, expr, modules="math")
         if not holds(hint):
             return None

@@ -21,7 +21,7 @@ from onnx_export.adapters import AdapterSpec, AxisRange, build_adapter_spec
 from onnx_export.adapters._paths import key_names
 from onnx_export.adapters._unflatten import in_key_order
 from onnx_export.capture._shape_fixes import StaticDim, user_dims
-from onnx_export.capture._specialized import RangeGuard
+from onnx_export.capture._specialized import RangeGuard, guard_fails_at
 from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
 
 __all__ = [
@@ -221,26 +221,12 @@ def narrowing_guard(symbol: str, low: int, candidates: Sequence[RangeGuard]) -> 
 
     Each candidate's expression has the other sizes at the example's values (``hinted``).
     """
-    import sympy
-
-    names = {
-        "FloorDiv": lambda a, b: sympy.floor(a / b),
-        "PythonMod": sympy.Mod,
-        "Mod": sympy.Mod,
-        "Max": sympy.Max,
-        "Min": sympy.Min,
-        "Eq": sympy.Eq,
-        "Ne": sympy.Ne,
-        symbol: sympy.Integer(low - 1),
-    }
     for guard in candidates:
-        if guard.symbol != symbol or not guard.hinted:
-            continue
-        try:
-            value = sympy.sympify(guard.hinted, locals=names)
-        except Exception:  # a form sympy does not read: not this one
-            continue
-        if value is sympy.false or value is False:
+        if (
+            guard.symbol == symbol
+            and guard.hinted
+            and guard_fails_at(guard.hinted, symbol, low - 1)
+        ):
             return guard
     return None
 
