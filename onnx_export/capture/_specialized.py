@@ -353,7 +353,7 @@ def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int 
         >>> guard_interval("(s7//8) <= 4", "s7", 32)
         (None, 39)
     """
-    import sympy  # type: ignore[import-untyped]  # sympy ships no stubs
+    import sympy
 
     try:
         expr, variable = _readable(guard, symbol)

@@ -254,9 +254,9 @@ def _conditions(
         if guard.symbol != symbol:
             continue
         if guard.kind == "interval":
-            bounds = _interval_bounds(guard)
-            if bounds is not None:
-                found.append((AxisRange(axis, *bounds, _origin(guard)), guard))
+            interval = _interval_bounds(guard)
+            if interval is not None:
+                found.append((AxisRange(axis, *interval, _origin(guard)), guard))
         elif guard.kind == "multiple":
             value = int(guard.guard.split(", ")[1].rstrip(")"))
             found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
