@@ -63,7 +63,6 @@ from onnx_export.program._probe import (
     ProbeMismatch,
     probe_and_record,
     probe_wanted,
-    unchecked_size_one,
     warn_probe,
 )
 from onnx_export.program._program import ONNXProgram
@@ -279,8 +278,8 @@ def _pipeline(
             found, refused = probe_and_record(built.program, call, context, built.size_one)
         built.probe = tuple(found)
         built.guarded += refused  # the size-1 branches the probe proved missing: refused
-    else:
-        built.guarded += unchecked_size_one(built.size_one)  # said, not enforced
+    # Unprobed size-1 comparisons (a large model) are not refused: transformers compares
+    # sizes with 1 where both branches agree, and a decoder must take one token.
     _report.record_guarded_ranges(context, built.guarded)
     return built
 

@@ -280,14 +280,6 @@ def guarded_range_message(where: str, text: str, guard: RangeGuard) -> str:
     refuses = (
         "the exported model holds only for those sizes and refuses others with an InputShapeError"
     )
-    if guard.kind == "size_one" and guard.hinted == "unchecked":
-        return (
-            f"{where} is dynamic, but the model's code compares it with 1 ({code}): "
-            "torch.export traces dynamic sizes as 2 or more, so the size-1 branch is not in "
-            "the file, and the export could not run size 1 to check it (the model is too "
-            "large for its check). Check size 1 with program.verify(...), or write the "
-            "branch with torch.cond to keep both."
-        )
     if guard.kind == "size_one":
         return (
             f"{where} is dynamic, but the model's code compares it with 1 ({code}): "

@@ -46,7 +46,6 @@ __all__ = [
     "probe_edges",
     "probe_and_record",
     "probe_wanted",
-    "unchecked_size_one",
     "record_probe",
     "warn_probe",
 ]
@@ -289,14 +288,6 @@ def _respec(program: ONNXProgram, spec: AdapterSpec) -> None:
     program.adapter_spec = spec
     program._inputs = None
     program._module = None
-
-
-def unchecked_size_one(size_one: Sequence[SizeOne]) -> tuple[tuple[str, str, RangeGuard], ...]:
-    """Size-1 branches the probe did not run (a large model): said, not enforced."""
-    return tuple(
-        (f"{name}[{axis}]", "sizes of 2 or more", dataclasses.replace(guard, hinted="unchecked"))
-        for name, axis, guard in size_one
-    )
 
 
 def probe_wanted(result: Any, verify: bool | None) -> bool:

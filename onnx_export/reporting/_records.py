@@ -418,11 +418,6 @@ def record_merged_dim_names(
 
 
 def _guard_reason(guard: RangeGuard) -> str:
-    if guard.kind == "size_one" and guard.hinted == "unchecked":
-        return (
-            "the model's code compares it with 1, and torch.export traced sizes of 2 or "
-            "more (the size-1 branch is not in the file); size 1 was not checked"
-        )
     if guard.kind == "size_one":
         return (
             "the model's code compares it with 1, and torch.export traced sizes of 2 or "
