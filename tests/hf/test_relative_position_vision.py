@@ -1,10 +1,10 @@
 """Vision models whose relative-position tables and windows follow the image size.
 
 BEiT (and Data2VecVision, its kin) size a relative-position bias table from the image's
-patch grid with transformers' ``torch_int``; SwinV2 sizes windows and its continuous
-position bias the same way. Captured, the table must follow the image, not the example:
-the file runs at the example's image size and at another one, against eager, through
-``dynamo_export`` and through ``onnx-export hf``.
+patch grid with transformers' ``torch_int``. Captured, the table must follow the image,
+not the example: the file runs at the example's image size and at another one, against
+eager, through ``dynamo_export`` and through ``onnx-export hf``. (SwinV2's windows are
+not served yet at other image sizes: an open item of issue #37.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import transformers as tf
 import onnx_export
 from onnx_export.adapters import InputShapeError
 from onnx_export.cli import main
-from onnx_export.errors import ConversionError, StaticDimensionWarning
 from onnx_export.hf.export.graphs._vision import VisionHead
 
 _VISION = {"image_size": 32, "num_channels": 3, "num_labels": 5}
@@ -38,12 +37,9 @@ CONFIGS = {
     "beit": lambda: tf.BeitConfig(**_VIT, use_relative_position_bias=True),
     "beit-shared": lambda: tf.BeitConfig(**_VIT, use_shared_relative_position_bias=True),
     "data2vec-vision": lambda: tf.Data2VecVisionConfig(**_VIT, use_relative_position_bias=True),
-    "swinv2": lambda: tf.Swinv2Config(
-        **_VISION, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4
-    ),
 }
 #: Slow under a loaded CI machine (several captures): with --runslow only.
-_SLOW = {"swinv2", "beit-shared"}
+_SLOW = {"beit-shared"}
 
 
 def _skip_unless_slow(request: pytest.FixtureRequest, name: str) -> None:
@@ -95,33 +91,3 @@ def test_onnx_export_hf_serves_other_image_sizes(tmp_path: pathlib.Path) -> None
     _assert_matches(loaded, model, 1, 48)
     with pytest.raises(InputShapeError, match="height"):  # below the table's smallest
         loaded(pixel_values=torch.randn(1, 3, 4, 4))
-
-
-def test_swinv2_failing_at_its_smallest_image_is_an_export_error(
-    request: pytest.FixtureRequest,
-) -> None:
-    """SwinV2's windows fail in ONNX Runtime at a 4x4 image (one patch), where eager runs:
-    the edge probe says so at export, a typed error, never a first call's surprise."""
-    _skip_unless_slow(request, "swinv2")
-    shapes = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
-    with pytest.raises(ConversionError, match=r"fails in ONNX Runtime at the smallest sizes"):
-        onnx_export.dynamo_export(
-            VisionHead(_model("swinv2"), ("logits",)),
-            torch.randn(2, 3, 32, 32),
-            export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
-        )
-
-
-def test_onnx_export_hf_keeps_swinv2_image_size_static_and_says_why(
-    tmp_path: pathlib.Path, request: pytest.FixtureRequest
-) -> None:
-    _skip_unless_slow(request, "swinv2")
-    model = _model("swinv2")
-    model.save_pretrained(tmp_path / "checkpoint")
-    with pytest.warns(StaticDimensionWarning, match=r"height.*static.*fails in ONNX Runtime"):
-        assert main(["hf", str(tmp_path / "checkpoint"), "-o", str(tmp_path / "onnx")]) == 0
-    loaded = onnx_export.load(tmp_path / "onnx" / "model.onnx")
-    _assert_matches(loaded, model, 2, 32)
-    _assert_matches(loaded, model, 1, 32)
-    with pytest.raises(InputShapeError):  # the size it was kept at, said by the warning
-        loaded(pixel_values=torch.randn(1, 3, 48, 48))
