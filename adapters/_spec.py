@@ -197,6 +197,17 @@ def _check_axis_range(tensor: TensorSpec, bounds: AxisRange, where: str) -> None
         raise spec_error(where, "low <= high", ends)
     if not isinstance(bounds.origin, str):
         raise spec_error(f"{where}.origin", "a str", bounds.origin)
+    _check_axis_conditions(bounds, where)
+
+
+def _check_axis_conditions(bounds: AxisRange, where: str) -> None:
+    """``excluded``: a tuple of ints >= 0; ``multiple_of``: an int >= 2 or ``None``."""
+    excluded = bounds.excluded
+    if not isinstance(excluded, tuple) or not all(type(v) is int and v >= 0 for v in excluded):
+        raise spec_error(f"{where}.excluded", "a tuple of ints >= 0", excluded)
+    multiple = bounds.multiple_of
+    if multiple is not None and not (type(multiple) is int and multiple >= 2):
+        raise spec_error(f"{where}.multiple_of", "an int >= 2 or None", multiple)
 
 
 def _check_cast_from(tensor: TensorSpec, where: str) -> None:

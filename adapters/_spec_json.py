@@ -108,14 +108,20 @@ def _leaf_to_json(leaf: LeafSpec) -> dict[str, object]:
         if t.int_range is not None:
             obj["tensor"]["int_range"] = list(t.int_range)  # type: ignore[index]
         if t.axis_ranges:  # likewise: only then, so older readers read the others
-            obj["tensor"]["axis_ranges"] = [  # type: ignore[index]
-                {"axis": r.axis, "low": r.low, "high": r.high, "origin": r.origin}
-                for r in t.axis_ranges
-            ]
+            obj["tensor"]["axis_ranges"] = [_axis_range_to_json(r) for r in t.axis_ranges]  # type: ignore[index]
         if t.cast_from:  # likewise: only then
             obj["tensor"]["cast_from"] = list(t.cast_from)  # type: ignore[index]
     else:
         obj["value"] = leaf.value
+    return obj
+
+
+def _axis_range_to_json(r: AxisRange) -> dict[str, object]:
+    obj: dict[str, object] = {"axis": r.axis, "low": r.low, "high": r.high, "origin": r.origin}
+    if r.excluded:  # only then: older readers read the other ranges unchanged
+        obj["excluded"] = list(r.excluded)
+    if r.multiple_of:
+        obj["multiple_of"] = r.multiple_of
     return obj
 
 
@@ -240,12 +246,19 @@ def _read_tensor(obj: object, where: str) -> TensorSpec:
 
 
 def _read_axis_range(obj: object, where: str) -> AxisRange:
-    data = read_object(obj, where, ("axis", "low", "high"), ("origin",))
+    data = read_object(obj, where, ("axis", "low", "high"), ("origin", "excluded", "multiple_of"))
     low, high = (
         None if data[k] is None else read_int(data[k], f"{where}.{k}") for k in ("low", "high")
     )
     origin = read_str(data.get("origin", ""), f"{where}.origin", nonempty=False)
-    return AxisRange(read_int(data["axis"], f"{where}.axis"), low, high, origin)
+    excluded = tuple(
+        read_int(v, f"{where}.excluded[{i}]")
+        for i, v in enumerate(read_list(data.get("excluded", []), f"{where}.excluded"))
+    )
+    multiple = data.get("multiple_of")
+    multiple_of = None if multiple is None else read_int(multiple, f"{where}.multiple_of")
+    axis = read_int(data["axis"], f"{where}.axis")
+    return AxisRange(axis, low, high, origin, excluded, multiple_of)
 
 
 def _read_range(obj: object, where: str) -> tuple[int | None, int | None] | None:

@@ -58,6 +58,11 @@ class AxisRange:
         origin: Who set the range, for messages: the user's ``Dim`` bounds
             (``"Dim('batch', min=3, max=8) in dynamic_shapes"``) or a guard in the model's
             code (``"the model's code at model.py:12 (if x.shape[0] > 2:)"``).
+        excluded: Sizes inside ``[low, high]`` the file does not hold for: a branch of the
+            model's code on that size was not traced (``if x.shape[0] == 4:`` exported at
+            batch 3 excludes 4).
+        multiple_of: The file holds only for multiples of this (``if x.shape[1] % 4 == 0``
+            exported at 8), or ``None``.
 
     Example:
         >>> r = AxisRange(0, 3, None, "the model's code at model.py:12")
@@ -65,22 +70,38 @@ class AxisRange:
         '[3, inf)'
         >>> r.holds(2)
         False
+        >>> AxisRange(0, None, None, "", excluded=(1,)).text()
+        'any size but 1'
+        >>> AxisRange(1, None, None, "", multiple_of=4).holds(6)
+        False
     """
 
     axis: int
     low: int | None
     high: int | None
     origin: str = ""
+    excluded: tuple[int, ...] = ()
+    multiple_of: int | None = None
 
     def holds(self, size: int) -> bool:
-        """Whether ``size`` is inside the range."""
+        """Whether ``size`` is inside the range (and not excluded, and a multiple)."""
         low_ok = self.low is None or size >= self.low
+        if self.excluded and size in self.excluded:
+            return False
+        if self.multiple_of and size % self.multiple_of:
+            return False
         return low_ok and (self.high is None or size <= self.high)
 
     def text(self) -> str:
-        """The range as ``[low, high]``, with ``inf`` where unbounded."""
+        """The range as ``[low, high]``, with ``inf`` where unbounded (and what it leaves out)."""
         low = 0 if self.low is None else self.low
-        return f"[{low}, inf)" if self.high is None else f"[{low}, {self.high}]"
+        text = f"[{low}, inf)" if self.high is None else f"[{low}, {self.high}]"
+        parts = [] if self.low is None and self.high is None else [text]
+        if self.multiple_of:
+            parts.append(f"multiples of {self.multiple_of}")
+        if self.excluded:
+            parts.append("any size but " + ", ".join(map(str, self.excluded)))
+        return ", ".join(parts) or text
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from onnx_export.errors import ConversionError, ExportInputError, OnnxExportErro
 from onnx_export.optimization._stage import downgrade, optimize
 from onnx_export.program._adapter import (
     build_spec,
+    size_one_candidates,
     with_axis_ranges,
     with_cast_from,
     with_made_static,
@@ -58,6 +59,12 @@ from onnx_export.program._parity import (
     verification_error,
     warn_parity,
     warn_training,
+)
+from onnx_export.program._probe import (
+    ProbeMismatch,
+    probe_and_record,
+    probe_wanted,
+    warn_probe,
 )
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._relations import (
@@ -162,6 +169,8 @@ class _Built:
     guarded: tuple[Any, ...]
     parity: ParityOutcome | None = None
     relations: tuple[FoundRelation, ...] = ()
+    probe: tuple[ProbeMismatch, ...] = ()
+    size_one: tuple[Any, ...] = ()
 
 
 def _program_of(built: _Built) -> ONNXProgram:
@@ -206,6 +215,7 @@ def _build(
             spec = with_made_static(spec, made_static(attempts))
             names = call.shapes.names if call.shapes is not None else None
             spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
+            size_one = size_one_candidates(result.model, range_guards(attempts), spec)
             spec = with_cast_from(spec, options.dtype)
             spec = with_relations(spec, relations)
     except AdapterError as e:
@@ -225,7 +235,13 @@ def _build(
         adapter_spec=spec,
         eager_model=eager_model,
     )
-    return _Built(onnx_program, result.merged_dim_names, tuple(guarded), None, tuple(relations))
+    return _Built(
+        onnx_program,
+        result.merged_dim_names,
+        tuple(guarded),
+        relations=tuple(relations),
+        size_one=size_one,
+    )
 
 
 def _pipeline(
@@ -279,8 +295,15 @@ def _pipeline(
 
         with timer.stage("dynamic axes"):
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
-    _report.record_guarded_ranges(context, built.guarded)
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
+    if probe_wanted(built.parity.result, options.verify):
+        with timer.stage("edge probe"):  # the smallest sizes, fully masked rows
+            found, refused = probe_and_record(built.program, call, context, built.size_one)
+        built.probe = tuple(found)
+        built.guarded += refused  # the size-1 branches the probe proved missing: refused
+    # Unprobed size-1 comparisons (a large model) are not refused: transformers compares
+    # sizes with 1 where both branches agree, and a decoder must take one token.
+    _report.record_guarded_ranges(context, built.guarded)
     return built
 
 
@@ -479,4 +502,5 @@ def dynamo_export(
     if built.parity is not None:
         warn_training(built.parity.training)
         warn_parity(built.parity)
+    warn_probe(list(built.probe))
     return program

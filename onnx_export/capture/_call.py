@@ -53,6 +53,7 @@ __all__ = [
     "range_guards",
     "warn_made_static",
     "warn_guarded_ranges",
+    "guarded_range_message",
 ]
 
 
@@ -317,6 +318,35 @@ def range_guards(attempts: Sequence[CaptureAttempt]) -> tuple[RangeGuard, ...]:
     return next((a.range_guards for a in reversed(attempts) if a.succeeded), ())
 
 
+def guarded_range_message(where: str, text: str, guard: RangeGuard) -> str:
+    """What a guard of the model's code (or torch's) did to a dynamic axis, and what to do."""
+    code = guard.code or guard.guard
+    refuses = (
+        "the exported model holds only for those sizes and refuses others with an InputShapeError"
+    )
+    if guard.kind == "size_one":
+        return (
+            f"{where} is dynamic, but the model's code compares it with 1 ({code}): "
+            "torch.export traces dynamic sizes as 2 or more, so the size-1 branch is not in "
+            "the file, which differs from eager PyTorch at size 1 (the export's edge probe ran "
+            f"it): it holds for {text} and refuses size 1 with an InputShapeError. "
+            "Write the branch with torch.cond to keep both, or export with that axis static "
+            "if size 1 is all you need there."
+        )
+    if guard.kind == "narrowing":
+        return (
+            f"{where} is dynamic, but torch's code for this line narrows it to {text} "
+            f"({code}; torch's guard {guard.guard}): {refuses}. Export with an example and "
+            "bounds in the range you need, or change the op (a kernel, a window) that needs "
+            "those sizes."
+        )
+    return (
+        f"{where} is dynamic, but the model's code bounds it to {text} ({code}): {refuses} "
+        "(the other branch was not traced). Export with an example in the range you need, "
+        "or write the branch with torch.cond to keep both."
+    )
+
+
 def warn_guarded_ranges(guarded: Sequence[tuple[str, str, RangeGuard]]) -> None:
     """One ``ShapeRangeWarning`` per range a guard in the model's code set, at that line.
 
@@ -325,13 +355,7 @@ def warn_guarded_ranges(guarded: Sequence[tuple[str, str, RangeGuard]]) -> None:
     """
     for where, text, guard in guarded:
         path, _, line = guard.location.rpartition(":")
-        message = (
-            f"{where} is dynamic, but the model's code bounds it to {text} "
-            f"({guard.code or guard.guard}): the exported model holds only for those sizes "
-            "and refuses others with an InputShapeError (the other branch was not traced). "
-            "Export with an example in the range you need, or write the branch with "
-            "torch.cond to keep both."
-        )
+        message = guarded_range_message(where, text, guard)
         if path and line.isdigit():
             warnings.warn_explicit(message, ShapeRangeWarning, path, int(line))
         else:

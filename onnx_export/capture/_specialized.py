@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import linecache
 import logging
+import operator
 import os
 import re
 import sys
@@ -23,16 +24,20 @@ import sysconfig
 import traceback
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any, Literal
 
 import torch
 
 __all__ = [
     "Specialization",
     "RangeGuard",
+    "GuardKind",
     "recording_specializations",
     "recording_guards",
     "SHAPES_LOGGER",
     "model_file",
+    "guard_fails_at",
+    "guard_interval",
 ]
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -136,6 +141,10 @@ class RangeGuard:
         guard: The guard's text (``"s77 > 2"``).
         location: ``"file.py:12"`` of the model's line that set it, or ``""``.
         code: That line's text, or ``""``.
+        kind: What the guard says of the size (:data:`GuardKind`).
+        hinted: For a ``narrowing`` candidate, the guard with the other sizes at the
+            example's values: the adapter's builder finds the one that fails just below
+            the range torch gave.
     """
 
     symbol: str
@@ -143,6 +152,29 @@ class RangeGuard:
     guard: str
     location: str
     code: str
+    kind: GuardKind = "bound"
+    hinted: str = ""
+
+    @property
+    def key(self) -> str:
+        """What tells two guards apart: ``kind:symbol:guard``."""
+        return f"{self.kind}:{self.symbol}:{self.guard}"
+
+
+#: What a recorded guard says of its size: a ``bound`` (``s77 > 2``), an ``excluded`` size
+#: (``Ne(s77, 4)``), a ``multiple`` (``Eq(Mod(s77, 4), 0)``), ``size_one`` (the model's code
+#: compared the size with 1, a branch torch decided by assuming sizes of 2 or more), or a
+#: ``narrowing`` (a guard of torch's own code, ``max_pool2d``'s kernel, that raised the
+#: size's lower bound), or an ``interval`` (a guard of the model's on one size, such as
+#: ``(s77//8) <= 4``, that holds only for the sizes in ``hinted``: ``"s77 <= 39"``).
+GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing", "interval"]
+#: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
+_NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
+_MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")
+#: Guards of torch's own code kept per size as candidates for what narrowed its range.
+_NARROWING_CANDIDATES = 16
+#: A guard torch's own code added that bounds sizes (``(s0//5) >= 1``).
+_COMPARES = re.compile(r"[<>]=?")
 
 
 class _Recorder(logging.Handler):
@@ -154,6 +186,8 @@ class _Recorder(logging.Handler):
         self.sources: dict[str, str] = {}
         self.found: dict[str, Specialization] = {}
         self.guards: dict[str, RangeGuard] = {}
+        self.bounded: set[str] = set()
+        self.hints: dict[str, int] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # a record in another format: nothing to learn
@@ -173,13 +207,18 @@ class _Recorder(logging.Handler):
             return
         if template.startswith("create_symbol %s = %s for"):
             self.sources.setdefault(str(args[0]), str(args[2]))
+            if str(args[1]).isdigit():
+                self.hints.setdefault(str(args[0]), int(str(args[1])))
         elif template.startswith("set_replacement"):
             if str(args[1]).lstrip("-").isdigit():
                 self._found(str(args[0]), int(str(args[1])))
         elif "[guard added]" in template:
             match = _EQ.match(str(args[1]))
+            where_text = str(args[2]) if len(args) > 2 else ""
             if _BOUND.match(str(args[1])):
-                self._bound(str(args[1]), str(args[2]) if len(args) > 2 else "")
+                self._bound(str(args[1]), where_text)
+            else:
+                self._condition(str(args[1]), where_text)
             if match:
                 symbol = match.group("s1") or match.group("s2")
                 where = _SLOC.search(str(args[2])) if len(args) > 2 else None
@@ -188,10 +227,50 @@ class _Recorder(logging.Handler):
     def _bound(self, guard: str, where: str) -> None:
         symbol = re.findall(r"s\d+", guard)[0]
         source = self.sources.get(symbol)
-        if source is None or symbol in self.guards:
+        if source is None or symbol in self.bounded:
             return
+        self.bounded.add(symbol)
         location, code = self._where(_SLOC.search(where) or _PLOC.search(where))
-        self.guards[symbol] = RangeGuard(symbol, source, guard, location, code)
+        self._add(RangeGuard(symbol, source, guard, location, code))
+
+    def _add(self, guard: RangeGuard) -> None:
+        self.guards.setdefault(guard.key, guard)
+
+    def _condition(self, guard: str, where: str) -> None:
+        """Record a guard that excludes a size, asks for a multiple, or narrows a range.
+
+        Excluded sizes and multiples count when the model's own code set them; any
+        other guard that compares sizes is a candidate for what narrowed a range.
+        """
+        sloc = _SLOC.search(where) or _PLOC.search(where)
+        excluded, multiple = _NE.match(guard), _MOD.match(guard)
+        if (excluded or multiple) and _own(where, sloc):
+            found = excluded or multiple
+            assert found is not None  # one of the two matched
+            symbol = found.group("s1") or found.group("s2") if excluded else found.group("s")
+            source = self.sources.get(symbol)
+            if source is not None:
+                location, code = self._where(sloc)
+                kind: GuardKind = "excluded" if excluded else "multiple"
+                self._add(RangeGuard(symbol, source, guard, location, code, kind))
+            return
+        symbols = sorted(set(re.findall(r"s\d+", guard)))
+        if len(symbols) == 1 and _own(where, sloc) and _EQ.match(guard) is None:
+            self._interval(symbols[0], guard, sloc)
+        if not _COMPARES.search(guard):
+            return
+        symbols = sorted(set(re.findall(r"s\d+", guard)))
+        for symbol in symbols:
+            source = self.sources.get(symbol)
+            seen = sum(g.symbol == symbol and g.kind == "narrowing" for g in self.guards.values())
+            if source is None or seen >= _NARROWING_CANDIDATES:
+                continue
+            hinted = guard
+            for other in symbols:
+                if other != symbol and other in self.hints:
+                    hinted = re.sub(rf"\b{other}\b", str(self.hints[other]), hinted)
+            location, code = self._where(sloc)
+            self._add(RangeGuard(symbol, source, guard, location, code, "narrowing", hinted))
 
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)
@@ -199,6 +278,24 @@ class _Recorder(logging.Handler):
             return
         location, code = self._where(sloc)
         self.found[source] = Specialization(source, value, location, code)
+
+    def _interval(self, symbol: str, guard: str, sloc: re.Match[str] | None) -> None:
+        """Record a guard of the model's own code on one size as the sizes it holds for.
+
+        ``(s77//8) <= 4`` at an example of 32 holds for sizes up to 39.
+        """
+        source, hint = self.sources.get(symbol), self.hints.get(symbol)
+        if source is None or hint is None or "Mod" in guard:
+            return
+        found = guard_interval(guard, symbol, hint)
+        if found is None:
+            return
+        low, high = found
+        text = f"{low if low is not None else 0} <= {symbol}" + (
+            f" <= {high}" if high is not None else ""
+        )
+        location, code = self._where(sloc)
+        self._add(RangeGuard(symbol, source, guard, location, code, "interval", text))
 
     def _where(self, sloc: re.Match[str] | None) -> tuple[str, str]:
         """The model's line a shape-env record was made at: its own text, dynamo's, the stack."""
@@ -217,6 +314,188 @@ class _Recorder(logging.Handler):
             path, _, line = location.rpartition(":")
             code = linecache.getline(path, int(line)).strip()
         return location, code.strip()
+
+
+#: How far from the example's size a guard's interval is searched.
+_INTERVAL_REACH = 4096
+
+
+def _readable(guard: str, symbol: str) -> tuple[Any, Any]:
+    """``guard`` as a sympy expression over ``symbol`` (an integer), and that symbol."""
+    import sympy  # type: ignore[import-untyped]  # sympy ships no stubs
+
+    names = {"FloorDiv": lambda a, b: sympy.floor(a / b), "PythonMod": sympy.Mod}
+    variable = sympy.Symbol(symbol, integer=True)
+    return sympy.sympify(guard, locals={**names, symbol: variable}), variable
+
+
+def guard_fails_at(guard: str, symbol: str, size: int) -> bool:
+    """Whether ``guard`` (over ``symbol`` only) is false at ``size``; unreadable: ``False``.
+
+    Example:
+        >>> guard_fails_at("((s0//5)) >= 1", "s0", 4)
+        True
+    """
+    try:
+        expr, variable = _readable(guard, symbol)
+        return not bool(expr.subs(variable, size))
+    except Exception:  # a form sympy cannot read or decide
+        return False
+
+
+def guard_interval(guard: str, symbol: str, hint: int) -> tuple[int | None, int | None] | None:
+    """The sizes around ``hint`` for which ``guard`` holds, as ``(low, high)``.
+
+    ``None`` on a side means no bound there; the result is ``None`` when the guard bounds
+    nothing (or cannot be read).
+
+    Example:
+        >>> guard_interval("(s7//8) <= 4", "s7", 32)
+        (None, 39)
+    """
+    import sympy
+
+    try:
+        expr, variable = _readable(guard, symbol)
+        holds = sympy.lambdify(variable, expr, modules="math")
+        if not holds(hint):
+            return None
+        low = next((n + 1 for n in range(hint - 1, -1, -1) if not holds(n)), None)
+        top = hint + _INTERVAL_REACH
+        high = next((n - 1 for n in range(hint + 1, top) if not holds(n)), None)
+    except Exception:  # a form sympy or math cannot evaluate: no interval
+        return None
+    low = None if low is not None and low <= 2 else low
+    if (low is None and high is None) or (high is not None and high - (low or 0) < 1):
+        return None
+    return low, high
+
+
+def _own(where: str, sloc: re.Match[str] | None) -> bool:
+    """Whether a guard's record names the model's own line as the one that added it.
+
+    Non-strict capture writes ``(model.py:12 in forward)``; strict capture writes the
+    model's line and then dynamo's frame that evaluated it (``_dynamo/...``) for the
+    model's own condition, or the library's (``_meta_registrations.py``) for torch's.
+    """
+    if sloc is None or _skipped(_full_path(sloc.group("path"))):
+        return False
+    inner = re.search(r"\((?P<path>[^()\s]+?):\d+ in \w+\)[^()]*$", where[sloc.end() :])
+    return inner is None or "_dynamo" in inner.group("path")
+
+
+#: Comparisons of a size with an int; with 1 (or 2), torch decides them from the range
+#: ``[2, inf)`` it gives dynamic sizes, so the size-1 branch is never traced.
+_COMPARISONS = {
+    "__eq__": operator.eq,
+    "__ne__": operator.ne,
+    "__lt__": operator.lt,
+    "__le__": operator.le,
+    "__gt__": operator.gt,
+    "__ge__": operator.ge,
+}
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+#: Torch's code that compares sizes for its own reasons (meta functions, references,
+#: decompositions, fake tensors, modules): a comparison under it is not the model's.
+_LIBRARY = tuple(
+    os.path.join(_TORCH_DIR, *part)
+    for part in (
+        ("_refs", ""),
+        ("_prims", ""),
+        ("_prims_common", ""),
+        ("_meta_registrations.py",),
+        ("_decomp", ""),
+        ("_subclasses", ""),
+        ("nn", ""),
+        ("_higher_order_ops", ""),
+    )
+)
+#: The symbolic machinery's dispatch: a comparison under it was made by torch's C++ code
+#: (``contiguous()``'s stride checks) or is the inner call of the model's own comparison,
+#: which was seen on the way in.
+_DISPATCH = tuple(
+    os.path.join(_TORCH_DIR, "fx", "experimental", name)
+    for name in ("sym_node.py", "proxy_tensor.py")
+)
+#: Dynamo's bytecode interpreter: a comparison under it (and no library code) is the
+#: model's own expression, evaluated while tracing it (strict capture).
+_INTERPRETER = os.path.join(_TORCH_DIR, "_dynamo", "symbolic_convert.py")
+
+
+def _size_one_line(recorder: _Recorder) -> tuple[str, str] | None:
+    """The model's line that compared a size with 1 itself (not torch's code), or ``None``."""
+    frame: FrameType | None = sys._getframe(3)  # the comparison's caller
+    for _ in range(64):
+        if frame is None:
+            return None
+        path = frame.f_code.co_filename
+        if path.startswith(_LIBRARY) or path in _DISPATCH:
+            return None
+        if path == _INTERPRETER:
+            stack = _traced_stack()
+            last = stack[-1] if stack else None
+            if last is None or _skipped(last.filename):
+                return None
+            return f"{last.filename}:{last.lineno}", (last.line or "").strip()
+        if not _skipped(path):  # non-strict: the model's frame compared it
+            line = frame.f_lineno
+            return f"{path}:{line}", linecache.getline(path, line).strip()
+        frame = frame.f_back
+    return None
+
+
+def _traced_stack() -> list[traceback.FrameSummary]:
+    try:
+        from torch._guards import TracingContext
+
+        return list(TracingContext.extract_stack())
+    except Exception:  # not tracing
+        return []
+
+
+def _note_size_one(recorder: _Recorder, size: Any, name: str, other: int) -> None:
+    """Record a comparison of an input's size with 1 that torch decided from its range."""
+    node = size.node
+    expr, hint = node.expr, node.hint
+    symbol = str(expr)
+    source = recorder.sources.get(symbol)
+    if not expr.is_Symbol or source is None or not isinstance(hint, int) or hint < 2:
+        return
+    compare = _COMPARISONS[name]
+    if bool(compare(hint, other)) == bool(compare(1, other)):
+        return  # the same branch at 1: nothing assumed
+    bounds = node.shape_env.var_to_range.get(expr)
+    if bounds is None or int(bounds.lower) < 2:
+        return  # 1 is in the range: torch traced a real guard, recorded as such
+    found = _size_one_line(recorder)
+    if found is None:
+        return
+    guard = f"Ne({symbol}, 1)"
+    recorder._add(RangeGuard(symbol, source, guard, found[0], found[1], "size_one"))
+
+
+@contextlib.contextmanager
+def _watching_size_one(recorder: _Recorder) -> Iterator[None]:
+    """Patch ``torch.SymInt``'s comparisons to see the model compare a size with 1 or 2."""
+    originals = {name: getattr(torch.SymInt, name) for name in _COMPARISONS}
+
+    def wrap(name: str, original: Any) -> Any:
+        def compare(self: Any, other: Any) -> Any:
+            result = original(self, other)
+            if type(other) is int and 0 < other < 3:
+                with contextlib.suppress(Exception):  # a check never breaks a capture
+                    _note_size_one(recorder, self, name, other)
+            return result
+
+        return compare
+
+    for name, original in originals.items():
+        setattr(torch.SymInt, name, wrap(name, original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.SymInt, name, original)
 
 
 @contextlib.contextmanager
@@ -242,7 +521,8 @@ def recording_guards() -> Iterator[tuple[dict[str, Specialization], dict[str, Ra
     logger.setLevel(min(logging.INFO, logger.getEffectiveLevel()))
     logger.propagate = False
     try:
-        yield recorder.found, recorder.guards
+        with _watching_size_one(recorder):
+            yield recorder.found, recorder.guards
     finally:
         logger.handlers = handlers
         logger.setLevel(level)

@@ -21,10 +21,18 @@ from onnx_export.adapters import AdapterSpec, AxisRange, build_adapter_spec
 from onnx_export.adapters._paths import key_names
 from onnx_export.adapters._unflatten import in_key_order
 from onnx_export.capture._shape_fixes import StaticDim, user_dims
-from onnx_export.capture._specialized import RangeGuard
+from onnx_export.capture._specialized import RangeGuard, guard_fails_at
 from onnx_export.translation._translate import AXIS_RANGES_KEY, INT_RANGE_KEY, PYTHON_INT_KEY
 
-__all__ = ["build_spec", "with_cast_from", "with_made_static", "with_axis_ranges", "TORCH_RANGE"]
+__all__ = [
+    "build_spec",
+    "with_cast_from",
+    "with_made_static",
+    "with_axis_ranges",
+    "size_one_candidates",
+    "with_size_one_refused",
+    "TORCH_RANGE",
+]
 
 #: The origin of a range torch.export gave without a guard of the model's or a user's bound.
 TORCH_RANGE = "torch.export's range for the captured program"
@@ -200,14 +208,128 @@ def _axis_range(
     if low is None and high is None:
         return None
     if guard is not None:
-        at = f" at {guard.location}" if guard.location else ""
-        code = f" ({guard.code})" if guard.code else ""
-        origin = f"the model's code{at}{code}"
+        origin = _origin(guard)
     elif user != (None, None):
         origin = f"{dim!r} in dynamic_shapes"
     else:
         origin = TORCH_RANGE
     return AxisRange(axis, low, high, origin)
+
+
+def narrowing_guard(symbol: str, low: int, candidates: Sequence[RangeGuard]) -> RangeGuard | None:
+    """The guard of torch's code that fails at ``low - 1``: the one that raised the bound.
+
+    Each candidate's expression has the other sizes at the example's values (``hinted``).
+    """
+    for guard in candidates:
+        if (
+            guard.symbol == symbol
+            and guard.hinted
+            and guard_fails_at(guard.hinted, symbol, low - 1)
+        ):
+            return guard
+    return None
+
+
+def _origin(guard: RangeGuard) -> str:
+    at = f" at {guard.location}" if guard.location else ""
+    code = f" ({guard.code})" if guard.code else ""
+    return f"the model's code{at}{code}"
+
+
+def _conditions(
+    axis: int,
+    symbol: str,
+    bounds: tuple[int | None, int | None],
+    guards: Sequence[RangeGuard],
+) -> list[tuple[AxisRange, RangeGuard]]:
+    """The sizes of one axis the model's code left out: excluded sizes, a multiple, bounds.
+
+    A comparison of the size with 1 (``size_one``) is not here: the export's edge probe
+    runs size 1 first (:func:`size_one_candidates`, :func:`with_size_one_refused`).
+    """
+    low, high = bounds
+    found: list[tuple[AxisRange, RangeGuard]] = []
+    for guard in guards:
+        if guard.symbol != symbol:
+            continue
+        if guard.kind == "interval":
+            interval = _interval_bounds(guard)
+            if interval is not None:
+                found.append((AxisRange(axis, *interval, _origin(guard)), guard))
+        elif guard.kind == "multiple":
+            value = int(guard.guard.split(", ")[1].rstrip(")"))
+            found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
+        elif guard.kind == "excluded":
+            value = _excluded_value(guard.guard)
+            inside = (low is None or value >= low) and (high is None or value <= high)
+            if not inside:
+                continue
+            found.append((AxisRange(axis, None, None, _origin(guard), excluded=(value,)), guard))
+    return found
+
+
+def _interval_bounds(guard: RangeGuard) -> tuple[int | None, int | None] | None:
+    """``(low, high)`` of an interval guard's ``hinted`` text (``"3 <= s77 <= 39"``)."""
+    parts = [p.strip() for p in guard.hinted.split("<=")]
+    if len(parts) not in (2, 3) or not parts[0].isdigit():
+        return None
+    low = int(parts[0]) or None
+    high = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
+    return (low, high) if (low, high) != (None, None) else None
+
+
+def size_one_candidates(
+    model: ir.Model, guards: Sequence[RangeGuard], spec: AdapterSpec
+) -> tuple[tuple[str, int, RangeGuard], ...]:
+    """``(input, axis, guard)`` of each dynamic axis the model's code compared with 1.
+
+    torch.export traced sizes of 2 or more, so the size-1 branch is not in the file; the
+    export's edge probe runs size 1 and refuses it only where the file is wrong there
+    (transformers compares sizes with 1 where both branches agree). Axes whose range
+    already starts above 1 are left out.
+    """
+    by_symbol = {g.symbol: g for g in guards if g.kind == "size_one"}
+    lowest = {
+        (leaf.tensor.name, r.axis): r.low or 0
+        for leaf in spec.inputs
+        if leaf.tensor is not None
+        for r in leaf.tensor.axis_ranges
+        if r.low is not None
+    }
+    found = []
+    for value in model.graph.inputs:
+        for axis, symbol, *_ in value.meta.get(AXIS_RANGES_KEY, ()):
+            guard = by_symbol.get(symbol)
+            if guard is not None and lowest.get((str(value.name), axis), 0) < 2:
+                found.append((str(value.name), axis, guard))
+    return tuple(found)
+
+
+def with_size_one_refused(
+    spec: AdapterSpec, refused: Sequence[tuple[str, int, RangeGuard]]
+) -> AdapterSpec:
+    """``spec`` refusing size 1 on each ``(input, axis, guard)``, naming the guard's line."""
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        extra = tuple(
+            AxisRange(axis, None, None, _origin(guard), excluded=(1,))
+            for name, axis, guard in refused
+            if tensor is not None and name == tensor.name and isinstance(tensor.shape[axis], str)
+        )
+        if tensor is None or not extra:
+            leaves.append(leaf)
+            continue
+        tensor = dataclasses.replace(tensor, axis_ranges=tensor.axis_ranges + extra)
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    return dataclasses.replace(spec, inputs=tuple(leaves))
+
+
+def _excluded_value(guard: str) -> int:
+    """``k`` of ``Ne(s77, k)`` (or ``Ne(k, s77)``)."""
+    left, right = guard[len("Ne(") : -1].split(", ")
+    return int(right if left.startswith("s") else left)
 
 
 def with_axis_ranges(
@@ -228,7 +350,8 @@ def with_axis_ranges(
             tell the user's ``Dim`` bounds from guards.
         guards: The guards of the model's code that bounded a size, by torch symbol.
     """
-    by_symbol = {g.symbol: g for g in guards}
+    by_symbol = {g.symbol: g for g in guards if g.kind == "bound"}
+    narrowing = [g for g in guards if g.kind == "narrowing"]
     user = user_dims(names) if names is not None else {}
     found: dict[str, tuple[AxisRange, ...]] = {}
     guarded: list[tuple[str, str, RangeGuard]] = []
@@ -236,11 +359,16 @@ def with_axis_ranges(
         ranges = []
         for axis, symbol, low, high in value.meta.get(AXIS_RANGES_KEY, ()):
             dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
+            if guard is None and low is not None and low > 2:
+                guard = narrowing_guard(symbol, low, narrowing)  # torch's code raised it
             made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
             if made is not None:
                 ranges.append(made)
                 if guard is not None:
                     guarded.append((f"{value.name}[{axis}]", made.text(), guard))
+            for condition in _conditions(axis, symbol, (low, high), guards):
+                ranges.append(condition[0])
+                guarded.append((f"{value.name}[{axis}]", condition[0].text(), condition[1]))
         if ranges:
             found[str(value.name)] = tuple(ranges)
     if not found:

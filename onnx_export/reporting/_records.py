@@ -452,6 +452,19 @@ def record_merged_dim_names(
         )
 
 
+def _guard_reason(guard: RangeGuard) -> str:
+    if guard.kind == "size_one":
+        return (
+            "the model's code compares it with 1, and torch.export traced sizes of 2 or "
+            "more (the size-1 branch is not in the file); the file refuses size 1"
+        )
+    if guard.kind == "narrowing":
+        return (
+            f"torch's code for this line ({guard.guard}) narrows it; the file refuses other sizes"
+        )
+    return f"a guard in the model's code ({guard.guard}) bounds it; the file refuses other sizes"
+
+
 def record_guarded_ranges(
     context: DiagnosticContext, guarded: Sequence[tuple[str, str, RangeGuard]]
 ) -> None:
@@ -468,8 +481,7 @@ def record_guarded_ranges(
             message_args={
                 "dim": where,
                 "change": f"dynamic -> dynamic in {text}",
-                "reason": f"a guard in the model's code ({guard.guard}) bounds it; the file "
-                "refuses other sizes",
+                "reason": _guard_reason(guard),
             },
             locations=locations,
         )

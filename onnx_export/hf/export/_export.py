@@ -169,6 +169,28 @@ def _export_options(
     return onnx_export.ExportOptions(**kwargs)
 
 
+def _warn_fallback(spec: Any, error: Exception) -> None:
+    """Say which axes are kept static, and why (the dynamic export's first line)."""
+    import warnings
+
+    from onnx_export.errors import StaticDimensionWarning
+
+    dynamic = {k: set(v) for k, v in (spec.dynamic_shapes or {}).items()}
+    kept = {k: set(v) for k, v in (spec.fallback or {}).items()}
+    fixed = sorted(
+        f"{name}[{axis}] ({spec.dynamic_shapes[name][axis]})"
+        for name, axes in dynamic.items()
+        for axis in axes - kept.get(name, set())
+    )
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
+    warnings.warn(
+        f"{spec.file_name}: {', '.join(fixed) or 'some axes'} exported static at the example's "
+        f"sizes: with them dynamic the export failed: {reason}",
+        StaticDimensionWarning,
+        stacklevel=2,
+    )
+
+
 def _export_graph(spec: Any, opset: int | None, target: str, dtype: Precision) -> Any:
     """``spec`` exported; with its ``fallback`` dimensions when the dynamic ones fail.
 
@@ -189,8 +211,8 @@ def _export_graph(spec: Any, opset: int | None, target: str, dtype: Precision) -
         return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
     except ExportInputError:
         raise
-    except OnnxExportError:
-        pass
+    except OnnxExportError as error:
+        _warn_fallback(spec, error)
     options = with_fused_ops(spec, _export_options(spec.fallback, opset, target, dtype=dtype))
     return onnx_export.dynamo_export(spec.module, *spec.args, export_options=options)
 
