@@ -298,8 +298,8 @@ def _pipeline(
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
     if probe_wanted(built.parity.result, options.verify):
         with timer.stage("edge probe"):  # the smallest sizes, fully masked rows
-            found, refused = probe_and_record(built.program, call, context, built.size_one)
-        built.probe = tuple(found)
+            mismatches, refused = probe_and_record(built.program, call, context, built.size_one)
+        built.probe = tuple(mismatches)
         built.guarded += refused  # the size-1 branches the probe proved missing: refused
     # Unprobed size-1 comparisons (a large model) are not refused: transformers compares
     # sizes with 1 where both branches agree, and a decoder must take one token.

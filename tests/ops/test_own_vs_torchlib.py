@@ -472,6 +472,7 @@ _OWN_FORMS = [
          lambda: (_r(3, 4) * 5,), lambda: (_r(6, 2, seed=1) * 5,), (_d(0, 1),)),
 ]  # fmt: skip
 
+
 def _complex_head(real: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
     """Real and complex operands broadcast both ways: (F,) against (B, C, F) and back."""
     z = _view_complex(pair)  # (B, C, F)
