@@ -4,7 +4,8 @@ The tiny Llama of ``openai_folder.py`` (head size 16, from which ORT rotates ins
 GroupQueryAttention) exported with ``target="onnxruntime"``, in float32 and int4, served by
 a real subprocess and called with the official ``openai`` client: the rows of the shared
 loop live in slots of the decoder's shared cache, and each answer must be the runtime's own
-greedy text, alone or among concurrent streams.
+greedy text, alone or among concurrent streams (8 clients, 4 slots: rows wait, join
+together, leave and have their slots taken).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def model(folder: pathlib.Path) -> hf.OrtModelForCausalLM:
 
 @pytest.fixture(scope="module")
 def server(folder: pathlib.Path) -> Iterator[Server]:
-    with running(folder, "--max-batch-size", "8", "--max-waiting", "16") as started:
+    with running(folder, "--max-batch-size", "4", "--max-waiting", "16") as started:
         yield started
 
 
