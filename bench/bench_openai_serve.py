@@ -3,10 +3,13 @@
 One random-weight Llama of ~135M parameters (``bench_generate.CONFIGS["llama-135M"]``: 12
 layers, hidden 768, vocabulary 32,000) with a word-level tokenizer (``t3 t4 ...``, one token
 per word) and a one-line chat template, saved once; ours serves it exported by
-``onnx_export.hf.export_pretrained`` (fp32, and int4 weights: ``quantize="int4"``), theirs
-is ``transformers serve CHECKPOINT`` (FastAPI, eager PyTorch; ``--continuous-batching``
-when ``--their-cb``). At 1, 8 and 32 concurrent clients, each a thread with the official
-``openai`` client streaming ``/v1/chat/completions`` requests (greedy, ``max_tokens`` new
+``onnx_export.hf.export_pretrained`` (fp32, and int4 weights: ``quantize="int4"``), and
+exported with ``target="onnxruntime"`` (the fused GroupQueryAttention decoder whose rows
+live in slots of one shared cache: ``--precisions fused-fp32 fused-int4``); theirs is
+``transformers serve CHECKPOINT`` (FastAPI, eager PyTorch) in its default mode and with
+``--continuous-batching`` (``--theirs default cb``, both servers up at once). At 1, 8 and
+32 concurrent clients, each a thread with the official ``openai`` client streaming
+``/v1/chat/completions`` requests (greedy, ``max_tokens`` new
 tokens, a ~32-token prompt of its own), it measures
 
 - requests/s and tokens/s over the level's wall time,
@@ -25,7 +28,8 @@ Absolute numbers on a shared 2-core machine are noise; compare the columns of on
 Prints a Markdown table.
 
     python bench/bench_openai_serve.py [--concurrency 1 8 32] [--new 16] [--requests 1]
-        [--precisions fp32 int4] [--threads 2] [--their-cb] [--skip-transformers]
+        [--precisions fp32 int4 fused-fp32 fused-int4] [--threads 2] [--theirs default cb]
+        [--skip-transformers]
 """
 
 from __future__ import annotations
@@ -79,9 +83,18 @@ def build_checkpoint(folder: pathlib.Path) -> None:
 
 
 def export(checkpoint: pathlib.Path, out: pathlib.Path, precision: str) -> None:
+    """``precision``: ``fp32`` or ``int4``, ``fused-`` first for ``target="onnxruntime"``."""
     from onnx_export import hf
 
-    hf.export_pretrained(checkpoint, out, quantize=None if precision == "fp32" else "int4")
+    fused = precision.startswith("fused-")
+    quantize = None if precision.removeprefix("fused-") == "fp32" else "int4"
+    hf.export_pretrained(
+        checkpoint, out, quantize=quantize, target="onnxruntime" if fused else "onnx"
+    )
+
+
+def _label(precision: str) -> str:
+    return "ours " + precision.replace("fused-", "fused ")
 
 
 @dataclasses.dataclass
@@ -308,12 +321,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="rounds, best kept (2)")
     parser.add_argument(
-        "--their-cb", action="store_true", help="transformers serve --continuous-batching"
+        "--theirs",
+        nargs="+",
+        default=["default", "cb"],
+        choices=["default", "cb"],
+        help="transformers serve's modes: default, cb (--continuous-batching)",
     )
+    parser.add_argument("--their-cb", action="store_true", help="same as --theirs cb")
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--genai", action="store_true", help="onnxruntime-genai in-process too")
     parser.add_argument("--work", type=pathlib.Path, default=None, help="keep builds here")
     args = parser.parse_args()
+    if args.their_cb:
+        args.theirs = ["cb"]
     work = args.work or pathlib.Path(tempfile.mkdtemp(prefix="bench-openai-"))
     checkpoint = work / "checkpoint"
     if not (checkpoint / "config.json").is_file():
@@ -325,11 +345,11 @@ def main() -> None:
             if not (folder / "model.onnx").is_file():
                 export(checkpoint, folder, precision)
             log = work / f"ours-{precision}.log"
-            servers[f"ours {precision}"] = start_ours(folder, args.threads, log)
-        if not args.skip_transformers:
-            label = "transformers serve" + (" (CB)" if args.their_cb else "")
-            log = work / "theirs.log"
-            servers[label] = start_transformers(checkpoint, args.threads, args.their_cb, log)
+            servers[_label(precision)] = start_ours(folder, args.threads, log)
+        for mode in [] if args.skip_transformers else args.theirs:
+            label = "transformers serve" + (" (CB)" if mode == "cb" else "")
+            log = work / f"theirs-{mode}.log"
+            servers[label] = start_transformers(checkpoint, args.threads, mode == "cb", log)
         best, texts = measure(servers, args)
     finally:
         for server in servers.values():
@@ -379,11 +399,17 @@ def _table(rows: list[tuple[str, int, dict[str, float], str]]) -> None:
     for name, level, row, same in sorted(rows, key=lambda r: (r[1], r[0])):
         cells = " | ".join(f"{row[k]:,.1f}" for k in keys)
         print(f"| {name} | {level} | {cells} | {same or '-'} |")
-    theirs = {level: row for name, level, row, _ in rows if name.startswith("transformers")}
-    for name, level, row, _ in rows:
-        if name.startswith("ours") and level in theirs:
-            ratio = row["tokens/s"] / theirs[level]["tokens/s"]
-            print(f"{name} x{level}: {ratio:.2f}x transformers serve's tokens/s")
+    theirs = {(n, level): row for n, level, row, _ in rows if n.startswith("transformers")}
+    for name, level, row, _ in sorted(rows, key=lambda r: (r[1], r[0])):
+        if not name.startswith("ours"):
+            continue
+        ratios = [
+            f"{row['tokens/s'] / their['tokens/s']:.2f}x {n}"
+            for (n, their_level), their in sorted(theirs.items())
+            if their_level == level
+        ]
+        if ratios:
+            print(f"{name} x{level} tokens/s: " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

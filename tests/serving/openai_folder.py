@@ -1,6 +1,7 @@
 """A tiny Llama folder to serve OpenAI's way: random weights, a byte-level BPE tokenizer
 trained here (on JSON and chat text, 320 tokens), a chat template, exported with
-``onnx_export.hf.export_pretrained`` (the default ``target="onnx"`` decoder)."""
+``onnx_export.hf.export_pretrained`` (the default ``target="onnx"`` decoder, or the fused
+``target="onnxruntime"`` one, int4 too)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,11 @@ def train_tokenizer(folder: pathlib.Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def build(root: pathlib.Path, **sizes: Any) -> pathlib.Path:
-    """Save the tiny checkpoint under ``root`` and export it; returns the exported folder."""
+def build(root: pathlib.Path, export: dict[str, Any] | None = None, **sizes: Any) -> pathlib.Path:
+    """Save the tiny checkpoint under ``root`` and export it; returns the exported folder.
+
+    ``export``: ``export_pretrained``'s options (``target="onnxruntime"``, ``quantize``).
+    """
     import torch
     import transformers as tf
 
@@ -72,5 +76,5 @@ def build(root: pathlib.Path, **sizes: Any) -> pathlib.Path:
     model = tf.LlamaForCausalLM(config).eval()
     model.save_pretrained(root / "checkpoint")
     train_tokenizer(root / "checkpoint")
-    hf.export_pretrained(root / "checkpoint", root / "tiny-llama")
+    hf.export_pretrained(root / "checkpoint", root / "tiny-llama", **(export or {}))
     return root / "tiny-llama"

@@ -57,10 +57,14 @@ def start(folder: pathlib.Path, *options: str, timeout: float = 120) -> Server:
         cwd=ROOT,
     )
     assert process.stdout is not None
-    line = process.stdout.readline()
+    line, seen = "", ""
+    for line in iter(process.stdout.readline, ""):  # ONNX Runtime may warn first
+        seen += line
+        if re.search(r"http://[^ ]+/v1", line) or len(seen) > 20000:
+            break
     found = re.search(r"http://[^ ]+/v1", line)
     if found is None:
-        rest = line + (process.communicate(timeout=30)[0] if process.poll() is None else "")
+        rest = seen + (process.communicate(timeout=30)[0] if process.poll() is None else "")
         raise AssertionError(f"the server did not start: {rest[-3000:]}")
     server = Server(process, found.group(0))
     deadline = time.monotonic() + timeout

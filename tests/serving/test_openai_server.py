@@ -357,3 +357,17 @@ def test_kserve_manifest_runs_the_server_in_a_container(
     assert container["args"][:3] == ["serve", "/mnt/models", "--openai"]
     assert {"name": "STORAGE_URI", "value": "s3://bucket/llm"} in container["env"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8080}
+
+
+def test_requests_prefilled_together_get_their_alone_tokens(
+    model: hf.OrtModelForCausalLM,
+) -> None:
+    """The server's batcher: prompts of several lengths join in one left-padded prefill."""
+    prompts = [model.tokenizer.encode([p])[0] for p in PROMPTS]
+    news = [6, 1, 9, 3, 1, 7, 5, 2]  # two rows end after their first token
+    batcher = model.batcher()
+    ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
+    done = {r.id: r.tokens for r in batcher.run()}
+    for rid, prompt, new in zip(ids, prompts, news, strict=True):
+        alone = model.generate([prompt], max_new_tokens=new)[0, len(prompt) :]
+        assert done[rid] == alone.tolist(), rid

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf.runtime._pretrained import token_ids
+from onnx_export.hf.runtime.generation._batching import PREFILL_ROWS
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
 from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._settings import make_chooser, resolve_settings
@@ -40,10 +41,10 @@ from ._text import TextScanner
 __all__ = ["Engine", "Event", "Choices"]
 
 _log = logging.getLogger("onnx_export.serving.openai")
-#: Rows that join the batch at one step at most: each is prefilled alone before the step,
-#: so a burst of requests joins over a few steps while the rows running keep decoding
-#: (the first of the burst get their first token sooner; the rest as before).
-ADMIT_PER_STEP = 4
+#: Rows that join the batch at one step at most: they are prefilled together in one run
+#: (``PREFILL_ROWS``) before the step, so a burst of requests joins over a few steps while
+#: the rows running keep decoding.
+ADMIT_PER_STEP = PREFILL_ROWS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,7 @@ class Engine:
     """The server's decoding loop over one exported text-generation model.
 
     Args:
-        model: The loaded model (the default ``target="onnx"`` decoder).
+        model: The loaded model (the default ``target="onnx"`` decoder or the fused one).
         max_batch: Rows decoded together at most.
         max_waiting: Rows that may wait for a slot; a request beyond is refused (429).
 

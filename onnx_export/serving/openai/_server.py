@@ -26,6 +26,7 @@ def _load(
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: the fused decoder's num_logits_to_keep
     # ONNX Runtime's pool threads spin between runs by default: here they would take the
     # cores the event loop (HTTP, tokenizing, streaming) needs between two steps.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -53,8 +54,9 @@ def create_app(
     ``GET /health``. Every request is decoded in one continuous-batching loop.
 
     Args:
-        folder: A folder ``onnx-export hf`` wrote for ``text-generation`` (default target),
-            with the checkpoint's ``tokenizer.json``.
+        folder: A folder ``onnx-export hf`` wrote for ``text-generation`` (the default
+            target or the fused ``--target onnxruntime`` one, int4 too), with the
+            checkpoint's ``tokenizer.json``.
         name: The model's name in requests and ``/v1/models`` (the folder's name).
         max_batch: Rows (choices) decoded together at most.
         max_waiting: Rows that wait for a slot at most; a request past that gets 429.

@@ -1,9 +1,11 @@
 """Continuous batching: requests join and leave one decoding loop between steps.
 
-A :class:`ContinuousBatcher` holds the rows being decoded in one batch cache. A request
-submitted is prefilled alone (batch 1) and joins at the next step: its cache goes into
-the batch left-padded to the batch's length (or the batch is left-padded to its), its
-attention mask marks the padding, and its positions count its own tokens, so each row
+A :class:`ContinuousBatcher` holds the rows being decoded in one batch cache. The requests
+waiting at a step are prefilled together (up to :data:`PREFILL_ROWS` rows a run, left-padded
+to the longest prompt, the padding masked and each row's positions counting its own tokens)
+and join at that step: their cache goes into
+the batch left-padded to the batch's length (or the batch is left-padded to theirs), the
+attention mask marks the padding, and each row's positions count its own tokens, so each row
 attends to its own tokens only, as a left-padded batch of ``generate()`` does. A row that
 ends (an end token or its ``max_new_tokens``) leaves before the next step, and columns no
 remaining row reads are cut from the cache. Each request gets the tokens greedy
@@ -17,7 +19,8 @@ request between steps.
 On the fused ``target="onnxruntime"`` decoder (``session.shares_buffer``) the rows live
 in slots of one shared buffer instead (``_slots.py``): each row's tokens first, its own
 count in the attention mask (GroupQueryAttention's ``seqlens_k``), nothing padded or cut
-when rows join or leave, and every step writes in place.
+when rows join or leave, and every step writes in place; requests joining together are
+prefilled in one run into consecutive slots (right-padded: ``SlotCache.prefill_many``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ Choose = Callable[[npt.NDArray[np.float32]], int]
 
 #: The fused decoder's first slots and positions (each doubles when a request needs more).
 _FIRST_SLOTS, _FIRST_CAPACITY = 4, 64
+#: Waiting requests prefilled together in one run at most (a longer queue takes more runs).
+PREFILL_ROWS = 8
 
 
 @dataclasses.dataclass
@@ -173,8 +178,11 @@ class ContinuousBatcher:
 
     def step(self) -> list[BatchedRequest]:
         """Admit the waiting requests, run one step, retire the rows that ended."""
-        finished = [r for r in (self._admit(r) for r in self._waiting) if r is not None]
-        self._waiting = []
+        waiting, self._waiting = self._waiting, []
+        finished: list[BatchedRequest] = []
+        for start in range(0, len(waiting), PREFILL_ROWS):
+            group = waiting[start : start + PREFILL_ROWS]
+            finished += self._admit_slots(group) if self._fused else self._admit(group)
         if self._rows:
             self._decode()
         ended = [i for i, r in enumerate(self._rows) if r.done]
@@ -183,30 +191,41 @@ class ContinuousBatcher:
             self._retire(ended)
         return finished
 
-    def _admit(self, request: BatchedRequest) -> BatchedRequest | None:
-        """Prefill ``request`` alone; it joins the batch (or is done after one token)."""
-        if self._fused:
-            return self._admit_to_slot(request)
-        length = len(request.prompt)
-        feed: dict[str, Any] = {
-            "input_ids": np.array([request.prompt], np.int64),
-            "attention_mask": np.ones((1, length), np.int64),
-        }
-        if self._uses_positions:
-            feed["position_ids"] = np.arange(length, dtype=np.int64)[None]
-        results = self._session.run({**feed, **self._session.empty_past(1)})
-        request.tokens.append(_pick(request, self._session.last_logits(results)[0]))
-        if request.done:
-            return request
-        past = {n: v.numpy() for n, v in self._session.next_past(results).items()}
-        self._join(request, past, np.ones((1, length), np.int64))
-        return None
+    def _admit(self, requests: list[BatchedRequest]) -> list[BatchedRequest]:
+        """Prefill ``requests`` together (left-padded); they join the batch. Returns the done.
+
+        A request done after its first token does not join.
+        """
+        rows, width = len(requests), max(len(r.prompt) for r in requests)
+        ids = np.zeros((rows, width), np.int64)
+        mask = np.zeros((rows, width), np.int64)
+        for row, request in enumerate(requests):
+            ids[row, width - len(request.prompt) :] = request.prompt
+            mask[row, width - len(request.prompt) :] = 1
+        feed: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if self._uses_positions:  # each row counts its own tokens (padding at 1, as HF's)
+            feed["position_ids"] = np.where(mask == 1, mask.cumsum(axis=1) - 1, 1)
+        results = self._session.run({**feed, **self._session.empty_past(rows)})
+        logits = self._session.last_logits(results)
+        for row, request in enumerate(requests):
+            request.tokens.append(_pick(request, logits[row]))
+        keep = [row for row, request in enumerate(requests) if not request.done]
+        if keep:
+            past = {n: _array(v)[keep] for n, v in self._session.next_past(results).items()}
+            mask = mask[keep]
+            start = int((mask != 0).any(axis=0).argmax())  # columns no row reads go
+            past = {n: np.ascontiguousarray(v[:, :, start:]) for n, v in past.items()}
+            self._join([requests[row] for row in keep], past, mask[:, start:])
+        return [request for request in requests if request.done]
 
     def _join(
-        self, request: BatchedRequest, past: dict[str, npt.NDArray[Any]], mask: npt.NDArray[Any]
+        self,
+        requests: list[BatchedRequest],
+        past: dict[str, npt.NDArray[Any]],
+        mask: npt.NDArray[Any],
     ) -> None:
         if not self._rows:
-            self._rows, self._past, self._mask = [request], past, mask
+            self._rows, self._past, self._mask = list(requests), past, mask
             return
         batch = {n: _array(v) for n, v in self._past.items()}
         width = max(self._mask.shape[1], mask.shape[1])
@@ -215,27 +234,36 @@ class ContinuousBatcher:
             for n in batch
         }
         self._mask = np.concatenate([_left_pad(self._mask, width), _left_pad(mask, width)], axis=0)
-        self._rows.append(request)
+        self._rows.extend(requests)
 
-    def _admit_to_slot(self, request: BatchedRequest) -> BatchedRequest | None:
-        """Prefill ``request`` into the first free slot (the cache grown if it must)."""
-        need = len(request.prompt) + request.max_new_tokens
-        slot = len(self._rows)
+    def _admit_slots(self, requests: list[BatchedRequest]) -> list[BatchedRequest]:
+        """Prefill ``requests`` together into the first free slots; they join the batch.
+
+        The cache grows if it must. Returns the ones done after their first token.
+        """
+        need = max(len(r.prompt) + r.max_new_tokens for r in requests)
+        first = len(self._rows)
+        slots = first + len(requests)
         limit = self._limit or need
         if self._slots is None:
             capacity = max(need, min(_FIRST_CAPACITY, limit))
-            self._slots = SlotCache(self._session, _FIRST_SLOTS, capacity)
-        elif slot >= self._slots.slots or need > self._slots.capacity:
-            slots = 2 * self._slots.slots if slot >= self._slots.slots else self._slots.slots
+            self._slots = SlotCache(self._session, max(_FIRST_SLOTS, slots), capacity)
+        elif slots > self._slots.slots or need > self._slots.capacity:
+            grown = self._slots.slots
+            while grown < slots:
+                grown *= 2
             capacity = self._slots.capacity
             if need > capacity:  # doubled, within the model's positions
                 capacity = max(need, min(2 * capacity, limit))
-            self._slots = self._slots.grown(slots, capacity)
-        request.tokens.append(_pick(request, self._slots.prefill(slot, request.prompt)))
-        if request.done:
-            return request
-        self._rows.append(request)
-        return None
+            self._slots = self._slots.grown(grown, capacity)
+        logits = self._slots.prefill_many(first, [r.prompt for r in requests])
+        for request, row in zip(requests, logits, strict=True):
+            request.tokens.append(_pick(request, row))
+        self._rows.extend(requests)
+        done = [first + i for i, request in enumerate(requests) if request.done]
+        if done:
+            self._retire_slots(done)
+        return [request for request in requests if request.done]
 
     def _decode_slots(self) -> None:
         assert self._slots is not None  # rows were admitted

@@ -6,8 +6,11 @@ row b of the cache at its own count (``seqlens_k``), so rows of different length
 one (slots, kv heads, capacity, head size) buffer per past without padding them to one
 another. The rows being decoded are the first ``n`` slots: ``buffer[:n]`` is contiguous,
 so a step binds that view as both past and present and GQA writes each row's new token in
-place. A request's prompt is run alone into its own slot (ORT's GQA takes several new
-tokens for one row at a time); a row that leaves is replaced by the last one (one row's
+place. Requests that join together are prefilled in one run into consecutive slots, right-padded
+to the longest prompt: with no past (the run's width is its sequence length) ORT's GQA takes
+several rows of several new tokens, each row's count in ``seqlens_k``, and the graph's
+logits are each row's last real token (a row's padding positions are written past its count,
+where its next tokens overwrite them). A row that leaves is replaced by the last one (one row's
 copy), so the live rows stay first. Slots and capacity double when a request needs more.
 """
 
@@ -101,6 +104,20 @@ class SlotCache:
         mask = np.ones((1, length), np.int64)
         logits = self._run(self._binding(slot, 1), ids, mask, positions)
         return np.asarray(logits[0], dtype=np.float32)
+
+    def prefill_many(self, first: int, prompts: list[list[int]]) -> npt.NDArray[np.float32]:
+        """Run ``prompts`` together into slots ``first`` onward; their last logits (rows, vocab).
+
+        Each row is right-padded to the longest prompt and gets the logits it gets alone.
+        """
+        rows, width = len(prompts), max(len(p) for p in prompts)
+        ids = np.zeros((rows, width), np.int64)
+        mask = np.zeros((rows, width), np.int64)
+        for row, prompt in enumerate(prompts):
+            ids[row, : len(prompt)] = prompt
+            mask[row, : len(prompt)] = 1
+        positions = np.broadcast_to(np.arange(width, dtype=np.int64), (rows, width)).copy()
+        return self._run(self._binding(first, rows), ids, mask, positions)
 
     def step(
         self, tokens: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
