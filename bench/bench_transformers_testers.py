@@ -228,9 +228,11 @@ class _Decorators:
 
 
 def _stand_in(name: str) -> None:
+    import importlib.machinery
     import types
 
     module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     module.__getattr__ = _Decorators().__getattr__  # type: ignore[method-assign]
     module.__path__ = []  # type: ignore[attr-defined]  # a package: submodules stand in too
     sys.modules[name] = module
