@@ -68,7 +68,7 @@ def _bounds(dim: Any) -> tuple[int, float]:
 
 
 def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
-    sizes = itertools.chain(_SIZES, range(2, 10_000))
+    sizes: Iterator[int] = itertools.chain(_SIZES, range(2, 10_000))
     if multiple > 1:  # the file refuses other sizes: a multiple of an odd prime
         sizes = (multiple * s for s in itertools.chain(_SIZES, range(1, 10_000)))
     for size in sizes:
