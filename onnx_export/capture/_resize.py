@@ -67,8 +67,11 @@ def _bounds(dim: Any) -> tuple[int, float]:
     return low, high
 
 
-def _pick(taken: set[int], low: int, high: float) -> int | None:
-    for size in itertools.chain(_SIZES, range(2, 10_000)):
+def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
+    sizes: Iterator[int] = itertools.chain(_SIZES, range(2, 10_000))
+    if multiple > 1:  # the file refuses other sizes: a multiple of an odd prime
+        sizes = (multiple * s for s in itertools.chain(_SIZES, range(1, 10_000)))
+    for size in sizes:
         if size not in taken and low <= size <= high:
             return size
     return None
@@ -87,6 +90,7 @@ def _new_sizes(
     avoid: set[int],
     ranges: Mapping[tuple[str, int], tuple[int, float]],
     smallest: bool = False,
+    multiples: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[tuple[str, int], tuple[int, int]] | None:
     """``(path, axis) -> (example size, new size)`` for each dynamic axis; None when none."""
     if call.shapes is None:
@@ -131,8 +135,10 @@ def _new_sizes(
             low, high = max(low, given_low), min(high, given_high)
             # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
             # baked 1, and the check that runs the model there pays for each row it adds.
+            multiple = (multiples or {}).get((path, axis), 1)
             small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
-            new = 2 if small else _pick(taken, low, high)
+            small = small and multiple in (1, 2)
+            new = 2 if small else _pick(taken, low, high, multiple)
             if new is None:
                 return None
             chosen[key] = new
@@ -192,6 +198,7 @@ def resized_call(
     ranges: Mapping[tuple[str, int], tuple[int, float]] | None = None,
     *,
     smallest: bool = False,
+    multiples: Mapping[tuple[str, int], int] | None = None,
 ) -> Resized | None:
     """``call`` with every dynamic axis of its tensors at another size, or ``None``.
 
@@ -203,6 +210,8 @@ def resized_call(
         smallest: An axis whose example size is 1 takes 2 (when no static size of the
             inputs is 2), not the first odd prime: for a check that runs the model there,
             whose cost grows with the size (a batch of 1 made 3 runs three rows).
+        multiples: ``(input path, axis) -> n``: that axis takes a multiple of ``n`` (a
+            file that refuses other sizes, a patch size the model's code checks).
 
     Returns ``None`` when there is nothing to resize (no dynamic tensor axis, an empty
     axis, no signature to rebuild the call with, no size left in a range).
@@ -219,7 +228,7 @@ def resized_call(
     """
     if call.signature is None:
         return None
-    sizes = _new_sizes(call, avoid or set(), ranges or {}, smallest)
+    sizes = _new_sizes(call, avoid or set(), ranges or {}, smallest, multiples)
     if not sizes:
         return None
     per_path: dict[str, dict[int, int]] = {}

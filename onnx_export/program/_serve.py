@@ -19,10 +19,12 @@ from onnx_export.program._serialize import initializer_bytes
 from onnx_export.program._served_axes import (
     CHEAP_BYTES,
     HeldSize,
+    declared_multiples,
     declared_ranges,
     example_sizes,
     held_example_sizes,
     narrowed_range,
+    right_at_example,
     second_size_problem,
     unserved_axes_error,
 )
@@ -66,10 +68,11 @@ def serve_dynamic_axes(
         return built
     problem, _, held = found
     ranges = declared_ranges(program_of(built).adapter_spec)
+    multiples = declared_multiples(program_of(built).adapter_spec)
     # The capture again at sizes nothing is special about (odd primes, not the check's
     # cheapest second size), proved at a third.
-    other = resized_call(call, ranges=ranges)
-    rebuilt = _proved_recapture(program_of, call, other, ranges, recapture)
+    other = resized_call(call, ranges=ranges, multiples=multiples)
+    rebuilt = _proved_recapture(program_of, call, other, ranges, multiples, recapture)
     if rebuilt is not None and other is not None:
         _report.record_resized_capture(context, other.text(), problem)
         return rebuilt
@@ -98,7 +101,11 @@ def _problem(
     ):
         _report.record_held_sizes(context, held, proved=False)
         return None
-    second = resized_call(call, ranges=declared_ranges(spec), smallest=True)
+    # Sizes the file accepts: one it refuses (off a multiple the model's code checks)
+    # proves nothing.
+    second = resized_call(
+        call, ranges=declared_ranges(spec), smallest=True, multiples=declared_multiples(spec)
+    )
     if second is None:
         return None
     problem = narrowed_range(spec) or second_size_problem(program, call, second)
@@ -110,16 +117,26 @@ def _proved_recapture(
     call: Call,
     second: Resized | None,
     ranges: Mapping[tuple[str, int], tuple[int, float]],
+    multiples: Mapping[tuple[str, int], int],
     recapture: Callable[[Call], Built | None],
 ) -> Built | None:
-    """A capture at ``second``'s sizes that serves the axes at a third size, or ``None``."""
+    """A capture at ``second``'s sizes, right at the example and at a third size, or ``None``.
+
+    The check at the third size gives no verdict for a file already off at the example
+    (it is the parity check's business there): a capture that took another branch at its
+    sizes (a window the image fits whole) is off at the example, and must not replace a
+    file that is right there.
+    """
     if second is None:
         return None
-    third = resized_call(call, avoid={size for *_, size in second.sizes}, ranges=ranges)
+    avoid = {size for *_, size in second.sizes}
+    third = resized_call(call, avoid=avoid, ranges=ranges, multiples=multiples)
     rebuilt = recapture(second.call) if third is not None else None
     if rebuilt is None or third is None:
         return None
     again = program_of(rebuilt)
+    if not right_at_example(again, call):
+        return None
     if second_size_problem(again, call, third) is not None:
         return None
     return rebuilt if narrowed_range(again.adapter_spec) is None else None

@@ -37,10 +37,12 @@ from onnx_export.program._adapter import TORCH_RANGE
 __all__ = [
     "CHEAP_BYTES",
     "HeldSize",
+    "declared_multiples",
     "declared_ranges",
     "example_sizes",
     "held_example_sizes",
     "narrowed_range",
+    "right_at_example",
     "second_size_problem",
     "unserved_axes_error",
 ]
@@ -191,7 +193,7 @@ def _eager(call: Call) -> list[torch.Tensor] | None:
     return [t.detach() for t in _leaves(out)]
 
 
-def _right_at_example(run: Any, call: Call) -> bool:
+def right_at_example(run: Any, call: Call) -> bool:
     """Whether the file runs at the example and matches eager there (else nothing to prove)."""
     want = _eager(call)
     if want is None:
@@ -231,12 +233,12 @@ def _second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     except InputError:
         return None  # a range the file declares: it tells the truth
     except Exception as e:
-        if not _right_at_example(run, call):
+        if not right_at_example(run, call):
             return None
         text = (str(e).strip().splitlines() or [""])[0]
         return f"at {shapes} ONNX Runtime failed: {type(e).__name__}: {text[:300]}"
     error = _error(got, want)
-    if error is None or error <= 10 or not _right_at_example(run, call):
+    if error is None or error <= 10 or not right_at_example(run, call):
         return None
     what = "another shape" if math.isinf(error) else f"{error:.3g}x the tolerance"
     return f"at {shapes} the outputs differ from PyTorch's ({what})"
@@ -254,7 +256,25 @@ def declared_ranges(spec: AdapterSpec | None) -> dict[tuple[str, int], tuple[int
             if bounds.origin == TORCH_RANGE:
                 continue
             high = math.inf if bounds.high is None else bounds.high
-            found[(leaf.tensor.name, bounds.axis)] = (bounds.low or 0, high)  # type: ignore[union-attr]  # a tensor leaf
+            key = (leaf.tensor.name, bounds.axis)  # type: ignore[union-attr]  # a tensor leaf
+            # One axis may hold several ranges (a lower bound, a multiple): their meet.
+            low0, high0 = found.get(key, (0, math.inf))
+            found[key] = (max(low0, bounds.low or 0), min(high0, high))
+    return found
+
+
+def declared_multiples(spec: AdapterSpec | None) -> dict[tuple[str, int], int]:
+    """``(input, axis) -> n`` of the axes the file refuses at sizes that are not multiples of n.
+
+    A second size off the multiple is refused by the file (``InputShapeError``) and proves
+    nothing: the check's sizes are taken on it (a patch size of 4: 12, not 13).
+    """
+    found: dict[tuple[str, int], int] = {}
+    for leaf in spec.inputs if spec is not None else ():
+        for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
+            if bounds.multiple_of:
+                key = (leaf.tensor.name, bounds.axis)  # type: ignore[union-attr]  # a tensor leaf
+                found[key] = math.lcm(found.get(key, 1), bounds.multiple_of)
     return found
 
 
