@@ -52,7 +52,7 @@ _SWINV2 = {
 }
 CONFIGS["swinv2"] = lambda: tf.Swinv2Config(**_SWINV2)
 #: Slow under a loaded CI machine (several captures): with --runslow only.
-_SLOW = {"beit-shared"}
+_SLOW = {"beit-shared", "swinv2"}  # swinv2: a re-capture at padded sizes, minutes each
 
 
 def _skip_unless_slow(request: pytest.FixtureRequest, name: str) -> None:
@@ -106,8 +106,9 @@ def test_onnx_export_hf_serves_other_image_sizes(tmp_path: pathlib.Path) -> None
         loaded(pixel_values=torch.randn(1, 3, 4, 4))
 
 
-def test_swinv2_dynamo_export_serves_padded_image_sizes() -> None:
+def test_swinv2_dynamo_export_serves_padded_image_sizes(request: pytest.FixtureRequest) -> None:
     """The example (32 px: grids of 8 and 4) pads nothing; 40 and 44 px pad (odd grids)."""
+    _skip_unless_slow(request, "swinv2")
     model = _model("swinv2")
     shapes = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
     with warnings.catch_warnings():
@@ -125,7 +126,10 @@ def test_swinv2_dynamo_export_serves_padded_image_sizes() -> None:
         program(pixel_values=torch.randn(2, 3, 42, 44))
 
 
-def test_swinv2_onnx_export_hf_serves_padded_image_sizes(tmp_path: pathlib.Path) -> None:
+def test_swinv2_onnx_export_hf_serves_padded_image_sizes(
+    tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    _skip_unless_slow(request, "swinv2")
     model = _model("swinv2")
     model.save_pretrained(tmp_path / "checkpoint")
     assert main(["hf", str(tmp_path / "checkpoint"), "-o", str(tmp_path / "onnx")]) == 0
