@@ -5,10 +5,10 @@ An older one fails at once, with the installed and the required release and the 
 that installs one, instead of somewhere inside a capture patch or a graph builder. The floor
 is measured, not assumed: CI (``.ci/run``) reads it from this file and runs ``tests/hf``,
 ``tests/e2e`` and the capture patches' tests on exactly that release. Older releases fail
-them (measured release by release: 4.57.6 builds its masks with ``vmap`` only and indexes
-experts with ints; 5.0.0 to 5.20.0 compute multimodal positions, vision windows and
+them (measured by bisection: 4.57.6 builds its masks with ``vmap`` only and indexes experts
+with ints; 5.0.0, 5.4.0, 5.16.0 and 5.20.0 compute multimodal positions, vision windows and
 any-resolution grids in code the capture patches do not recognise, lack some patches'
-targets, and register ``DynamicCache`` with torch's pytree differently; 5.22.0 to 5.23.0
+targets, and register ``DynamicCache`` with torch's pytree differently; 5.22.0 and 5.23.0
 name the decoders' cache argument ``past_key_values`` only, where 5.24 accepts ``cache``).
 """
 
