@@ -20,7 +20,7 @@ def test_the_hf_extra_admits_the_floor_the_export_checks() -> None:
     assert pin == f"transformers>={TRANSFORMERS_FLOOR}"
 
 
-@pytest.mark.parametrize("version", ["4.56.2", "4.57.6", "3.5.0", "5.0.0", "5.23.0"])
+@pytest.mark.parametrize("version", ["4.56.2", "4.57.6", "3.5.0", "5.0.0", "5.23.0", "5.24.0"])
 def test_an_older_transformers_is_refused_with_the_command_that_installs_one(
     version: str,
 ) -> None:
@@ -32,9 +32,7 @@ def test_an_older_transformers_is_refused_with_the_command_that_installs_one(
     assert f"pip install -U 'transformers>={TRANSFORMERS_FLOOR}'" in message
 
 
-@pytest.mark.parametrize(
-    "version", [TRANSFORMERS_FLOOR, "5.24.0", "5.24.1", "5.25.0", "6.0.0.dev0"]
-)
+@pytest.mark.parametrize("version", [TRANSFORMERS_FLOOR, "5.25.0", "5.25.1", "6.0.0.dev0"])
 def test_the_floor_and_newer_releases_pass(version: str) -> None:
     require_transformers(version)
 

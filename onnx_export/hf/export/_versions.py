@@ -9,7 +9,8 @@ them (measured by bisection: 4.57.6 builds its masks with ``vmap`` only and inde
 with ints; 5.0.0, 5.4.0, 5.16.0 and 5.20.0 compute multimodal positions, vision windows and
 any-resolution grids in code the capture patches do not recognise, lack some patches'
 targets, and register ``DynamicCache`` with torch's pytree differently; 5.22.0 and 5.23.0
-name the decoders' cache argument ``past_key_values`` only, where 5.24 accepts ``cache``).
+name the decoders' cache argument ``past_key_values`` only, where 5.24 accepts ``cache``;
+5.24.0's fused decoder graph lacks the ``com.microsoft`` opset import).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from onnx_export.hf._errors import CheckpointError
 __all__ = ["TRANSFORMERS_FLOOR", "require_transformers"]
 
 #: The oldest transformers release the export side is tested with.
-TRANSFORMERS_FLOOR = "5.24"
+TRANSFORMERS_FLOOR = "5.25"
 
 
 def _release(version: str) -> tuple[int, ...]:
