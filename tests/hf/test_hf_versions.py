@@ -20,7 +20,7 @@ def test_the_hf_extra_admits_the_floor_the_export_checks() -> None:
     assert pin == f"transformers>={TRANSFORMERS_FLOOR}"
 
 
-@pytest.mark.parametrize("version", ["4.56.2", "4.57.6", "3.5.0"])
+@pytest.mark.parametrize("version", ["4.56.2", "4.57.6", "3.5.0", "5.0.0", "5.23.0", "5.24.0"])
 def test_an_older_transformers_is_refused_with_the_command_that_installs_one(
     version: str,
 ) -> None:
@@ -32,6 +32,17 @@ def test_an_older_transformers_is_refused_with_the_command_that_installs_one(
     assert f"pip install -U 'transformers>={TRANSFORMERS_FLOOR}'" in message
 
 
-@pytest.mark.parametrize("version", [TRANSFORMERS_FLOOR, "5.0.0", "5.0.1", "5.25.0", "6.0.0.dev0"])
+@pytest.mark.parametrize("version", [TRANSFORMERS_FLOOR, "5.25.0", "5.25.1", "6.0.0.dev0"])
 def test_the_floor_and_newer_releases_pass(version: str) -> None:
     require_transformers(version)
+
+
+def test_ci_runs_the_floor_it_reads_from_the_same_place() -> None:
+    """``.ci/run`` pins transformers to the floor parsed from ``_versions.py``, not a copy."""
+    ci = (_PYPROJECT.parent / ".ci" / "run").read_text()
+    source = (_PYPROJECT.parent / "onnx_export" / "hf" / "export" / "_versions.py").read_text()
+    pattern = re.search(r"sed -nE 's/(\^TRANSFORMERS_FLOOR[^/]*)/", ci)
+    assert pattern is not None, "CI no longer reads the floor from _versions.py"
+    (found,) = re.findall(pattern.group(1), source, flags=re.MULTILINE)
+    assert found == TRANSFORMERS_FLOOR
+    assert '"transformers==$floor"' in ci

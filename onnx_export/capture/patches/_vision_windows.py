@@ -122,8 +122,8 @@ def vision_windows() -> Iterator[None]:
 #: The record capture enters this patch from (``patches/__init__.py``).
 PATCH = Patch(
     name="vision_windows",
-    # absent in 5.0.0 and present in 5.25 (both measured); the releases between not checked
-    targets=(Target("transformers.vision_utils", "get_vision_window_index", since="5.1"),),
+    # absent in 5.8.0, present in 5.9.0 (both wheels read); the hf floor is 5.24
+    targets=(Target("transformers.vision_utils", "get_vision_window_index", since="5.9"),),
     tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="windowed vision attention orders its tokens in a Python loop over images",
     apply=lambda call: vision_windows(),

@@ -2,10 +2,15 @@
 
 ``pyproject.toml``'s ``hf`` extra says the same (``transformers>=`` :data:`TRANSFORMERS_FLOOR`).
 An older one fails at once, with the installed and the required release and the command
-that installs one, instead of somewhere inside a capture patch or a graph builder:
-transformers 4.57.6 (measured) builds its masks with ``vmap`` only, indexes experts with
-ints, and its vision-language models compute positions, windows and image grids in code
-that the capture patches (written for 5.x) do not recognise.
+that installs one, instead of somewhere inside a capture patch or a graph builder. The floor
+is measured, not assumed: CI (``.ci/run``) reads it from this file and runs ``tests/hf``,
+``tests/e2e`` and the capture patches' tests on exactly that release. Older releases fail
+them (measured by bisection: 4.57.6 builds its masks with ``vmap`` only and indexes experts
+with ints; 5.0.0, 5.4.0, 5.16.0 and 5.20.0 compute multimodal positions, vision windows and
+any-resolution grids in code the capture patches do not recognise, lack some patches'
+targets, and register ``DynamicCache`` with torch's pytree differently; 5.22.0 and 5.23.0
+name the decoders' cache argument ``past_key_values`` only, where 5.24 accepts ``cache``;
+5.24.0's fused decoder graph lacks the ``com.microsoft`` opset import).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from onnx_export.hf._errors import CheckpointError
 __all__ = ["TRANSFORMERS_FLOOR", "require_transformers"]
 
 #: The oldest transformers release the export side is tested with.
-TRANSFORMERS_FLOOR = "5.0"
+TRANSFORMERS_FLOOR = "5.25"
 
 
 def _release(version: str) -> tuple[int, ...]:
