@@ -90,7 +90,7 @@ def fit_to_screen(message: str, lines: int = SCREEN_LINES, chars: int = SCREEN_C
     start = next((i for i, t in enumerate(all_lines) if t.startswith("Next steps:")), None)
     head, steps = (all_lines, []) if start is None else (all_lines[:start], all_lines[start:])
     steps = [_clip(" ".join(t.strip() for t in steps), 500)] if steps else []
-    first = [_clip(head[0], 400)] if head else []
+    first = [_clip(head[0], 700)] if head else []  # what failed, where, and why
     middle = head[1:]
     note_room = 1
     room_lines = lines - len(first) - len(steps) - note_room

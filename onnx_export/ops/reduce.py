@@ -408,13 +408,17 @@ def aten_unique_consecutive(
     return values, op.Reshape(inverse, op.Shape(self)), op.Sub(ends, starts)
 
 
-def _never_empty(x: ir.Value, axes: list[int] | None) -> bool:
-    """Whether each of ``x``'s ``axes`` (None: all) has a static size above 0."""
+def _may_be_empty(x: ir.Value, axes: list[int] | None) -> bool:
+    """Whether one of ``x``'s ``axes`` (None: all) is 0 or known to be symbolic (maybe 0).
+
+    An unknown shape counts as not empty: the rank-known, size-unknown values inside a
+    decoder's norms must keep ``ReduceMean``, the form ONNX Runtime's fusions match.
+    """
     shape = x.shape
     if shape is None:
         return False
     sizes = [shape[a] for a in (axes if axes is not None else range(len(shape)))]
-    return all(isinstance(size, int) and size > 0 for size in sizes)
+    return any(not isinstance(size, int) or size == 0 for size in sizes)
 
 
 @onnx_op("aten::mean.dim", "aten::mean")
@@ -427,16 +431,20 @@ def aten_mean_dim(
     """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None).
 
     torch's mean of no elements is NaN (0 / 0); ONNX Runtime's ``ReduceMean`` of an empty
-    axis gives 0. Where every reduced axis has a static size above 0 it is ``ReduceMean``
-    (the form fusions match); where one may be empty (a dynamic sequence), the sum over
-    the count, which is NaN for a count of 0.
+    axis gives 0. Where a reduced axis is known to be symbolic (a dynamic sequence) it is
+    the sum over the count, which is NaN for a count of 0; elsewhere ``ReduceMean`` (the
+    form fusions match).
     """
     x = op.Cast(self, to=int(dtype)) if dtype is not None and dtype != -1 else self
     if rank(self) == 0:
         return op.Identity(x)
     axes = _axes(dim, self)
-    if _never_empty(self, axes):
-        return _reduce("ReduceMean", x, dim, keepdim, self)
+    if not _may_be_empty(self, axes):
+        if axes is None or not dim:
+            return _reduce("ReduceMean", x, dim, keepdim, self)
+        # the axes as written (-1 stays -1): ONNX Runtime's RMSNorm fusion matches axes [-1]
+        written = [int(d) for d in (dim if isinstance(dim, Sequence) else [dim])]
+        return op.ReduceMean(x, ints(written), keepdims=int(keepdim))
     total = _reduce("ReduceSum", x, dim, keepdim, self)
     sizes = op.Shape(x) if axes is None else op.Gather(op.Shape(x), ints(axes), axis=0)
     count = op.CastLike(op.ReduceProd(sizes, keepdims=0), total)

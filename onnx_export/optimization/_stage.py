@@ -68,6 +68,28 @@ def optimize(
     if options.dtype is not None:  # after the fusions, whose patterns know no Casts
         with stage("opset"):
             _fold(model, context, (("compute_in_float32", compute_in_float32),))
+    import_node_domains(model)
+
+
+def import_node_domains(model: ir.Model) -> None:
+    """Give every domain a node of ``model`` uses an opset import (version 1 if unknown).
+
+    Nodes of other domains (``com.microsoft``'s ``GroupQueryAttention`` of the fused
+    decoder, a user's custom op) need the import for the checker and ONNX Runtime; it
+    used to come only from the fusion pass that happened to add one.
+
+    Example:
+        >>> node = ir.Node("com.microsoft", "Gelu", [])
+        >>> m = ir.Model(ir.Graph([], [], nodes=[node]), ir_version=10)
+        >>> import_node_domains(m)
+        >>> m.opset_imports["com.microsoft"]
+        1
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in model.opset_imports:
+            version = node.version if node.version is not None else 1
+            model.opset_imports[node.domain] = version
+            model.graph.opset_imports[node.domain] = version
 
 
 def _optimizer(model: Any, context: DiagnosticContext) -> None:

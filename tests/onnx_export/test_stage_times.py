@@ -33,8 +33,9 @@ def test_each_stage_is_timed_and_the_stages_add_up_to_at_most_the_total(
     times = program.stage_times
     # The weight folds run first (weight-only chains), then the optimizer, then folds again.
     ort = ["ort_target"] if target != "onnx" else []
-    # Then the default parity check against eager PyTorch (a small model: it runs).
-    expected = [*_STAGES, "folding", "optimizer", "opset", *ort, "verify"]
+    # Then the default parity check against eager PyTorch (a small model: it runs), and the
+    # edge probe (the smallest sizes, fully masked rows) on the session it built.
+    expected = [*_STAGES, "folding", "optimizer", "opset", *ort, "verify", "edge probe"]
     assert [s for s in times if s != "total"] == expected
     assert all(seconds >= 0.0 for seconds in times.values())
     assert sum(v for k, v in times.items() if k != "total") <= times["total"]
