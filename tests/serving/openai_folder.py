@@ -19,7 +19,7 @@ TEMPLATE = (
 )
 
 
-def train_tokenizer(folder: pathlib.Path) -> None:
+def train_tokenizer(folder: pathlib.Path, template: str = TEMPLATE) -> None:
     """``tokenizer.json`` and ``tokenizer_config.json`` (with the chat template) in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -44,15 +44,21 @@ def train_tokenizer(folder: pathlib.Path) -> None:
         "bos_token": "<s>",
         "eos_token": "</s>",
         "pad_token": "<pad>",
-        "chat_template": TEMPLATE,
+        "chat_template": template,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def build(root: pathlib.Path, export: dict[str, Any] | None = None, **sizes: Any) -> pathlib.Path:
+def build(
+    root: pathlib.Path,
+    export: dict[str, Any] | None = None,
+    template: str = TEMPLATE,
+    **sizes: Any,
+) -> pathlib.Path:
     """Save the tiny checkpoint under ``root`` and export it; returns the exported folder.
 
-    ``export``: ``export_pretrained``'s options (``target="onnxruntime"``, ``quantize``).
+    ``export``: ``export_pretrained``'s options (``target="onnxruntime"``, ``quantize``);
+    ``template``: the tokenizer's chat template.
     """
     import torch
     import transformers as tf
@@ -75,6 +81,6 @@ def build(root: pathlib.Path, export: dict[str, Any] | None = None, **sizes: Any
     torch.manual_seed(0)
     model = tf.LlamaForCausalLM(config).eval()
     model.save_pretrained(root / "checkpoint")
-    train_tokenizer(root / "checkpoint")
+    train_tokenizer(root / "checkpoint", template)
     hf.export_pretrained(root / "checkpoint", root / "tiny-llama", **(export or {}))
     return root / "tiny-llama"

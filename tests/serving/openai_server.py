@@ -1,13 +1,16 @@
 """Start ``onnx-export serve FOLDER --openai --port 0`` as a real process, torch blocked.
 
 The server runs in a subprocess whose ``torch`` and ``transformers`` imports fail (the
-runtime a deployment installs has neither); the address comes from its first line.
+runtime a deployment installs has neither); the address comes from its first line. Also
+what the OpenAI tests share: the official client on a server, its ``/health``, the
+prompts, and the batcher check both text folders (default and fused) pass.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -16,8 +19,20 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: Prompts the tiny Llama's tokenizer (``openai_folder.py``) was trained near.
+PROMPTS = [
+    "hello there",
+    "Once upon a time",
+    '{"name": "ada"',
+    "user: how are you?",
+    "a little model",
+    "[1, 22",
+    "there was",
+    "tools: weather",
+]
 _LAUNCH = (
     "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
     "from onnx_export.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -92,3 +107,29 @@ def running(folder: pathlib.Path, *options: str) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.communicate()
+
+
+def client(server: Server, timeout: float = 120) -> Any:
+    """The official ``openai`` client on ``server`` (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=timeout)
+
+
+def health(server: Server) -> dict[str, Any]:
+    """``GET /health``: the status, rows active and waiting, and the counters."""
+    with urllib.request.urlopen(server.root + "/health", timeout=10) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def assert_prefilled_together_alone(model: Any) -> None:
+    """The server's batcher: prompts of several lengths join in one padded prefill, two
+    rows end after their first token, and each row gets the tokens it gets alone."""
+    prompts = [model.tokenizer.encode([p])[0] for p in PROMPTS]
+    news = [6, 1, 9, 3, 1, 7, 5, 2]
+    batcher = model.batcher()
+    ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
+    done = {r.id: r.tokens for r in batcher.run()}
+    for rid, prompt, new in zip(ids, prompts, news, strict=True):
+        alone = model.generate([prompt], max_new_tokens=new)[0, len(prompt) :]
+        assert done[rid] == alone.tolist(), rid

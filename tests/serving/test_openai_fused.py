@@ -19,23 +19,19 @@ import pytest
 
 from onnx_export import hf
 from tests.serving import openai_folder
-from tests.serving.openai_server import Server, running
+from tests.serving.openai_server import (
+    PROMPTS,
+    Server,
+    assert_prefilled_together_alone,
+    client,
+    running,
+)
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 NAME = "tiny-llama"
-PROMPTS = [
-    "hello there",
-    "Once upon a time",
-    '{"name": "ada"',
-    "user: how are you?",
-    "a little model",
-    "[1, 22",
-    "there was",
-    "tools: weather",
-]
 
 
 @pytest.fixture(scope="module", params=[None, "int4"], ids=["fp32", "int4"])
@@ -58,10 +54,6 @@ def server(folder: pathlib.Path) -> Iterator[Server]:
         yield started
 
 
-def _client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
-
-
 def test_the_folder_is_the_fused_decoder(model: hf.OrtModelForCausalLM) -> None:
     assert model.session.shares_buffer  # rows go to slots of one shared cache
 
@@ -70,7 +62,7 @@ def test_the_folder_is_the_fused_decoder(model: hf.OrtModelForCausalLM) -> None:
 def test_completion_gives_the_runtime_greedy_text(
     server: Server, model: hf.OrtModelForCausalLM, prompt: str
 ) -> None:
-    answer = _client(server).completions.create(
+    answer = client(server).completions.create(
         model=NAME, prompt=prompt, max_tokens=12, temperature=0
     )
     alone = model.generate_text(prompt, max_new_tokens=12, temperature=None)
@@ -80,10 +72,10 @@ def test_completion_gives_the_runtime_greedy_text(
 def test_eight_concurrent_streams_each_get_their_alone_text(
     server: Server, model: hf.OrtModelForCausalLM
 ) -> None:
-    client = _client(server)
+    api = client(server)
 
     def stream(prompt: str) -> str:
-        chunks = client.completions.create(
+        chunks = api.completions.create(
             model=NAME, prompt=prompt, max_tokens=20, temperature=0, stream=True
         )
         return "".join(c.choices[0].text for c in chunks if c.choices)
@@ -99,11 +91,4 @@ def test_requests_prefilled_together_get_their_alone_tokens(
     model: hf.OrtModelForCausalLM,
 ) -> None:
     """Prompts of several lengths join in one right-padded prefill; one ends at once."""
-    prompts = [model.tokenizer.encode([p])[0] for p in PROMPTS]
-    news = [6, 1, 9, 3, 1, 7, 5, 2]
-    batcher = model.batcher()
-    ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
-    done = {r.id: r.tokens for r in batcher.run()}
-    for rid, prompt, new in zip(ids, prompts, news, strict=True):
-        alone = model.generate([prompt], max_new_tokens=new)[0, len(prompt) :]
-        assert done[rid] == alone.tolist(), rid
+    assert_prefilled_together_alone(model)

@@ -19,8 +19,8 @@ def _encode(text: str) -> list[int]:
     return [ord(c) for c in text]
 
 
-def _render(messages: list[dict[str, Any]], tools: Any) -> list[int]:
-    return _encode("".join(m["content"] for m in messages) + ("T" if tools else ""))
+def _render(messages: list[dict[str, Any]], tools: Any, images: list[Any]) -> tuple[list[int], Any]:
+    return _encode("".join(m["content"] for m in messages) + ("T" if tools else "")), None
 
 
 def _chars(ids: list[int]) -> str:
@@ -96,7 +96,8 @@ def test_image_parts_are_refused_naming_the_message() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     with pytest.raises(APIError) as caught:
         parse_chat({"model": "m", "messages": [{"role": "user", "content": [image]}]}, _render)
-    assert caught.value.param == "messages[0].content"
+    assert caught.value.param == "messages[0].content[0].image_url"
+    assert "takes no images" in caught.value.message
 
 
 def test_scanner_holds_back_what_may_begin_a_stop_text() -> None:

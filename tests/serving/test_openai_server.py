@@ -25,7 +25,15 @@ import pytest
 
 from onnx_export import hf
 from tests.serving import openai_folder
-from tests.serving.openai_server import Server, running, start
+from tests.serving.openai_server import (
+    PROMPTS,
+    Server,
+    assert_prefilled_together_alone,
+    client,
+    health,
+    running,
+    start,
+)
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -44,16 +52,6 @@ PERSON = {
     "required": ["name", "admin", "age"],
     "additionalProperties": False,
 }
-PROMPTS = [
-    "hello there",
-    "Once upon a time",
-    '{"name": "ada"',
-    "user: how are you?",
-    "a little model",
-    "[1, 22",
-    "there was",
-    "tools: weather",
-]
 
 
 @pytest.fixture(scope="module")
@@ -72,30 +70,21 @@ def server(folder: pathlib.Path) -> Iterator[Server]:
         yield started
 
 
-def _client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
-
-
-def _health(server: Server) -> dict[str, Any]:
-    with urllib.request.urlopen(server.root + "/health", timeout=10) as answer:
-        return dict(json.loads(answer.read()))
-
-
 def _greedy(model: hf.OrtModelForCausalLM, prompt: str, new: int) -> str:
     return str(model.generate_text(prompt, max_new_tokens=new, temperature=None))
 
 
 def test_models_lists_the_served_folder(server: Server) -> None:
-    listed = _client(server).models.list()
+    listed = client(server).models.list()
     assert [m.id for m in listed.data] == [NAME]
-    assert _client(server).models.retrieve(NAME).id == NAME
+    assert client(server).models.retrieve(NAME).id == NAME
 
 
 @pytest.mark.parametrize("prompt", PROMPTS[:3], ids=["plain", "story", "json"])
 def test_completion_gives_the_runtime_greedy_text(
     server: Server, model: hf.OrtModelForCausalLM, prompt: str
 ) -> None:
-    answer = _client(server).completions.create(
+    answer = client(server).completions.create(
         model=NAME, prompt=prompt, max_tokens=12, temperature=0
     )
     assert answer.choices[0].text == _greedy(model, prompt, 12)
@@ -107,12 +96,10 @@ def test_chat_streams_the_same_answer_as_a_whole_reply(
     server: Server, model: hf.OrtModelForCausalLM
 ) -> None:
     messages = [{"role": "user", "content": "hello there, how are you?"}]
-    client = _client(server)
-    whole = client.chat.completions.create(
-        model=NAME, messages=messages, max_tokens=16, temperature=0
-    )
+    api = client(server)
+    whole = api.chat.completions.create(model=NAME, messages=messages, max_tokens=16, temperature=0)
     chunks = list(
-        client.chat.completions.create(
+        api.chat.completions.create(
             model=NAME,
             messages=messages,
             max_tokens=16,
@@ -135,7 +122,7 @@ def test_tools_are_given_to_the_chat_template(
 ) -> None:
     messages = [{"role": "user", "content": "weather?"}]
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {}}}]
-    answer = _client(server).chat.completions.create(
+    answer = client(server).chat.completions.create(
         model=NAME, messages=messages, tools=tools, max_tokens=2, temperature=0
     )
     rendered = model.tokenizer.render_chat(messages, tools=tools)
@@ -146,7 +133,7 @@ def test_tools_are_given_to_the_chat_template(
 
 def test_json_schema_output_parses_and_validates(server: Server) -> None:
     format_ = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
-    answer = _client(server).chat.completions.create(
+    answer = client(server).chat.completions.create(
         model=NAME,
         messages=[{"role": "user", "content": "who?"}],
         max_tokens=60,
@@ -160,7 +147,7 @@ def test_json_schema_output_parses_and_validates(server: Server) -> None:
 def test_stop_text_ends_the_choice_before_it(server: Server, model: hf.OrtModelForCausalLM) -> None:
     full = _greedy(model, PROMPTS[1], 20)
     stop = full[len(full) // 2 : len(full) // 2 + 2]
-    answer = _client(server).completions.create(
+    answer = client(server).completions.create(
         model=NAME, prompt=PROMPTS[1], max_tokens=20, temperature=0, stop=[stop]
     )
     assert answer.choices[0].text == full[: full.index(stop)]
@@ -169,7 +156,7 @@ def test_stop_text_ends_the_choice_before_it(server: Server, model: hf.OrtModelF
 
 def test_seeded_sampling_repeats_and_n_gives_choices(server: Server) -> None:
     def ask() -> list[str]:
-        answer = _client(server).completions.create(
+        answer = client(server).completions.create(
             model=NAME, prompt="hello", max_tokens=10, temperature=1.0, top_p=0.9, seed=7, n=3
         )
         assert [c.index for c in answer.choices] == [0, 1, 2]
@@ -182,10 +169,10 @@ def test_seeded_sampling_repeats_and_n_gives_choices(server: Server) -> None:
 
 def test_sixteen_concurrent_clients_each_get_their_own_tokens(server: Server) -> None:
     prompts = [PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)) for i in range(16)]
-    client = _client(server)
+    api = client(server)
 
     def stream(prompt: str) -> str:
-        chunks = client.completions.create(
+        chunks = api.completions.create(
             model=NAME, prompt=prompt, max_tokens=24, temperature=0, stream=True
         )
         return "".join(c.choices[0].text for c in chunks if c.choices)
@@ -194,12 +181,12 @@ def test_sixteen_concurrent_clients_each_get_their_own_tokens(server: Server) ->
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         together = list(pool.map(stream, prompts))
     assert together == alone
-    assert _health(server)["active"] == 0
+    assert health(server)["active"] == 0
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_slot(server: Server) -> None:
-    before = _health(server)["cancelled"]
-    chunks = _client(server).completions.create(
+    before = health(server)["cancelled"]
+    chunks = client(server).completions.create(
         model=NAME,
         prompt="hello",
         max_tokens=1000,
@@ -212,22 +199,22 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: Server) -> None:
             break
     chunks.close()
     deadline = time.monotonic() + 30
-    while (health := _health(server))["active"] and time.monotonic() < deadline:
+    while (load := health(server))["active"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert health["active"] == 0 and health["cancelled"] == before + 1, health
+    assert load["active"] == 0 and load["cancelled"] == before + 1, load
 
 
 def test_a_client_that_gives_up_waiting_frees_its_slot(server: Server) -> None:
-    before = _health(server)["cancelled"]
+    before = health(server)["cancelled"]
     impatient = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=0.5)
     with pytest.raises(openai.APITimeoutError):
         impatient.completions.create(
             model=NAME, prompt="hello", max_tokens=1000, extra_body={"ignore_eos": True}
         )
     deadline = time.monotonic() + 30
-    while (health := _health(server))["active"] and time.monotonic() < deadline:
+    while (load := health(server))["active"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert health["active"] == 0 and health["cancelled"] == before + 1, health
+    assert load["active"] == 0 and load["cancelled"] == before + 1, load
 
 
 @pytest.mark.parametrize(
@@ -249,7 +236,7 @@ def test_a_bad_field_is_answered_400_naming_it(server: Server, field: str, value
         extra = (
             {"response_format": given.pop("response_format")} if field == "response_format" else {}
         )
-        _client(server).completions.create(model=NAME, prompt="hello", extra_body=extra, **given)
+        client(server).completions.create(model=NAME, prompt="hello", extra_body=extra, **given)
     error = caught.value.body
     assert error["param"] == field and error["type"] == "invalid_request_error", error
     assert error["message"] and "Traceback" not in error["message"]
@@ -278,7 +265,7 @@ def test_a_malformed_body_is_answered_400_with_openai_error(server: Server, body
 
 def test_an_unknown_model_or_route_is_404(server: Server) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
-        _client(server).completions.create(model="gpt-9", prompt="hi", max_tokens=2)
+        client(server).completions.create(model="gpt-9", prompt="hi", max_tokens=2)
     assert caught.value.body["code"] == "model_not_found"
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(server.url + "/embeddings", timeout=30)
@@ -287,8 +274,8 @@ def test_an_unknown_model_or_route_is_404(server: Server) -> None:
 
 def test_an_overload_is_answered_429_with_retry_after(folder: pathlib.Path) -> None:
     with running(folder, "--max-batch-size", "1", "--max-waiting", "0") as small:
-        client = _client(small)
-        busy = client.completions.create(
+        api = client(small)
+        busy = api.completions.create(
             model=NAME,
             prompt="hello",
             max_tokens=1000,
@@ -297,7 +284,7 @@ def test_an_overload_is_answered_429_with_retry_after(folder: pathlib.Path) -> N
         )
         next(iter(busy))  # the one slot is taken
         with pytest.raises(openai.RateLimitError) as caught:
-            client.completions.create(model=NAME, prompt="hi", max_tokens=2)
+            api.completions.create(model=NAME, prompt="hi", max_tokens=2)
         assert caught.value.status_code == 429
         assert int(caught.value.response.headers["Retry-After"]) >= 1
         assert caught.value.body["code"] == "queue_full"
@@ -306,12 +293,12 @@ def test_an_overload_is_answered_429_with_retry_after(folder: pathlib.Path) -> N
 
 def test_sigterm_finishes_the_streams_in_flight_then_stops(folder: pathlib.Path) -> None:
     server = start(folder)
-    client = _client(server)
+    api = client(server)
     got: dict[str, Any] = {}
     first = threading.Event()
 
     def stream() -> None:
-        chunks = client.completions.create(
+        chunks = api.completions.create(
             model=NAME,
             prompt="hello",
             max_tokens=300,
@@ -363,11 +350,4 @@ def test_requests_prefilled_together_get_their_alone_tokens(
     model: hf.OrtModelForCausalLM,
 ) -> None:
     """The server's batcher: prompts of several lengths join in one left-padded prefill."""
-    prompts = [model.tokenizer.encode([p])[0] for p in PROMPTS]
-    news = [6, 1, 9, 3, 1, 7, 5, 2]  # two rows end after their first token
-    batcher = model.batcher()
-    ids = [batcher.submit(p, max_new_tokens=n) for p, n in zip(prompts, news, strict=True)]
-    done = {r.id: r.tokens for r in batcher.run()}
-    for rid, prompt, new in zip(ids, prompts, news, strict=True):
-        alone = model.generate([prompt], max_new_tokens=new)[0, len(prompt) :]
-        assert done[rid] == alone.tolist(), rid
+    assert_prefilled_together_alone(model)

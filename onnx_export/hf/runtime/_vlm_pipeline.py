@@ -197,6 +197,22 @@ class ImageTextToTextPipeline:
         """
         batch = list(images) if isinstance(images, (list, tuple)) else [images]
         text, special = self._text(prompt, len(batch))
+        ids, features, grids = self._inputs(batch, text, special)
+        sequences = self.model.generate(
+            [ids], image_features=features, max_new_tokens=max_new_tokens, **grids, **kwargs
+        )
+        return self.tokenizer.decode(
+            sequences[0][len(ids) :], skip_special_tokens=skip_special_tokens
+        )
+
+    def _inputs(
+        self, batch: list[Any], text: str, special: bool
+    ) -> tuple[list[int], list[Any], dict[str, Any]]:
+        """The prompt's ids, the images' features, ``generate``'s other image arguments.
+
+        Each placeholder is expanded to the image's tokens; the arguments are Qwen2-VL's
+        grids. The OpenAI server calls this too.
+        """
         placed = text.count(self.image_token)
         if placed != len(batch):
             raise GenerationError(
@@ -225,9 +241,4 @@ class ImageTextToTextPipeline:
             texts = {**self.tokenizer.config, **self.processor, "image_shape": shape}
             expanded += self._expand(self.image_token, feature.shape[0], texts) + piece
         (ids,) = self.tokenizer.encode([expanded], add_special_tokens=special)
-        sequences = self.model.generate(
-            [ids], image_features=features, max_new_tokens=max_new_tokens, **grids, **kwargs
-        )
-        return self.tokenizer.decode(
-            sequences[0][len(ids) :], skip_special_tokens=skip_special_tokens
-        )
+        return list(ids), list(features), grids

@@ -3,13 +3,18 @@
 Bodies are read and checked by hand (``_protocol.py``) so every refusal is OpenAI's error
 body with the field at fault; streams are server-sent events (``data: {...}`` chunks, then
 ``data: [DONE]``). A client that goes away (mid-stream, or while a plain request waits)
-cancels its rows, which frees their batch slots at the next step.
+cancels its rows, which frees their batch slots at the next step. With ``tools``, each
+choice's text is read for function calls (``_tools.py``) and answered as ``tool_calls``.
+An image-text-to-text folder's chat messages may carry images (``_images.py``), run
+through the folder's pipeline (off the event loop) and decoded by a
+:class:`~._vision.VisionEngine`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -29,6 +34,8 @@ from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
 from ._engine import Choices, Engine, Event
 from ._errors import APIError, Overloaded, ServerClosing
 from ._protocol import Request, parse_chat, parse_completion
+from ._tools import ToolCall, ToolCallStream, find_tool_calls
+from ._vision import ImagePrompt, VisionEngine
 
 __all__ = ["build_app"]
 
@@ -38,7 +45,7 @@ _POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx")
 _UNBOUNDED_MAX_TOKENS = 4096
 
 
-def build_app(engine: Engine, name: str) -> Starlette:
+def build_app(engine: Engine | VisionEngine, name: str) -> Starlette:
     """The Starlette application serving ``engine``'s model as ``name``."""
     api = _Api(engine, name)
 
@@ -68,9 +75,10 @@ def build_app(engine: Engine, name: str) -> Starlette:
 
 
 class _Api:
-    def __init__(self, engine: Engine, name: str) -> None:
+    def __init__(self, engine: Engine | VisionEngine, name: str) -> None:
         self.engine, self.name = engine, name
         self.model: OrtModelForCausalLM = engine.model
+        self.vision = engine if isinstance(engine, VisionEngine) else None
         folder = self.model.folder
         self.limit: int | None = folder.max_positions(*_POSITION_LIMITS)
         self.vocab: int | None = folder.config.get("vocab_size")
@@ -103,7 +111,10 @@ class _Api:
 
     async def chat(self, request: HTTPRequest) -> Response:
         body = await _body(request)
-        parsed = parse_chat(body, self._render)
+        if self.vision is None:
+            parsed = parse_chat(body, self._render)
+        else:  # images are decoded, resized and encoded: off the event loop
+            parsed = await asyncio.to_thread(parse_chat, body, self._render, images=True)
         return await self._answer(request, parsed)
 
     # -- text in --------------------------------------------------------------------------
@@ -112,8 +123,8 @@ class _Api:
         return self.model.tokenizer.encode([text])[0]
 
     def _render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> list[int]:
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, images: list[Any]
+    ) -> tuple[list[int], ImagePrompt | None]:
         tokenizer = self.model.tokenizer
         try:
             text = tokenizer.render_chat(messages, tools=tools)
@@ -121,7 +132,13 @@ class _Api:
             raise APIError(str(e), param="messages") from e
         except Exception as e:  # the template's own raise_exception or a template bug
             raise APIError(f"The chat template refused the messages: {e}", param="messages") from e
-        return tokenizer.encode([text], add_special_tokens=False)[0]
+        if not images or self.vision is None:
+            return tokenizer.encode([text], add_special_tokens=False)[0], None
+        try:  # the placeholders expanded, the images encoded (the pipeline's own steps)
+            ids, features, arguments = self.vision.pipeline._inputs(images, text, False)
+        except GenerationError as e:
+            raise APIError(f"The images do not fit the prompt: {e}", param="messages") from e
+        return ids, ImagePrompt(tuple(features), arguments)
 
     def _check_model(self, model: str, param: str) -> None:
         if model != self.name:
@@ -181,13 +198,16 @@ class _Api:
         def sink(event: Event) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
+        submit: Callable[..., int] = self.engine.submit
+        if self.vision is not None:
+            submit = functools.partial(self.vision.submit, image=parsed.media)
         try:
             if choices.json_schema is None:
-                ticket = self.engine.submit(choices, sink)
+                ticket = submit(choices, sink)
             else:  # compiling a schema takes a while: off the event loop
-                ticket = await asyncio.to_thread(self.engine.submit, choices, sink)
+                ticket = await asyncio.to_thread(submit, choices, sink)
         except GenerationError as e:
-            raise APIError(str(e), param="response_format") from e
+            raise APIError(str(e), param=parsed.schema_field) from e
         reply = _Reply(parsed, choices, self.name)
         if parsed.stream:
             return StreamingResponse(
@@ -222,9 +242,8 @@ class _Api:
                 yield _sse(chunk)
             while not reply.done:
                 event = await events.get()
-                taken = reply.take(event)
-                if taken is not None:
-                    yield _sse(taken)
+                for chunk in reply.take(event):
+                    yield _sse(chunk)
             if reply.parsed.include_usage:
                 yield _sse(reply.usage_chunk())
             yield "data: [DONE]\n\n"
@@ -248,29 +267,39 @@ class _Reply:
         self.tokens = [0] * rows
         self.prompt_tokens = sum(len(p) for p in parsed.prompts)
         self.error: str | None = None
+        #: The functions the output may call (none: the text is all content).
+        self.names = [t.name for t in parsed.tools] if parsed.tool_choice.mode != "none" else []
+        self.streams = [ToolCallStream(self.names) for _ in range(rows)] if self.names else []
 
     @property
     def done(self) -> bool:
         return self.error is not None or all(r is not None for r in self.reasons)
 
-    def take(self, event: Event) -> dict[str, Any] | None:
-        """Record ``event``; the stream chunk it makes (``None`` when it adds nothing)."""
+    def take(self, event: Event) -> list[dict[str, Any]]:
+        """Record ``event``; the stream chunks it makes (none when it adds nothing)."""
         if event.error is not None:
             self.error = event.error
-            return {
-                "error": {
-                    "message": event.error,
-                    "type": "server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
-        self.texts[event.index] += event.text
-        self.tokens[event.index] = event.tokens
-        self.reasons[event.index] = event.finish_reason
-        if not event.text and event.finish_reason is None:
-            return None
-        return self._chunk(event.index, event.text, event.finish_reason)
+            failure = {"message": event.error, "type": "server_error", "param": None, "code": None}
+            return [{"error": failure}]
+        index, text, reason = event.index, event.text, event.finish_reason
+        self.texts[index] += text
+        self.tokens[index] = event.tokens
+        self.reasons[index] = reason
+        calls: list[ToolCall] = []
+        if self.streams:  # content goes out; what may be a call waits for the end
+            text = self.streams[index].feed(text)
+            if reason is not None:
+                rest, calls = self.streams[index].finish()
+                text += rest
+        chunks = []
+        if text or (reason is not None and not calls):
+            chunks.append(self._chunk(index, text, None if calls else reason))
+        for number, call in enumerate(calls):
+            delta = {"tool_calls": [{"index": number, **call.as_openai()}]}
+            chunks.append(self._chunk(index, None, None, delta=delta))
+        if calls:
+            chunks.append(self._chunk(index, None, "tool_calls"))
+        return chunks
 
     def opening(self) -> list[dict[str, Any]]:
         """Chat streams open each choice with the assistant's role."""
@@ -279,10 +308,17 @@ class _Reply:
         return [self._chunk(i, None, None, role="assistant") for i in range(len(self.texts))]
 
     def _chunk(
-        self, index: int, text: str | None, reason: str | None, role: str | None = None
+        self,
+        index: int,
+        text: str | None,
+        reason: str | None,
+        role: str | None = None,
+        delta: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if self.parsed.kind == "chat":
-            delta: dict[str, Any] = {} if role is None else {"role": role, "content": ""}
+            delta = dict(delta or {})
+            if role is not None:
+                delta.update(role=role, content="")
             if text:
                 delta["content"] = text
             choice: dict[str, Any] = {"index": index, "delta": delta}
@@ -317,11 +353,12 @@ class _Reply:
         choices = []
         for index, (text, reason) in enumerate(zip(self.texts, self.reasons, strict=True)):
             choice: dict[str, Any] = {"index": index}
+            ended = reason
             if self.parsed.kind == "chat":
-                choice["message"] = {"role": "assistant", "content": text}
+                choice["message"], ended = self._message(text, reason)
             else:
                 choice["text"] = text
-            choice.update(logprobs=None, finish_reason=reason)
+            choice.update(logprobs=None, finish_reason=ended)
             choices.append(choice)
         return {
             "id": self.id,
@@ -331,6 +368,18 @@ class _Reply:
             "choices": choices,
             "usage": self._usage(),
         }
+
+    def _message(self, text: str, reason: str | None) -> tuple[dict[str, Any], str | None]:
+        """A whole choice's message (its calls found), and its finish reason."""
+        content, calls = find_tool_calls(text, self.names) if self.names else (text, [])
+        if not calls:
+            return {"role": "assistant", "content": text}, reason
+        message = {
+            "role": "assistant",
+            "content": content.strip() or None,
+            "tool_calls": [c.as_openai() for c in calls],
+        }
+        return message, "tool_calls"
 
 
 async def _body(request: HTTPRequest) -> Any:

@@ -12,15 +12,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from ._errors import APIError
+from ._images import decode_image
+from ._tools import Tool, ToolChoice, forced_schema, parse_tool_choice, parse_tools
 
 __all__ = ["Request", "parse_chat", "parse_completion"]
 
 #: Turns a text prompt into token ids.
 Encode = Callable[[str], list[int]]
-#: Renders chat messages (and tools) through the chat template into token ids.
-RenderChat = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], list[int]]
+#: Renders chat messages (and tools) through the chat template: the prompt's token ids and,
+#: when the messages carry images (decoded, in order), what the model needs of them.
+RenderChat = Callable[
+    [list[dict[str, Any]], list[dict[str, Any]] | None, list[Any]], tuple[list[int], Any]
+]
 
 _MAX_N = 16
+NO_TOOLS = ToolChoice("none")
 _MAX_STOPS = 4
 #: Fields of OpenAI's API this server does not compute; a request that sets one is refused.
 _UNSUPPORTED = {
@@ -53,6 +59,12 @@ class Request:
         stream: Answer with server-sent events.
         include_usage: With ``stream``: a last chunk carries the token counts.
         ignore_eos: Keep going past the end token (a vLLM extension, for benchmarks).
+        tools: The functions the model may call (chat).
+        tool_choice: Whether and which function to call; ``none``: the output is not
+            read for calls.
+        schema_field: The field ``json_schema`` came from (``response_format`` or
+            ``tool_choice``), for errors.
+        media: The prompt's images as the model takes them (image-text-to-text folders).
     """
 
     kind: Literal["chat", "completion"]
@@ -68,6 +80,10 @@ class Request:
     stream: bool = False
     include_usage: bool = False
     ignore_eos: bool = False
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
+    schema_field: str = "response_format"
+    media: Any = None
 
 
 def parse_completion(body: Any, encode: Encode) -> Request:
@@ -93,8 +109,12 @@ def parse_completion(body: Any, encode: Encode) -> Request:
     return _request("completion", body, prompts, default_max_tokens=16)
 
 
-def parse_chat(body: Any, render: RenderChat) -> Request:
-    """A ``/v1/chat/completions`` body: ``messages`` (and ``tools``) go through the template."""
+def parse_chat(body: Any, render: RenderChat, *, images: bool = False) -> Request:
+    """A ``/v1/chat/completions`` body: ``messages`` (and ``tools``) go through the template.
+
+    ``images``: the model takes images (``image_url`` content parts, as data URLs); when
+    ``False`` such a part is refused, naming it.
+    """
     body = _object(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -102,17 +122,28 @@ def parse_chat(body: Any, render: RenderChat) -> Request:
             f"messages must be a non-empty list of messages, got {_describe(messages)}.",
             param="messages",
         )
-    checked = [_message(m, i) for i, m in enumerate(messages)]
-    tools = body.get("tools")
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-    ):
+    decoded: list[Any] = []
+    checked = [_message(m, i, decoded if images else None) for i, m in enumerate(messages)]
+    tools = parse_tools(body.get("tools"))
+    choice = parse_tool_choice(body.get("tool_choice"), tools)
+    forced = forced_schema(tools, choice)
+    if forced is not None and body.get("response_format") not in (None, {"type": "text"}):
         raise APIError(
-            "tools must be a list of tools ({'type': 'function', 'function': {...}}), got "
-            f"{_describe(tools)}.",
-            param="tools",
+            f"tool_choice {choice.mode!r} makes the output a function call: leave "
+            "response_format out (or send tool_choice 'auto').",
+            param="response_format",
         )
-    return _request("chat", body, [render(checked, tools)], default_max_tokens=None)
+    given = [dict(t.spec) for t in tools] if tools and choice.mode != "none" else None
+    ids, media = render(checked, given, decoded)
+    request = _request("chat", body, [ids], default_max_tokens=None)
+    return dataclasses.replace(
+        request,
+        tools=tools,
+        tool_choice=choice,
+        media=media,
+        json_schema=forced if forced is not None else request.json_schema,
+        schema_field="tool_choice" if forced is not None else "response_format",
+    )
 
 
 def _request(
@@ -159,7 +190,8 @@ def _object(body: Any) -> dict[str, Any]:
     return body
 
 
-def _message(message: Any, index: int) -> dict[str, Any]:
+def _message(message: Any, index: int, images: list[Any] | None) -> dict[str, Any]:
+    """A checked message; image parts decoded into ``images`` (``None``: refused)."""
     param = f"messages[{index}]"
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise APIError(
@@ -168,24 +200,73 @@ def _message(message: Any, index: int) -> dict[str, Any]:
             param=param,
         )
     content = message.get("content")
-    if isinstance(content, list):  # content parts: this server reads text parts
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                kind = part.get("type") if isinstance(part, dict) else _describe(part)
-                raise APIError(
-                    f"This model reads text only; {param} has a content part of type {kind!r}: "
-                    "send text parts ({'type': 'text', 'text': ...}).",
-                    param=f"{param}.content",
-                )
-            texts.append(str(part.get("text", "")))
-        content = "".join(texts)
+    if isinstance(content, list):
+        parts = [_part(p, f"{param}.content[{j}]", images) for j, p in enumerate(content)]
+        if any(p["type"] == "image" for p in parts):
+            content = parts  # the template places the images
+        else:
+            content = "".join(p["text"] for p in parts)
     elif content is not None and not isinstance(content, str):
         raise APIError(
             f"{param}.content must be a text or a list of content parts, got {_describe(content)}.",
             param=f"{param}.content",
         )
-    return {**message, "content": content if content is not None else ""}
+    checked = {**message, "content": content if content is not None else ""}
+    if message.get("tool_calls") is not None:
+        checked["tool_calls"] = _history_calls(message["tool_calls"], f"{param}.tool_calls")
+    return checked
+
+
+def _part(part: Any, param: str, images: list[Any] | None) -> dict[str, Any]:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "text" and isinstance(part.get("text", ""), str):
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "image_url" and images is None:
+        raise APIError(
+            f"This model takes no images ({param} is an image_url): send text parts only, "
+            "or serve a folder exported for image-text-to-text.",
+            param=f"{param}.image_url",
+        )
+    if kind == "image_url":
+        assert isinstance(part, dict)  # kind came from it
+        images.append(decode_image(part.get("image_url"), f"{param}.image_url"))
+        return {"type": "image"}
+    raise APIError(
+        f"{param} must be a content part {{'type': 'text', 'text': ...}}"
+        f"{' or an image_url' if images is not None else ''}, got {_describe(part)}.",
+        param=param,
+    )
+
+
+def _history_calls(calls: Any, param: str) -> list[dict[str, Any]]:
+    """An assistant message's earlier ``tool_calls``, arguments as objects (for templates)."""
+    if not isinstance(calls, list):
+        raise APIError(f"{param} must be a list of tool calls.", param=param)
+    checked = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(function, dict) or not isinstance(name, str):
+            raise APIError(
+                f"{param}[{j}] must be {{'id': ..., 'type': 'function', 'function': {{'name': "
+                f"..., 'arguments': '{{...}}'}}}}, got {_describe(call)}.",
+                param=f"{param}[{j}]",
+            )
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                arguments = None
+        if not isinstance(arguments, dict):
+            raise APIError(
+                f"{param}[{j}].function.arguments must be a JSON object (as text), got "
+                f"{_describe(function.get('arguments'))}.",
+                param=f"{param}[{j}].function.arguments",
+            )
+        assert isinstance(call, dict)  # function came from it
+        checked.append({**call, "function": {**function, "arguments": arguments}})
+    return checked
 
 
 def _response_format(value: Any) -> Mapping[str, Any] | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 import signal
 import socket
 from collections.abc import Callable
@@ -10,19 +12,28 @@ from types import FrameType
 from typing import Any
 
 from onnx_export.hf._errors import GenerationError
+from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
 
 from ._app import build_app
 from ._engine import Engine
+from ._vision import VisionEngine
 
 __all__ = ["create_app", "serve"]
 
 SERVE_EXTRA = "pip install 'onnx-export[openai-serve]'"
 
 
-def _load(
-    folder: str | os.PathLike[str], threads: int | None, providers: list[str] | None
-) -> OrtModelForCausalLM:
+def _task(folder: str | os.PathLike[str]) -> str | None:
+    """The task the folder's manifest names (``None``: loading it will say what is wrong)."""
+    try:
+        manifest = json.loads((pathlib.Path(folder) / "onnx_export.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest.get("task") if isinstance(manifest, dict) else None
+
+
+def _options(threads: int | None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -32,9 +43,35 @@ def _load(
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    model = OrtModelForCausalLM.from_pretrained(folder, providers, options)
+    return options
+
+
+def _load(
+    folder: str | os.PathLike[str], threads: int | None, providers: list[str] | None
+) -> OrtModelForCausalLM:
+    model = OrtModelForCausalLM.from_pretrained(folder, providers, _options(threads))
     model.tokenizer  # noqa: B018 - text in and out needs tokenizer.json: fail at start
     return model
+
+
+def _load_vision(
+    folder: str | os.PathLike[str], threads: int | None, providers: list[str] | None
+) -> ImageTextToTextPipeline:
+    """An image-text-to-text folder with its tokenizer and image processor."""
+    from onnx_export.hf.runtime._image_processor import ImageProcessor
+    from onnx_export.hf.runtime._tokenizer import TextTokenizer
+    from onnx_export.hf.runtime._vlm_pipeline import _processor_config
+    from onnx_export.hf.runtime.generation._vlm import OrtModelForImageTextToText
+
+    path = pathlib.Path(folder)
+    model = OrtModelForImageTextToText.from_pretrained(path, providers, _options(threads))
+    model.tokenizer  # noqa: B018 - text in and out needs tokenizer.json: fail at start
+    return ImageTextToTextPipeline(
+        model,
+        TextTokenizer.from_folder(path),
+        ImageProcessor.from_folder(path),
+        _processor_config(path),
+    )
 
 
 def create_app(
@@ -53,10 +90,14 @@ def create_app(
     ``response_format`` with a JSON schema, ``tools`` given to the chat template) and
     ``GET /health``. Every request is decoded in one continuous-batching loop.
 
+    A folder exported for ``image-text-to-text`` also takes images in chat messages
+    (``image_url`` content parts as data URLs); its requests are decoded one choice at a
+    time, not batched.
+
     Args:
         folder: A folder ``onnx-export hf`` wrote for ``text-generation`` (the default
-            target or the fused ``--target onnxruntime`` one, int4 too), with the
-            checkpoint's ``tokenizer.json``.
+            target or the fused ``--target onnxruntime`` one, int4 too) or for
+            ``image-text-to-text``, with the checkpoint's ``tokenizer.json``.
         name: The model's name in requests and ``/v1/models`` (the folder's name).
         max_batch: Rows (choices) decoded together at most.
         max_waiting: Rows that wait for a slot at most; a request past that gets 429.
@@ -79,9 +120,14 @@ def create_app(
         raise ValueError(
             f"max_batch must be >= 1 and max_waiting >= 0, got {max_batch} and {max_waiting}."
         )
-    model = _load(folder, threads, providers)
-    engine = Engine(model, max_batch=max_batch, max_waiting=max_waiting)
-    return build_app(engine, name or model.folder.path.name)
+    engine: Engine | VisionEngine
+    if _task(folder) == "image-text-to-text":
+        engine = VisionEngine(_load_vision(folder, threads, providers), max_waiting=max_waiting)
+    else:
+        engine = Engine(
+            _load(folder, threads, providers), max_batch=max_batch, max_waiting=max_waiting
+        )
+    return build_app(engine, name or engine.model.folder.path.name)
 
 
 def serve(
