@@ -131,6 +131,15 @@ def test_tools_are_given_to_the_chat_template(
     assert answer.usage.prompt_tokens == len(expected)
 
 
+def test_an_image_to_a_text_model_is_a_400_saying_it_takes_none(server: Server) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(server).chat.completions.create(model=NAME, messages=messages, max_tokens=2)
+    assert caught.value.body["param"] == "messages[0].content[1].image_url"
+    assert "takes no images" in caught.value.body["message"]
+
+
 def test_json_schema_output_parses_and_validates(server: Server) -> None:
     format_ = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
     answer = client(server).chat.completions.create(

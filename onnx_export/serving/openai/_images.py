@@ -76,7 +76,6 @@ def _open(raw: bytes, where: str) -> Any:
         raise APIError(f"{where} is too large an image: {e}", param=where) from e
     except (OSError, ValueError) as e:  # UnidentifiedImageError, truncated files
         raise APIError(
-            f"{where}'s data is not an image (PNG, JPEG, WebP, GIF...) Pillow can read: "
-            f"{_INLINE}.",
+            f"{where}'s data is not an image (PNG, JPEG, WebP, GIF...) Pillow can read: {_INLINE}.",
             param=where,
         ) from e

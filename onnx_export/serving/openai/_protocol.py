@@ -221,13 +221,13 @@ def _part(part: Any, param: str, images: list[Any] | None) -> dict[str, Any]:
     kind = part.get("type") if isinstance(part, dict) else None
     if kind == "text" and isinstance(part.get("text", ""), str):
         return {"type": "text", "text": part.get("text", "")}
-    if kind == "image_url" and images is None:
-        raise APIError(
-            f"This model takes no images ({param} is an image_url): send text parts only, "
-            "or serve a folder exported for image-text-to-text.",
-            param=f"{param}.image_url",
-        )
     if kind == "image_url":
+        if images is None:
+            raise APIError(
+                f"This model takes no images ({param} is an image_url): send text parts "
+                "only, or serve a folder exported for image-text-to-text.",
+                param=f"{param}.image_url",
+            )
         assert isinstance(part, dict)  # kind came from it
         images.append(decode_image(part.get("image_url"), f"{param}.image_url"))
         return {"type": "image"}
