@@ -131,3 +131,36 @@ def test_the_server_imports_neither_torch_nor_transformers() -> None:
                 root = name.split(".")[0]
                 assert root not in ("torch", "transformers"), f"{path.name} imports {name}"
                 assert not name.startswith("onnx_export.hf.export"), f"{path.name}: {name}"
+
+
+def test_image_parts_reach_the_template_as_images_in_order() -> None:
+    PIL = pytest.importorskip("PIL.Image")
+    import base64
+    import io
+
+    def png(color: tuple[int, int, int]) -> str:
+        buffer = io.BytesIO()
+        PIL.new("RGB", (3, 2), color).save(buffer, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+    seen: dict[str, Any] = {}
+
+    def render(messages: Any, tools: Any, images: list[Any]) -> tuple[list[int], Any]:
+        seen.update(messages=messages, images=images)
+        return [1, 2], "media"
+
+    content = [
+        {"type": "image_url", "image_url": {"url": png((255, 0, 0))}},
+        {"type": "text", "text": "and"},
+        {"type": "image_url", "image_url": png((0, 0, 255))},  # the URL alone, as some send
+    ]
+    request = parse_chat(
+        {"model": "m", "messages": [{"role": "user", "content": content}]}, render, images=True
+    )
+    assert request.media == "media" and request.prompts == ((1, 2),)
+    assert seen["messages"][0]["content"] == [
+        {"type": "image"},
+        {"type": "text", "text": "and"},
+        {"type": "image"},
+    ]
+    assert [i.getpixel((0, 0)) for i in seen["images"]] == [(255, 0, 0), (0, 0, 255)]

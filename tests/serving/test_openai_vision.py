@@ -35,16 +35,19 @@ NAME = "llava"
 _NEW = 8
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, Any, Any]:
+def _build(root: pathlib.Path, family: str) -> tuple[pathlib.Path, Any, Any]:
     """The exported folder, and the eager model and processor it came from."""
     from tests.hf import vlm_checkpoints
 
-    root = tmp_path_factory.mktemp("vlm")
     with mock.patch.dict(vlm_checkpoints._TEXT, max_position_embeddings=1024):
-        model, processor = vlm_checkpoints.VLM_CASES["llava"].save(root / "checkpoint")
-    hf.export_pretrained(root / "checkpoint", root / NAME)
-    return root / NAME, model, processor
+        model, processor = vlm_checkpoints.VLM_CASES[family].save(root / "checkpoint")
+    hf.export_pretrained(root / "checkpoint", root / family)
+    return root / family, model, processor
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, Any, Any]:
+    return _build(tmp_path_factory.mktemp("vlm"), NAME)
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +121,19 @@ def test_a_streamed_image_answer_equals_the_whole_one(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content == _transformers(built, "mika", image)
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_qwen2_vl_grids_and_positions_come_from_the_image(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Qwen2-VL: flat patches, the image's grid, M-RoPE positions (another vision path)."""
+    qwen = _build(tmp_path, "qwen2_vl")
+    image = _image(40, 52, seed=5)
+    with running(qwen[0]) as started:
+        answer = client(started).chat.completions.create(
+            model="qwen2_vl", messages=_ask("kalo", image), max_tokens=_NEW, temperature=0
+        )
+    assert answer.choices[0].message.content == _transformers(qwen, "kalo", image)
 
 
 def test_two_images_in_one_message(server: Server, built: tuple[pathlib.Path, Any, Any]) -> None:
