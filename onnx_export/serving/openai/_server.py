@@ -87,7 +87,8 @@ def create_app(
 
     Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
     (``stream``, ``max_tokens``, ``stop``, ``temperature``, ``top_p``, ``seed``, ``n``,
-    ``response_format`` with a JSON schema, ``tools`` given to the chat template) and
+    ``response_format`` with a JSON schema, ``tools`` given to the chat template and
+    calls read back as ``tool_calls``, ``tool_choice``) and
     ``GET /health``. Every request is decoded in one continuous-batching loop.
 
     A folder exported for ``image-text-to-text`` also takes images in chat messages
