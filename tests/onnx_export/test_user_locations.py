@@ -29,8 +29,11 @@ from onnx_export.capture import _specialized, _user_code
 from onnx_export.capture._call import warn_guarded_ranges
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture.patches import PATCHES
+from onnx_export.capture.patches import _registry
+from onnx_export.capture.patches._registry import swapped
 from onnx_export.diagnostics import DiagnosticOptions, Level
-from onnx_export.errors import ShapeRangeWarning
+from onnx_export.errors import DimensionNameWarning, ShapeRangeWarning
+from onnx_export.translation._naming import MergedDimName, warn_merged_dim_names
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -206,12 +209,41 @@ def test_a_guard_torch_names_at_a_patch_is_located_at_the_live_user_frame() -> N
     assert Path(path).resolve() == _HERE and int(line) > 0, location
 
 
-def test_a_guard_without_a_line_is_warned_at_the_callers_line() -> None:
-    guard = RangeGuard("s7", "L['x'].size()[0]", "s7 > 2", location="", code="")
-    with pytest.warns(ShapeRangeWarning) as caught:
-        warn_guarded_ranges([("x[0]", "[3, inf)", guard)])  # marker: warned here
+def _exporter_frame() -> Callable[..., None]:
+    """A function whose frame is the exporter's: it calls ``f(*args)`` (as the CLI does)."""
+    space: dict[str, Any] = {}
+    exec(compile("def call(f, *args):\n    f(*args)\n", _user_code.__file__, "exec"), space)
+    return space["call"]  # type: ignore[no-any-return]  # the function just defined
+
+
+_through_the_exporter = _exporter_frame()
+
+
+_GUARD = RangeGuard("s7", "L['x'].size()[0]", "s7 > 2", location="", code="")
+
+
+@pytest.mark.parametrize("deeper", [False, True], ids=["called", "called-by-the-exporter"])
+@pytest.mark.parametrize(
+    ("function", "args", "category"),
+    [
+        (warn_guarded_ranges, ([("x[0]", "[3, inf)", _GUARD)],), ShapeRangeWarning),
+        (
+            warn_merged_dim_names,
+            ([MergedDimName("batch2", "y[0]", "batch", "x[0]")],),
+            DimensionNameWarning,
+        ),
+        (_user_code.warn_at_user_line, ("a note", UserWarning), UserWarning),
+    ],
+    ids=["guard-without-a-line", "merged-dim-name", "warn_at_user_line"],
+)
+def test_the_exporters_warnings_name_the_users_line(
+    function: Callable[..., None], args: tuple[Any, ...], category: type[Warning], deeper: bool
+) -> None:
+    """Not the exporter's frame, nor pytest's: the line of this file that led to it."""
+    with pytest.warns(category) as caught:
+        _through_the_exporter(function, *args) if deeper else function(*args)  # marker: warned
     assert Path(caught[0].filename).resolve() == _HERE
-    assert caught[0].lineno == _line("# marker: warned here")
+    assert caught[0].lineno == _line("# marker: warned")
 
 
 @pytest.mark.parametrize(
@@ -244,5 +276,28 @@ def test_a_shortened_path_is_matched_at_a_folder_boundary() -> None:
     assert _specialized._full_path(short) == str(_HERE)
 
 
-def test_the_module_examples_run() -> None:
-    assert doctest.testmod(_user_code).failed == 0
+@pytest.mark.parametrize("module", [_user_code, _registry], ids=lambda m: m.__name__)
+def test_the_module_examples_run(module: Any) -> None:
+    assert doctest.testmod(module).failed == 0
+
+
+class _Owner:
+    own = "own"
+
+
+class _Child(_Owner):
+    pass
+
+
+def test_swapped_puts_back_what_was_there_and_drops_what_was_not() -> None:
+    child = _Child()
+    with swapped((_Child, "own", "class"), (child, "own", "instance"), (math, "tau", 6.0)):
+        assert (child.own, _Child.own, math.tau) == ("instance", "class", 6.0)
+    assert "own" not in vars(_Child) and "own" not in vars(child)  # inherited again
+    assert child.own == "own" and math.tau == 2 * math.pi
+
+
+def test_swapped_restores_when_a_later_swap_fails() -> None:
+    with pytest.raises(AttributeError), swapped((math, "tau", 6.0), (None, "x", 1)):
+        pass
+    assert math.tau == 2 * math.pi
