@@ -28,8 +28,7 @@ import onnx_export
 from onnx_export.capture import _specialized, _user_code
 from onnx_export.capture._call import warn_guarded_ranges
 from onnx_export.capture._specialized import RangeGuard
-from onnx_export.capture.patches import PATCHES
-from onnx_export.capture.patches import _registry
+from onnx_export.capture.patches import PATCHES, _registry
 from onnx_export.capture.patches._registry import swapped
 from onnx_export.diagnostics import DiagnosticOptions, Level
 from onnx_export.errors import DimensionNameWarning, ShapeRangeWarning
