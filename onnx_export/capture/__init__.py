@@ -15,6 +15,9 @@ The machinery, in the order an export runs it:
 - ``_shape_fixes``: the repair torch.export suggests when a dynamic dim is specialised
   (a dim made static only with ``allow_static_fallback``);
 - ``_specialized``: the model's line that fixed a dynamic dim, read as torch traces;
+  ``_size_one``: the model's comparisons of a dynamic size with 1, which torch decides;
+  ``_user_code``: which frames are the user's (never torch's, the stdlib's or ours), for
+  every location, warning and report;
   ``_data_dependent``, ``_random_draws``: where the model needs a tensor's value, and how
   to get past it; ``_resize``: other example sizes for the dynamic axes;
 - ``_half``: ``ExportOptions(dtype=...)``'s converted copy (modules a model keeps in

@@ -33,6 +33,7 @@ from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one
 from onnx_export.capture._spec_containers import leaf_sources
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.capture._strategies import CaptureAttempt, capture, explanation
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.errors import (
     CaptureError,
     ExportInputError,
@@ -359,7 +360,7 @@ def warn_guarded_ranges(guarded: Sequence[tuple[str, str, RangeGuard]]) -> None:
         if path and line.isdigit():
             warnings.warn_explicit(message, ShapeRangeWarning, path, int(line))
         else:
-            warnings.warn(message, ShapeRangeWarning, stacklevel=3)
+            warn_at_user_line(message, ShapeRangeWarning)
 
 
 def warn_made_static(attempts: Sequence[CaptureAttempt]) -> None:
@@ -368,11 +369,10 @@ def warn_made_static(attempts: Sequence[CaptureAttempt]) -> None:
     Called after the export's recording block, so that the user sees the warnings.
     """
     for dim in made_static(attempts):
-        warnings.warn(
+        warn_at_user_line(
             f"{dim.input}[{dim.axis}] was asked to be dynamic but is exported static "
             f"(allow_static_fallback=True): {dim}",
             StaticDimensionWarning,
-            stacklevel=3,
         )
 
 

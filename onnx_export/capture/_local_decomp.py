@@ -78,6 +78,29 @@ def _shape_env_state(fake_mode: Any) -> tuple[int, int, int, int]:
     return len(env.guards), len(env.replacements), asserts, len(env.var_to_range)
 
 
+def _tensor_call(
+    node: torch.fx.Node, values: Any
+) -> tuple[list[Any], list[int], Callable[..., Any]]:
+    """``values``' leaves, where its tensors are, and ``node``'s op on other tensors there.
+
+    The op is called with the arguments ``values`` holds (a tree of ``args`` and
+    ``kwargs``), each tensor replaced by the next one given.
+    """
+    flat, spec = pytree.tree_flatten(values)
+    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    target = node.target
+    assert callable(target)  # an op node's target
+
+    def call(*tensors: torch.Tensor) -> Any:
+        leaves = list(flat)
+        for i, tensor in zip(positions, tensors, strict=True):
+            leaves[i] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return target(*args, **kwargs)
+
+    return flat, positions, call
+
+
 def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModule | None:
     """``node``'s op alone, decomposed, as a graph whose placeholders are its tensor args.
 
@@ -93,17 +116,7 @@ def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModu
     if not _static(values) or not _static(node.meta.get("val")):
         fake_mode = _symbolic_inputs(values, node.meta.get("val"))
         return None if fake_mode is None else _traced_symbolic(node, values, table, fake_mode)
-    flat, spec = pytree.tree_flatten(values)
-    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
-    target = node.target
-    assert callable(target)
-
-    def call(*tensors: torch.Tensor) -> Any:
-        leaves = list(flat)
-        for i, tensor in zip(positions, tensors, strict=True):
-            leaves[i] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return target(*args, **kwargs)
+    flat, positions, call = _tensor_call(node, values)
 
     try:
         with torch.no_grad():
@@ -117,17 +130,7 @@ def _traced(node: torch.fx.Node, table: Mapping[Any, Any]) -> torch.fx.GraphModu
 def _traced_symbolic(
     node: torch.fx.Node, values: Any, table: Mapping[Any, Any], fake_mode: Any
 ) -> torch.fx.GraphModule | None:
-    flat, spec = pytree.tree_flatten(values)
-    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
-    target = node.target
-    assert callable(target)
-
-    def call(*tensors: torch.Tensor) -> Any:
-        leaves = list(flat)
-        for i, tensor in zip(positions, tensors, strict=True):
-            leaves[i] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return target(*args, **kwargs)
+    flat, positions, call = _tensor_call(node, values)
 
     before = _shape_env_state(fake_mode)
     try:

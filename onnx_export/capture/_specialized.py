@@ -16,17 +16,15 @@ import contextlib
 import dataclasses
 import linecache
 import logging
-import operator
 import os
 import re
 import sys
-import sysconfig
 import traceback
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any, Literal
 
-import torch
+from onnx_export.capture._size_one import SizeOneComparison, watching_size_one
+from onnx_export.capture._user_code import innermost_user_frame, is_user_code, traced_stack
 
 __all__ = [
     "Specialization",
@@ -42,14 +40,6 @@ __all__ = [
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _EQ = re.compile(r"^Eq\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
-_SKIPPED = (
-    *(
-        os.path.dirname(p) + os.sep
-        for p in (torch.__file__, os.path.dirname(__file__), logging.__file__)  # onnx_export/
-    ),
-    os.path.join(sysconfig.get_paths()["stdlib"], ""),
-)
-_SKIPPED_NAMES = (f"{os.sep}sympy{os.sep}",)
 #: A guard's location as the shape env writes it: ``code  # file.py:12 in forward``.
 _SLOC = re.compile(r"^(?P<code>.*?)\s+# (?P<path>\S+?):(?P<line>\d+) in ")
 #: Non-strict capture writes only ``(file.py:12 in forward)``.
@@ -81,53 +71,38 @@ class Specialization:
         return f"{self.location} ({self.code})" if self.code else self.location
 
 
-def _skipped(path: str) -> bool:
-    """Whether ``path`` is torch's, this package's, the stdlib's or not a file."""
-    return path.startswith(("<", *_SKIPPED)) or any(name in path for name in _SKIPPED_NAMES)
-
-
 def model_file(path: str) -> str | None:
     """The full path of ``path`` (maybe shortened) if it is the model's code, else ``None``.
 
-    Torch's files, this package's and the standard library's are not the model's.
+    Torch's files, this package's (its capture patches too) and the standard library's
+    are not the model's (:mod:`onnx_export.capture._user_code`).
 
     Example:
-        >>> model_file(torch.__file__) is None
+        >>> model_file(logging.__file__) is None
         True
     """
     full = _full_path(path)
-    return None if _skipped(full) else full
+    return full if is_user_code(full) else None
 
 
 def _full_path(short: str) -> str:
-    """The file a shape-env location names by a shortened path (``mp/x/model.py``)."""
+    """The file a shape-env location names by a shortened path (``mp/x/model.py``).
+
+    torch shortens a path relative to the folder it shares with torch's own; the file is
+    the loaded module's whose path ends with the short one at a folder boundary.
+    """
     if os.path.isabs(short) and os.path.exists(short):
         return short
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None) or ""
-        if path.endswith(short):
+        if path == short or path.endswith(os.sep + short):
             return str(path)
     return short
 
 
-def _user_frame() -> FrameType | None:
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
-        if not _skipped(frame.f_code.co_filename):
-            return frame
-        frame = frame.f_back
-    return None
-
-
 def _dynamo_frame() -> traceback.FrameSummary | None:
     """The innermost user frame of the model dynamo is tracing, if it is tracing one."""
-    try:
-        from torch._guards import TracingContext
-
-        stack = TracingContext.extract_stack()
-    except Exception:  # not tracing, or another torch
-        return None
-    return next((f for f in reversed(list(stack)) if not _skipped(f.filename)), None)
+    return next((f for f in reversed(traced_stack()) if is_user_code(f.filename)), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +211,12 @@ class _Recorder(logging.Handler):
     def _add(self, guard: RangeGuard) -> None:
         self.guards.setdefault(guard.key, guard)
 
+    def size_one(self, found: SizeOneComparison) -> None:
+        """Record the model's comparison of a size with 1 (``_size_one``) as a guard."""
+        source = self.sources[found.symbol]
+        guard = f"Ne({found.symbol}, 1)"
+        self._add(RangeGuard(found.symbol, source, guard, found.location, found.code, "size_one"))
+
     def _condition(self, guard: str, where: str) -> None:
         """Record a guard that excludes a size, asks for a multiple, or narrows a range.
 
@@ -301,8 +282,8 @@ class _Recorder(logging.Handler):
         """The model's line a shape-env record was made at: its own text, dynamo's, the stack."""
         location = code = ""
         traced = _dynamo_frame()
-        frame = _user_frame()
-        if sloc is not None and not _skipped(_full_path(sloc.group("path"))):  # the guard's line
+        frame = innermost_user_frame(sys._getframe(1))
+        if sloc is not None and is_user_code(_full_path(sloc.group("path"))):  # the guard's line
             path = _full_path(sloc.group("path"))
             location, code = f"{path}:{sloc.group('line')}", sloc.group("code")
         elif traced is not None:  # strict capture: dynamo's stack of the model's frames
@@ -378,124 +359,10 @@ def _own(where: str, sloc: re.Match[str] | None) -> bool:
     model's line and then dynamo's frame that evaluated it (``_dynamo/...``) for the
     model's own condition, or the library's (``_meta_registrations.py``) for torch's.
     """
-    if sloc is None or _skipped(_full_path(sloc.group("path"))):
+    if sloc is None or not is_user_code(_full_path(sloc.group("path"))):
         return False
     inner = re.search(r"\((?P<path>[^()\s]+?):\d+ in \w+\)[^()]*$", where[sloc.end() :])
     return inner is None or "_dynamo" in inner.group("path")
-
-
-#: Comparisons of a size with an int; with 1 (or 2), torch decides them from the range
-#: ``[2, inf)`` it gives dynamic sizes, so the size-1 branch is never traced.
-_COMPARISONS = {
-    "__eq__": operator.eq,
-    "__ne__": operator.ne,
-    "__lt__": operator.lt,
-    "__le__": operator.le,
-    "__gt__": operator.gt,
-    "__ge__": operator.ge,
-}
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-#: Torch's code that compares sizes for its own reasons (meta functions, references,
-#: decompositions, fake tensors, modules): a comparison under it is not the model's.
-_LIBRARY = tuple(
-    os.path.join(_TORCH_DIR, *part)
-    for part in (
-        ("_refs", ""),
-        ("_prims", ""),
-        ("_prims_common", ""),
-        ("_meta_registrations.py",),
-        ("_decomp", ""),
-        ("_subclasses", ""),
-        ("nn", ""),
-        ("_higher_order_ops", ""),
-    )
-)
-#: The symbolic machinery's dispatch: a comparison under it was made by torch's C++ code
-#: (``contiguous()``'s stride checks) or is the inner call of the model's own comparison,
-#: which was seen on the way in.
-_DISPATCH = tuple(
-    os.path.join(_TORCH_DIR, "fx", "experimental", name)
-    for name in ("sym_node.py", "proxy_tensor.py")
-)
-#: Dynamo's bytecode interpreter: a comparison under it (and no library code) is the
-#: model's own expression, evaluated while tracing it (strict capture).
-_INTERPRETER = os.path.join(_TORCH_DIR, "_dynamo", "symbolic_convert.py")
-
-
-def _size_one_line(recorder: _Recorder) -> tuple[str, str] | None:
-    """The model's line that compared a size with 1 itself (not torch's code), or ``None``."""
-    frame: FrameType | None = sys._getframe(3)  # the comparison's caller
-    for _ in range(64):
-        if frame is None:
-            return None
-        path = frame.f_code.co_filename
-        if path.startswith(_LIBRARY) or path in _DISPATCH:
-            return None
-        if path == _INTERPRETER:
-            stack = _traced_stack()
-            last = stack[-1] if stack else None
-            if last is None or _skipped(last.filename):
-                return None
-            return f"{last.filename}:{last.lineno}", (last.line or "").strip()
-        if not _skipped(path):  # non-strict: the model's frame compared it
-            line = frame.f_lineno
-            return f"{path}:{line}", linecache.getline(path, line).strip()
-        frame = frame.f_back
-    return None
-
-
-def _traced_stack() -> list[traceback.FrameSummary]:
-    try:
-        from torch._guards import TracingContext
-
-        return list(TracingContext.extract_stack())
-    except Exception:  # not tracing
-        return []
-
-
-def _note_size_one(recorder: _Recorder, size: Any, name: str, other: int) -> None:
-    """Record a comparison of an input's size with 1 that torch decided from its range."""
-    node = size.node
-    expr, hint = node.expr, node.hint
-    symbol = str(expr)
-    source = recorder.sources.get(symbol)
-    if not expr.is_Symbol or source is None or not isinstance(hint, int) or hint < 2:
-        return
-    compare = _COMPARISONS[name]
-    if bool(compare(hint, other)) == bool(compare(1, other)):
-        return  # the same branch at 1: nothing assumed
-    bounds = node.shape_env.var_to_range.get(expr)
-    if bounds is None or int(bounds.lower) < 2:
-        return  # 1 is in the range: torch traced a real guard, recorded as such
-    found = _size_one_line(recorder)
-    if found is None:
-        return
-    guard = f"Ne({symbol}, 1)"
-    recorder._add(RangeGuard(symbol, source, guard, found[0], found[1], "size_one"))
-
-
-@contextlib.contextmanager
-def _watching_size_one(recorder: _Recorder) -> Iterator[None]:
-    """Patch ``torch.SymInt``'s comparisons to see the model compare a size with 1 or 2."""
-    originals = {name: getattr(torch.SymInt, name) for name in _COMPARISONS}
-
-    def wrap(name: str, original: Any) -> Any:
-        def compare(self: Any, other: Any) -> Any:
-            result = original(self, other)
-            if type(other) is int and 0 < other < 3:
-                with contextlib.suppress(Exception):  # a check never breaks a capture
-                    _note_size_one(recorder, self, name, other)
-            return result
-
-        return compare
-
-    for name, original in originals.items():
-        setattr(torch.SymInt, name, wrap(name, original))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(torch.SymInt, name, original)
 
 
 @contextlib.contextmanager
@@ -512,6 +379,9 @@ def recording_specializations() -> Iterator[dict[str, Specialization]]:
 def recording_guards() -> Iterator[tuple[dict[str, Specialization], dict[str, RangeGuard]]]:
     """Specialisations by source name, and the guards that bound a size, by symbol.
 
+    The guards include the model's comparisons of a size with 1 that torch decided
+    (``_size_one``), as ``size_one`` guards.
+
     Callers hold the export lock: the logger's level and handlers are process-global.
     """
     logger = logging.getLogger(SHAPES_LOGGER)
@@ -521,7 +391,7 @@ def recording_guards() -> Iterator[tuple[dict[str, Specialization], dict[str, Ra
     logger.setLevel(min(logging.INFO, logger.getEffectiveLevel()))
     logger.propagate = False
     try:
-        with _watching_size_one(recorder):
+        with watching_size_one(recorder.sources, recorder.size_one):
             yield recorder.found, recorder.guards
     finally:
         logger.handlers = handlers

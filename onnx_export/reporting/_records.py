@@ -22,6 +22,7 @@ from onnx_export import diagnostics
 from onnx_export.capture._decomp import DecompositionReport
 from onnx_export.capture._specialized import RangeGuard, model_file
 from onnx_export.capture._strategies import CaptureAttempt, explanation
+from onnx_export.capture._user_code import exporter_dirs, is_exporter_code, is_user_code
 from onnx_export.capture.patches import PatchOutcome
 from onnx_export.diagnostics import (
     DiagnosticContext,
@@ -66,16 +67,13 @@ TOOL_VERSION = "0.1.0"
 #: Loggers recorded as they are; torch's are recorded (and muted) by ``_torch_output``.
 LOGGERS = ("onnxscript",)
 
-#: The exporter's own folder (``onnx_export/``, this module's package's parent).
-_EXPORTER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
 _LIBRARY_DIRS = (
     *(
         os.path.dirname(path) + os.sep
         for path in (torch.__file__, onnxscript.__file__, diagnostics.__file__)
         if path
     ),
-    _EXPORTER_DIR,
+    *exporter_dirs(),
 )
 
 _PLAIN_LIBRARY_PATHS = (
@@ -112,8 +110,13 @@ _NOT_USER = tuple(
 
 
 def user_frame(path: str) -> bool:
-    """Whether a frame's file is the user's: not a library's, the stdlib's, a script's or ours."""
-    return not path.startswith("<") and not path.startswith(_NOT_USER)
+    """Whether a frame's file is the user's: not a library's, the stdlib's, a script's or ours.
+
+    Stricter than :func:`~onnx_export.capture._user_code.is_user_code` (which node origins
+    and guards use, where a transformers model's line is the model's): a failure or a
+    warning raised inside any library is located at the user's line that led there.
+    """
+    return is_user_code(path) and not path.startswith(_NOT_USER)
 
 
 def origin_locations(origin: NodeOrigin) -> tuple[tuple[Location, ...], tuple[Stack, ...]]:
@@ -167,7 +170,7 @@ def call_site() -> tuple[Location, ...]:
 
 def _model_in(frame: FrameType) -> torch.nn.Module | None:
     """The module an exporter frame is exporting (its ``module`` or ``model`` local)."""
-    if not frame.f_code.co_filename.startswith(_EXPORTER_DIR):
+    if not is_exporter_code(frame.f_code.co_filename):
         return None
     for name in ("module", "model"):
         value = frame.f_locals.get(name)
@@ -212,7 +215,7 @@ def failure_info(error: BaseException) -> ExceptionInfo:
 
 def _not_exporter(path: str) -> bool:
     """Whether a traceback frame is outside onnx_export's own modules."""
-    return not path.startswith(_EXPORTER_DIR)
+    return not is_exporter_code(path)
 
 
 def record_capture(

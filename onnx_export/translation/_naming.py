@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ from torch.export.graph_signature import InputKind, SymIntArgument, TensorArgume
 from torch.utils import _pytree as pytree
 
 from onnx_export.capture._dynamic import DynamicInt, GeneratedDimName, key_text
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.errors import DimensionNameWarning
 
 __all__ = [
@@ -373,12 +373,12 @@ def check_int_bounds(
 
 
 def warn_merged_dim_names(merged: Sequence[MergedDimName]) -> None:
-    """One ``DimensionNameWarning`` per unused axis name, at the caller's caller's line.
+    """One ``DimensionNameWarning`` per unused axis name, at the user's line that exported.
 
     Called by ``dynamo_export`` after its recording block, so that the user sees them.
     """
     for name in merged:
-        warnings.warn(name.message(), DimensionNameWarning, stacklevel=3)
+        warn_at_user_line(name.message(), DimensionNameWarning)
 
 
 def graph_names(

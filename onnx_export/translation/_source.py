@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sysconfig
 
 import torch
 import torch.fx
+
+from onnx_export.capture._user_code import is_user_code
 
 __all__ = ["NodeOrigin", "node_origin"]
 
@@ -16,26 +17,11 @@ _FRAME = re.compile(
     r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)'
 )
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-#: onnx_export's own folder (and the linked adapters/diagnostics folders, resolved), and the
-#: standard library: frames there (our LSTM/GRU rewrites, ``contextlib``) are not the user's.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Without a user frame (a torch module exported as it is), torch's module code, e.g.
 #: ``nn/modules/transformer.py``, is the model's code; torch's tracing machinery
 #: (``fx/proxy.py``, ``utils/_stats.py``) is not.
 _TORCH_MODULES = os.path.join(_TORCH_DIR, "nn", "")
 _NN_MODULES = os.path.join(_TORCH_DIR, "nn", "modules", "")
-_NOT_USER = tuple(
-    dict.fromkeys(
-        (
-            _TORCH_DIR,
-            _PACKAGE_DIR + os.sep,
-            os.path.realpath(_PACKAGE_DIR) + os.sep,
-            os.path.realpath(os.path.join(_PACKAGE_DIR, "adapters")) + os.sep,
-            os.path.realpath(os.path.join(_PACKAGE_DIR, "diagnostics")) + os.sep,
-            os.path.join(sysconfig.get_paths()["stdlib"], ""),
-        )
-    )
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +31,8 @@ class NodeOrigin:
     Attributes:
         module_path: Dotted path of the innermost ``nn.Module`` (``""`` for the root).
         module_class: Qualified class name of that module.
-        file: Source file of the innermost frame outside torch, onnx_export and the
-            standard library, if known.
+        file: Source file of the innermost frame outside torch, onnx_export (its capture
+            patches and LSTM/GRU rewrites too) and the standard library, if known.
         line: Its line number.
         code: Its line of code.
         stack_trace: The full stack trace torch.export recorded.
@@ -87,7 +73,7 @@ def node_origin(node: torch.fx.Node) -> NodeOrigin:
         module_class = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     trace = node.meta.get("stack_trace") or ""
     frames = list(_FRAME.finditer(trace))
-    user = [f for f in frames if not f["file"].startswith(_NOT_USER)]
+    user = [f for f in frames if is_user_code(f["file"])]
     chosen = user[-1] if user else _module_frame(frames)
     if chosen is None:
         return NodeOrigin(module_path, module_class, stack_trace=trace)

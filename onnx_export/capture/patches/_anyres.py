@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "anyres_tensor_sizes", "best_resolution", "unpadded", "crop_grid"]
 
@@ -228,13 +228,9 @@ def anyres_tensor_sizes() -> Iterator[None]:
         for helper in _HELPERS:
             original = vars(module).get(helper)
             if callable(original) and getattr(original, "__module__", None) == name:
-                setattr(module, helper, _MAKERS[helper](original, grids))
-                replaced.append((module, helper, original))
-    try:
+                replaced.append((module, helper, _MAKERS[helper](original, grids)))
+    with swapped(*replaced):
         yield
-    finally:
-        for module, helper, original in reversed(replaced):
-            setattr(module, helper, original)
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "cdist_decided"]
 
@@ -62,11 +62,8 @@ def cdist_decided() -> Iterator[None]:
             compute_mode = "use_mm_for_euclid_dist"
         return original(x1, x2, p, compute_mode)
 
-    torch.cdist = cdist
-    try:
+    with swapped((torch, "cdist", cdist)):
         yield
-    finally:
-        torch.cdist = original
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

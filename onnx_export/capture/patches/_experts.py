@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "every_expert"]
 
@@ -105,14 +105,8 @@ def every_expert() -> Iterator[None]:
         (torch, "nonzero", nonzero_function),
         (torch.Tensor, "__iter__", iterate_experts),
     ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, patched in patches:  # patched while capturing (under EXPORT_LOCK)
-        setattr(owner, name, patched)
-    try:
+    with swapped(*patches):  # patched while capturing (under EXPORT_LOCK)
         yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import linecache
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -30,12 +29,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from onnx_export.capture._user_code import innermost_user_frame
 from onnx_export.capture.patches._registry import Patch, Target
 
 __all__ = ["PATCH", "finite_branches", "has_float16_tensors"]
 
 _CLAMPS = frozenset({torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip})
-_TORCH_DIR = os.path.dirname(torch.__file__)
 #: How many lines after the ``if`` may hold the clamp.
 _LOOKAHEAD = 3
 
@@ -48,11 +47,7 @@ def has_float16_tensors(model: torch.nn.Module, inputs: Any = ()) -> bool:
 
 def _caller_clamps_next() -> bool:
     """Whether the model's line asking for the truth is an ``isfinite`` test whose body clamps."""
-    frame = sys._getframe(2)
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_TORCH_DIR) or frame.f_code.co_filename == __file__
-    ):
-        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    frame = innermost_user_frame(sys._getframe(2))
     if frame is None:
         return False
     path, line = frame.f_code.co_filename, frame.f_lineno

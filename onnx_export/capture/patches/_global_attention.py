@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "global_attention_flag"]
 
@@ -116,36 +116,23 @@ def global_attention_flag(model: torch.nn.Module) -> Iterator[None]:
         >>> with global_attention_flag(torch.nn.Linear(2, 2)):
         ...     pass
     """
-    patched: list[tuple[torch.nn.Module, str, bool, Any]] = []
-    namespaces: list[dict[str, Any]] = []
-
-    def patch(module: torch.nn.Module, name: str, replacement: Any) -> None:
-        had_own = name in module.__dict__
-        patched.append((module, name, had_own, module.__dict__.get(name)))
-        setattr(module, name, replacement)
-
+    replaced: list[tuple[Any, str, Any]] = []
+    sources: set[str] = set()
     for module in model.modules():
         if not _takes_the_flag(module):
             continue
         names = list(inspect.signature(type(module).forward).parameters)
-        patch(module, "forward", _general_branch(module.forward, names.index("is_global_attn") - 1))
+        flag = names.index("is_global_attn") - 1
+        replaced.append((module, "forward", _general_branch(module.forward, flag)))
         find = getattr(module, "_get_global_attn_indices", None)
         if callable(find):
-            patch(module, "_get_global_attn_indices", _sized_indices(find))
+            replaced.append((module, "_get_global_attn_indices", _sized_indices(find)))
         source = sys.modules.get(type(module).__module__)
-        if source is not None and "len" not in source.__dict__:
-            namespaces.append(source.__dict__)
-            source.__dict__["len"] = _symbolic_len
-    try:
+        if source is not None and "len" not in vars(source) and source.__name__ not in sources:
+            sources.add(source.__name__)
+            replaced.append((source, "len", _symbolic_len))  # the module's own len, for a while
+    with swapped(*replaced):
         yield
-    finally:
-        for namespace in namespaces:
-            namespace.pop("len", None)
-        for module, name, had_own, own in reversed(patched):
-            if had_own:
-                setattr(module, name, own)  # the instance's own attribute, restored
-            else:
-                delattr(module, name)
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

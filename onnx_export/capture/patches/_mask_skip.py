@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "bidirectional_skip_without_padding"]
 
@@ -54,11 +54,8 @@ def bidirectional_skip_without_padding() -> Iterator[None]:
     if masking is None or original is None:
         yield
         return
-    masking._ignore_bidirectional_mask_sdpa = _deciding(original)  # type: ignore[attr-defined]
-    try:
+    with swapped((masking, "_ignore_bidirectional_mask_sdpa", _deciding(original))):
         yield
-    finally:
-        masking._ignore_bidirectional_mask_sdpa = original  # type: ignore[attr-defined]
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "unchanged_module_casts"]
 
@@ -56,11 +56,8 @@ def unchanged_module_casts() -> Iterator[None]:
             return self
         return original(self, *args, **kwargs)
 
-    torch.nn.Module.to = to  # type: ignore[method-assign]  # patched while capturing
-    try:
+    with swapped((torch.nn.Module, "to", to)):  # patched while capturing
         yield
-    finally:
-        torch.nn.Module.to = original  # type: ignore[method-assign]  # restored
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

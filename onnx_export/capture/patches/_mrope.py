@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from onnx_export.capture.patches._mrope_index import RopeLayout, multimodal_positions
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "multimodal_rope"]
 
@@ -195,17 +195,11 @@ def multimodal_rope(model: torch.nn.Module) -> Iterator[None]:
     if not switch:
         yield
         return
-    saved = {cls: cls.__dict__.get("get_rope_index") for cls in switch}
-    for cls, index in switch.items():  # patched while capturing (under EXPORT_LOCK)
-        setattr(cls, "get_rope_index", index)  # noqa: B010  # any module class
+    indexes = ((cls, "get_rope_index", index) for cls, index in switch.items())
     try:
-        yield
+        with swapped(*indexes):  # patched while capturing (under EXPORT_LOCK)
+            yield
     finally:
-        for cls, original in saved.items():
-            if original is None:
-                delattr(cls, "get_rope_index")
-            else:
-                setattr(cls, "get_rope_index", original)  # noqa: B010  # any module class
         for module, deltas in kept:
             module.rope_deltas = deltas
 

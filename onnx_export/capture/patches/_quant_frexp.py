@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "batch_frexp", "torch_frexp"]
 
@@ -66,14 +66,9 @@ def torch_frexp() -> Iterator[None]:
         >>> with torch_frexp():
         ...     pass
     """
-    saved = [(module, module.batch_frexp) for module in _quantizer_modules()]
-    for module, _ in saved:  # patched while capturing (under EXPORT_LOCK)
-        module.batch_frexp = batch_frexp
-    try:
+    modules = _quantizer_modules()  # patched while capturing (under EXPORT_LOCK)
+    with swapped(*((module, "batch_frexp", batch_frexp) for module in modules)):
         yield
-    finally:
-        for module, original in saved:
-            module.batch_frexp = original
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

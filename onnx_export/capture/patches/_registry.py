@@ -19,8 +19,9 @@ import inspect
 import platform
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from types import ModuleType
 from typing import Any, Literal
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "enter_patches",
     "library_version",
     "locate",
+    "modules_holding",
+    "swapped",
 ]
 
 #: The state of a target in the installed libraries.
@@ -283,3 +286,53 @@ def enter_patches(
             continue
         outcomes.append(PatchOutcome(patch.name, True))
     return tuple(outcomes)
+
+
+@contextlib.contextmanager
+def swapped(*replacements: tuple[Any, str, Any]) -> Iterator[None]:
+    """Set each ``(owner, name, value)`` for the block; after it, put back what was there.
+
+    An owner (a module, a class, an instance) that had no attribute of its own by that
+    name, one it inherited or none, loses the one set, so that look-ups go where they went
+    before. Restored in reverse order: a name set twice ends as it began. The patches'
+    one shape of swapping library code, here once.
+
+    Callers hold the export lock: the owners are patched for the process.
+
+    Example:
+        >>> import math
+        >>> with swapped((math, "tau", 6.0)):
+        ...     math.tau
+        6.0
+        >>> math.tau
+        6.283185307179586
+    """
+    saved: list[tuple[Any, str, bool, Any]] = []
+    try:
+        for owner, name, value in replacements:
+            own = vars(owner) if hasattr(owner, "__dict__") else {name: getattr(owner, name)}
+            saved.append((owner, name, name in own, own.get(name)))
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, had_own, before in reversed(saved):
+            if had_own:
+                setattr(owner, name, before)
+            else:
+                delattr(owner, name)
+
+
+def modules_holding(name: str, value: Any, library: str = "transformers") -> list[ModuleType]:
+    """The loaded modules of ``library`` whose ``name`` is ``value`` (it or an import of it).
+
+    Example:
+        >>> import math
+        >>> modules_holding("sqrt", math.sqrt, "math") == [math]
+        True
+    """
+    return [
+        module
+        for module_name, module in list(sys.modules.items())
+        if (module_name == library or module_name.startswith(library + "."))
+        and getattr(module, name, None) is value
+    ]

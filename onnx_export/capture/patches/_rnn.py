@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "recurrent_ops"]
 
@@ -195,17 +195,8 @@ def recurrent_ops() -> Iterator[None]:
         "rnn_tanh": _routed_rnn(_KERNELS.rnn_tanh, relu=False),
         "rnn_relu": _routed_rnn(_KERNELS.rnn_relu, relu=True),
     }
-    saved = {name: vf.__dict__.get(name) for name in routes}
-    for name, route in routes.items():
-        setattr(vf, name, route)
-    try:
+    with swapped(*((vf, name, route) for name, route in routes.items())):
         yield
-    finally:
-        for name, before in saved.items():
-            if before is None:
-                delattr(vf, name)
-            else:
-                setattr(vf, name, before)
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from torch._subclasses import fake_tensor
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "NUMEL", "small_constants_kept"]
 
@@ -42,12 +42,9 @@ def small_constants_kept() -> Iterator[None]:
         ...     fake_tensor.CONSTANT_NUMEL_LIMIT
         64
     """
-    before = fake_tensor.CONSTANT_NUMEL_LIMIT
-    fake_tensor.CONSTANT_NUMEL_LIMIT = max(before, NUMEL)
-    try:
+    limit = max(fake_tensor.CONSTANT_NUMEL_LIMIT, NUMEL)
+    with swapped((fake_tensor, "CONSTANT_NUMEL_LIMIT", limit)):
         yield
-    finally:
-        fake_tensor.CONSTANT_NUMEL_LIMIT = before
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

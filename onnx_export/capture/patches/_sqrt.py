@@ -28,7 +28,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "bounded_sqrt"]
 
@@ -76,11 +76,8 @@ def bounded_sqrt() -> Iterator[None]:
                 return _root(value, *bounds)
         return original(value)
 
-    math.sqrt = sqrt
-    try:
+    with swapped((math, "sqrt", sqrt)):
         yield
-    finally:
-        math.sqrt = original
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "every_user_frame"]
 
@@ -35,11 +35,8 @@ def every_user_frame(enabled: bool = True) -> Iterator[None]:
         original(self, *args, **kwargs)
         self._record_forward_stack_traces_only = False
 
-    tracer.__init__ = init
-    try:
+    with swapped((tracer, "__init__", init)):
         yield
-    finally:
-        tracer.__init__ = original
 
 
 def _module_stack_tracer() -> Any:

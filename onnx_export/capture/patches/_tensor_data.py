@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "data_as_detach"]
 
@@ -43,11 +43,8 @@ def data_as_detach() -> Iterator[None]:
         result: torch.Tensor = original.__get__(self, type(self))
         return result
 
-    torch.Tensor.data = property(data, original.__set__)  # type: ignore[assignment]  # restored below
-    try:
+    with swapped((torch.Tensor, "data", property(data, original.__set__))):
         yield
-    finally:
-        torch.Tensor.data = original  # the descriptor, restored
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, modules_holding, swapped
 
 __all__ = ["symbolic_torch_int"]
 
@@ -50,19 +50,9 @@ def symbolic_torch_int() -> Iterator[None]:
         yield
         return
     patched = _symbolic(original)
-    users = [
-        m
-        for name, m in list(sys.modules.items())
-        if (name.startswith("transformers.") or name == "transformers")
-        and getattr(m, "torch_int", None) is original
-    ]
-    for module in users:  # patched while capturing (under EXPORT_LOCK)
-        module.torch_int = patched  # type: ignore[attr-defined]
-    try:
+    users = modules_holding("torch_int", original)  # patched while capturing (EXPORT_LOCK)
+    with swapped(*((module, "torch_int", patched) for module in users)):
         yield
-    finally:
-        for module in users:
-            module.torch_int = original  # type: ignore[attr-defined]
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

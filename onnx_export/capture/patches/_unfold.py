@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, swapped
 
 __all__ = ["PATCH", "unfold_preconditions"]
 
@@ -68,11 +68,8 @@ def unfold_preconditions() -> Iterator[None]:
                 _check(blocks > 0, "unfold needs at least one block per axis")
         return original(input, kernel_size, dilation, padding, stride)
 
-    torch.nn.functional.unfold = unfold
-    try:
+    with swapped((torch.nn.functional, "unfold", unfold)):
         yield
-    finally:
-        torch.nn.functional.unfold = original
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

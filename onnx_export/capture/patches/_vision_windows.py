@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from onnx_export.capture.patches._registry import Patch, Target
+from onnx_export.capture.patches._registry import Patch, Target, modules_holding, swapped
 
 __all__ = ["PATCH", "vision_windows", "window_order"]
 
@@ -104,19 +104,10 @@ def vision_windows() -> Iterator[None]:
         yield
         return
     patched = _window_index(original)
-    users = [
-        m
-        for name, m in list(sys.modules.items())
-        if name.startswith("transformers.")
-        and getattr(m, "get_vision_window_index", None) is original
-    ]
-    for module in users:  # patched while capturing (under EXPORT_LOCK)
-        module.get_vision_window_index = patched  # type: ignore[attr-defined]
-    try:
+    name = "get_vision_window_index"
+    users = modules_holding(name, original)  # patched while capturing (under EXPORT_LOCK)
+    with swapped(*((module, name, patched) for module in users)):
         yield
-    finally:
-        for module in users:
-            module.get_vision_window_index = original  # type: ignore[attr-defined]
 
 
 #: The record capture enters this patch from (``patches/__init__.py``).

@@ -171,8 +171,7 @@ def _export_options(
 
 def _warn_fallback(spec: Any, error: Exception) -> None:
     """Say which axes are kept static, and why (the dynamic export's first line)."""
-    import warnings
-
+    from onnx_export.capture._user_code import warn_at_user_line
     from onnx_export.errors import StaticDimensionWarning
 
     dynamic = {k: set(v) for k, v in (spec.dynamic_shapes or {}).items()}
@@ -183,11 +182,10 @@ def _warn_fallback(spec: Any, error: Exception) -> None:
         for axis in axes - kept.get(name, set())
     )
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
-    warnings.warn(
+    warn_at_user_line(
         f"{spec.file_name}: {', '.join(fixed) or 'some axes'} exported static at the example's "
         f"sizes: with them dynamic the export failed: {reason}",
         StaticDimensionWarning,
-        stacklevel=2,
     )
 
 

@@ -42,13 +42,13 @@ import contextlib
 import dataclasses
 import inspect
 import sys
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.hf.export._gqa import (
     group_query_attention,
     group_query_attention_onnx,
@@ -419,12 +419,11 @@ def onnxruntime_graphs(model: Any, task: str, specs: list[GraphSpec]) -> list[Gr
         return specs
     fused = fused_causal_lm_graph(model, specs[0])
     if isinstance(fused, str):
-        warnings.warn(
+        warn_at_user_line(
             f"{type(model).__name__} cannot use GroupQueryAttention under the onnxruntime "
             f"target: {fused}; the decoder keeps the default attention (with onnxscript's "
             "fusions).",
             UserWarning,
-            stacklevel=3,
         )
         return specs
     return [fused]
