@@ -375,11 +375,11 @@ class DraftLength:
 
     A step of ``1 + d`` tokens (the pending one and ``d`` drafts) is taken to cost
     ``single + d * extra`` seconds: ``single`` the fastest of the last one-token steps,
-    ``extra`` the median over the last steps with drafts of what each token added (a
-    minimum and a median, so that a step slowed by something else running does not
-    count). Drafts are kept one after another with the chance ``p`` seen so far (recent
-    steps weigh more; a draft left out is still compared with the token the step made),
-    so ``d`` drafts are worth ``1 + p + ... + p**d`` tokens. The ``d`` with the most
+    ``extra`` the least that a token added in the last steps with drafts (the fastest, so
+    that a step slowed by something else running does not count). Drafts are kept one
+    after another with the chance ``p`` seen so far (recent steps weigh more; a draft left
+    out is still compared with the token the step made), so ``d`` drafts are worth
+    ``1 + p + ... + p**d`` tokens. The ``d`` with the most
     tokens a second wins; 0 is a plain one-token step. Where a chunk of several tokens
     costs little more than one (a large model, memory-bound) this verifies every draft;
     where each token adds much (a small int4 model on a CPU) only well-kept drafts. Until
@@ -421,8 +421,8 @@ class DraftLength:
         single = min(self._single)
         if not self._chunks:
             return single, 0.2 * single  # a guess until a step with drafts is timed
-        extra = sorted((seconds - single) / (tokens - 1) for tokens, seconds in self._chunks)
-        return single, max(0.0, extra[len(extra) // 2])
+        extra = min((seconds - single) / (tokens - 1) for tokens, seconds in self._chunks)
+        return single, max(0.0, extra)
 
     def length(self, available: int) -> int:
         """How many of ``available`` drafts the next step verifies."""
