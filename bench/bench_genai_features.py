@@ -16,20 +16,24 @@ one (``fused``, GroupQueryAttention as genai's) and the fused one with int4 weig
   included), and the mask's cost per token (the difference); every document is checked to
   parse and validate.
 - **speculation**: a repetitive prompt (a 7-token phrase 8 times, as a summary quoting its
-  source), 64 new tokens, greedy: ``prompt_lookup_num_tokens=4`` (n-grams up to 2) against
-  genai's n-gram decoding (``ngram_size=2, max_draft_tokens=4``); tokens/s, the speed-up
-  over each tool's plain greedy, the acceptance rate, and that the tokens equal plain
-  greedy's. A random model falls into a loop of a few tokens, which prompt lookup then
-  drafts well: the acceptance here is an upper end, not a trained model's. The fused
-  decoders verify the drafts on their shared cache (their logits hold every new token's
-  in a step after a past).
+  source), 64 new tokens, greedy: ours as ``generate(prompt_lookup_num_tokens=16)`` runs it
+  (n-grams up to 2; each step verifies as many of the drafts as pay off, ``DraftLength``)
+  against genai's n-gram decoding (``ngram_size=2, max_draft_tokens=16``); each round runs
+  plain and n-gram decoding for each tool, and the table gives the medians over
+  ``--rounds`` (tokens/s), the median of each round's speed-up and their range, the
+  acceptance and whether the tokens equal plain greedy's. A random model falls into a
+  loop of a few tokens, which prompt lookup then drafts well: the acceptance here is an
+  upper end, not a trained model's. The fused decoders verify the drafts on their shared
+  cache (their logits hold every new token's in a step after a past).
+  ``--int4-block-size 64 128`` adds fused int4 rows of other block sizes.
 - **continuous batching**: 1, 4 and 16 requests (prompts of 8-40 tokens, 16-48 new
   tokens each) at once against one after another, tokens compared with each tool's
   sequential ones: ours through ``batcher()`` (default graph: a left-padded batch cache;
   fused and int4: a slot per request in one shared buffer), genai through its ``Engine``
   (``engine.static_batching.max_batch_size`` 16) against its ``Generator``.
 
-    python bench/bench_genai_features.py [--repeat 5] [--clock wall|cpu] [--genai-path DIR]
+    python bench/bench_genai_features.py [--repeat 5] [--rounds 7] [--clock wall|cpu]
+        [--only structured speculation batching] [--int4-block-size 64 128] [--genai-path DIR]
 """
 
 from __future__ import annotations
@@ -387,6 +391,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="speculation rounds (medians)")
     parser.add_argument("--lookup-tokens", type=int, default=LOOKUP["tokens"])
     parser.add_argument(
+        "--int4-block-size", type=int, nargs="*", default=[], help="more fused int4 rows"
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         choices=("structured", "speculation", "batching"),
@@ -408,6 +415,14 @@ def main() -> None:
         hf.export_pretrained(root / "ckpt", root / "ours")
         hf.export_pretrained(root / "ckpt", root / "fused", target="onnxruntime")
         hf.export_pretrained(root / "ckpt", root / "int4", target="onnxruntime", quantize="int4")
+        for block in args.int4_block_size:  # more int4 rows: other block sizes
+            hf.export_pretrained(
+                root / "ckpt",
+                root / f"int4-b{block}",
+                target="onnxruntime",
+                quantize="int4",
+                quantize_block_size=block,
+            )
         build_genai(root / "ckpt", root / "genai", env)
         build_genai(root / "ckpt", root / "genai-int4", env, "int4")
         tokenizer = Tokenizer.from_file(str(root / "ckpt" / "tokenizer.json"))
@@ -419,6 +434,7 @@ def main() -> None:
             "ours": ours(root / "ours"),
             "fused": ours(root / "fused"),
             "int4": int4,
+            **{f"int4-b{b}": ours(root / f"int4-b{b}") for b in args.int4_block_size},
             "genai": genai(root / "genai"),
             "genai-int4": genai_int4,
         }
