@@ -67,7 +67,7 @@ class SharedCache:
         for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
             self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
-        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_new)
+        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_chunk)
         self._logits_value = _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
         self._binding.bind_ortvalue_output("logits", self._logits_value)
         self._results = {"logits": self._logits}
@@ -75,8 +75,6 @@ class SharedCache:
         self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
-        self._one = np.ones(1, np.int64)  # the memory the value wraps (kept alive)
-        self._keep_one = _C.OrtValue.ortvalue_from_numpy(self._one, cpu)
         self._keep_array = np.ones(1, np.int64)  # a verification step's count
         self._keep_value = _C.OrtValue.ortvalue_from_numpy(self._keep_array, cpu)
         self._chunk: dict[str, Any] | None = None  # run_chunk's arrays and bindings
@@ -116,30 +114,6 @@ class SharedCache:
             )
         self._run(self._binding, self._options)
         return self._results
-
-    def run_new(self, feed: Mapping[str, Any], count: int) -> npt.NDArray[np.float32]:
-        """One row's step whose last ``count`` positions' logits are wanted: (count, vocab).
-
-        ``feed`` then holds ``num_logits_to_keep`` = ``count`` (a fused decoder's input, 1
-        unless fed); ORT allocates the logits (the graph declares one position), and
-        afterwards the one-position buffer and ``num_logits_to_keep`` = 1 are bound again.
-        A later step overwrites what lies past its own tokens, which is how a verification step's
-        rejected drafts are dropped.
-        """
-        if count == 1:
-            return self.last_logits(self.run(feed)).copy()
-        # ORT allocates them: a buffer bound for the declared (batch, 1, vocab) must be it
-        self._binding.bind_output("logits", self._cpu)
-        try:
-            self.run(feed)
-            outputs = self._binding.get_outputs()
-            found = [outputs[i] for i in range(len(outputs)) if len(outputs[i].shape()) == 3]
-            logits = host_float32(found[0])
-        finally:
-            self._binding.bind_ortvalue_output("logits", self._logits_value)
-            if _KEEP in feed:
-                self._binding.bind_ortvalue_input(_KEEP, self._keep_one)
-        return np.array(logits[0], dtype=np.float32)  # the caller's own
 
     def run_chunk(
         self, tokens: list[int], start: int, wanted: int, positions: bool
