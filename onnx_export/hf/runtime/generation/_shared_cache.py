@@ -165,8 +165,8 @@ class SharedCache:
         bind.bind_output("logits", cpu)  # again each step: the last one's shape is kept
         chunk["logits"] = self._logits_index()
         self._run(bind, self._options)
-        logits = bind.get_outputs()[chunk["logits"]]
-        return host_float32(logits)[0]
+        logits = host_float32(bind.get_outputs()[chunk["logits"]])[0]
+        return logits.astype(np.float32, copy=False)  # type: ignore[no-any-return]
 
     def _logits_index(self) -> int:
         """Where ``logits`` is among the binding's outputs (bound last, in __init__)."""
