@@ -174,6 +174,8 @@ class PromptLookup:
     Example:
         >>> PromptLookup(num_tokens=3).propose([5, 6, 7, 8, 5, 6], 3)
         [7, 8, 5]
+        >>> PromptLookup(num_tokens=5).propose([1, 2, 3, 2, 3], 5)  # 2, 3 repeats
+        [2, 3, 2, 3, 2]
     """
 
     num_tokens: int
@@ -188,7 +190,12 @@ class PromptLookup:
     _last: int = dataclasses.field(default=-1, init=False, repr=False, compare=False)
 
     def propose(self, sequence: list[int], count: int) -> list[int]:
-        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins."""
+        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins.
+
+        Where the tokens after the match reach the sequence's end, transformers' drafts
+        stop; these go on with the drafts themselves (the text after the match repeats
+        with the same shift, as in a loop). The tokens made do not depend on it.
+        """
         length, count = len(sequence), min(count, self.num_tokens)
         if count < 1:
             return []
@@ -197,7 +204,10 @@ class PromptLookup:
             found = self._first[size - 1].get(tuple(sequence[length - size :]))
             if found is not None:
                 start = found + size
-                return [int(t) for t in sequence[start : min(start + count, length)]]
+                drafts = [int(t) for t in sequence[start : min(start + count, length)]]
+                while len(drafts) < count:  # the shift that matched repeats: a loop
+                    drafts.append(drafts[len(drafts) - (length - start)])
+                return drafts
         return []
 
     def _index(self, sequence: list[int]) -> None:
