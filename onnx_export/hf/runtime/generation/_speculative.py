@@ -1,8 +1,10 @@
 """Speculative decoding: draft k tokens cheaply, verify them in one step of the model.
 
-Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts the k tokens that
+Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts up to k tokens that
 followed the last n-gram's earliest earlier occurrence (n from ``max_matching_ngram_size``,
-2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``);
+2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``; past the
+sequence's end they go on with the same shift), and :class:`DraftLength` says how many of
+them a step verifies (those that pay off, from the measured step costs);
 ``assistant_model=`` drafts them greedily with a smaller exported model of the same
 vocabulary (``num_assistant_tokens``, 5 by default, then grown by 2 when a whole draft is
 accepted and shrunk by 1 when not: transformers' "heuristic" schedule).
