@@ -62,7 +62,6 @@ class QuantizeOptions:
                 f"accuracy_level must be 0 to 4 or None, got {self.accuracy_level}."
             )
 
-
     def as_manifest(self) -> dict[str, object]:
         """What ``onnx_export.json`` records of the quantization (``"quantization"``).
 
