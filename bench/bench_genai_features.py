@@ -16,20 +16,24 @@ one (``fused``, GroupQueryAttention as genai's) and the fused one with int4 weig
   included), and the mask's cost per token (the difference); every document is checked to
   parse and validate.
 - **speculation**: a repetitive prompt (a 7-token phrase 8 times, as a summary quoting its
-  source), 64 new tokens, greedy: ``prompt_lookup_num_tokens=4`` (n-grams up to 2) against
-  genai's n-gram decoding (``ngram_size=2, max_draft_tokens=4``); tokens/s, the speed-up
-  over each tool's plain greedy, the acceptance rate, and that the tokens equal plain
-  greedy's. A random model falls into a loop of a few tokens, which prompt lookup then
-  drafts well: the acceptance here is an upper end, not a trained model's. The fused
-  decoders verify the drafts on their shared cache (their logits hold every new token's
-  in a step after a past).
+  source), 64 new tokens, greedy: ours as ``generate(prompt_lookup_num_tokens=16)`` runs it
+  (n-grams up to 2; each step verifies as many of the drafts as pay off, ``DraftLength``)
+  against genai's n-gram decoding (``ngram_size=2, max_draft_tokens=16``); each round runs
+  plain and n-gram decoding for each tool, and the table gives the medians over
+  ``--rounds`` (tokens/s), the median of each round's speed-up and their range, the
+  acceptance and whether the tokens equal plain greedy's. A random model falls into a
+  loop of a few tokens, which prompt lookup then drafts well: the acceptance here is an
+  upper end, not a trained model's. The fused decoders verify the drafts on their shared
+  cache (their logits hold every new token's in a step after a past).
+  ``--int4-block-size 64 128`` adds fused int4 rows of other block sizes.
 - **continuous batching**: 1, 4 and 16 requests (prompts of 8-40 tokens, 16-48 new
   tokens each) at once against one after another, tokens compared with each tool's
   sequential ones: ours through ``batcher()`` (default graph: a left-padded batch cache;
   fused and int4: a slot per request in one shared buffer), genai through its ``Engine``
   (``engine.static_batching.max_batch_size`` 16) against its ``Generator``.
 
-    python bench/bench_genai_features.py [--repeat 5] [--clock wall|cpu] [--genai-path DIR]
+    python bench/bench_genai_features.py [--repeat 5] [--rounds 7] [--clock wall|cpu]
+        [--only structured speculation batching] [--int4-block-size 64 128] [--genai-path DIR]
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from onnx_export.hf.runtime.generation._generate import Stopping
 from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
+    DraftLength,
     PromptLookup,
     speculative_decode,
 )
@@ -122,6 +127,9 @@ Run = Callable[[np.ndarray, int], tuple[np.ndarray, float, float | None]]
 #: Which clock the runs read: "wall" (perf_counter) or "cpu" (this process's CPU seconds,
 #: less moved by other processes on a shared machine; one thread each).
 CLOCK = {"name": "wall"}
+#: The most drafts a step verifies (ours: ``prompt_lookup_num_tokens``, which verifies as many
+#: of them as pay off; genai: ``max_draft_tokens``).
+LOOKUP = {"tokens": 16}
 
 
 def _now() -> float:
@@ -147,10 +155,14 @@ def ours(folder: pathlib.Path) -> dict[str, Run]:
         return run
 
     def lookup(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
+        # what generate(prompt_lookup_num_tokens=K) runs, with its statistics
         start = _now()
         runner = ChunkRunner(model.session, uses_positions=True, capacity=ids.shape[1] + new)
         stopping = Stopping.resolve(new, [], None)
-        out, stats = speculative_decode(runner, PromptLookup(4, 2), ids, TokenChooser(), stopping)
+        drafter = PromptLookup(LOOKUP["tokens"], 2)
+        out, stats = speculative_decode(
+            runner, drafter, ids, TokenChooser(), stopping, schedule=DraftLength()
+        )
         return out[0, ids.shape[1] :], _since(start), stats.acceptance
 
     return {
@@ -177,7 +189,7 @@ def genai(folder: pathlib.Path) -> dict[str, Run]:
             else:
                 params.set_search_options(max_length=length, min_length=length, do_sample=False)
             if ngram:
-                params.set_speculative_options(ngram_size=2, max_draft_tokens=4)
+                params.set_speculative_options(ngram_size=2, max_draft_tokens=LOOKUP["tokens"])
             generator = og.Generator(model, params)
             generator.append_tokens(ids.astype(np.int32))
             while not generator.is_done():
@@ -307,6 +319,59 @@ def batching(tools: dict[str, dict[str, Batch]], repeat: int) -> None:
             )
 
 
+def structured_output(tools: dict[str, dict[str, Run]], repeat: int, tokenizer: Any) -> None:
+    """ms per new token with a JSON schema against as many unconstrained tokens."""
+    print(f"structured output (JSON schema), ms per new token ({CLOCK['name']}), best of {repeat}")
+    guided = best(tools, "json", PLAIN_PROMPT, repeat)
+    # unconstrained decoding of as many tokens as each tool's document
+    structured = {name: runs for name, runs in tools.items() if name in guided}
+    plain = best(structured, "plain", PLAIN_PROMPT, repeat, lambda n: len(guided[n][0]))
+    print(f"{'tool':<6} {'plain':>7} {'json':>7} {'mask/token':>10} {'tokens':>6} valid")
+    for name in guided:
+        per_plain = plain[name][1] / len(plain[name][0]) * 1e3
+        tokens = guided[name][0]
+        per_json = guided[name][1] / len(tokens) * 1e3
+        print(
+            f"{name:<6} {per_plain:>7.2f} {per_json:>7.2f} {per_json - per_plain:>10.2f} "
+            f"{len(tokens):>6} {valid(tokens, tokenizer)}"
+        )
+
+
+def speculation(tools: dict[str, dict[str, Run]], rounds: int) -> None:
+    """Plain and n-gram decoding of the repetitive prompt, each round both for each tool.
+
+    Each round's speed-up is its plain time over its speculative time (the same moment of
+    a shared machine); the table gives the medians over the rounds and the speed-ups' range.
+    """
+    print(
+        f"\nn-gram speculation on a repetitive prompt, {NEW} new tokens, greedy, drafts up to "
+        f"{LOOKUP['tokens']}: medians of {rounds} rounds ({CLOCK['name']} clock)"
+    )
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
+    last: dict[str, tuple[Any, Any]] = {}
+    for _ in range(rounds):
+        for name, runs in tools.items():
+            plain = runs["plain"](REPEATING, NEW)
+            spec = runs["lookup"](REPEATING, NEW)
+            seconds[name].append((plain[1], spec[1]))
+            last[name] = plain, spec
+    print(
+        f"{'tool':<10} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
+        f"{'range':>11} {'accepted':>8} same-tokens"
+    )
+    for name in tools:
+        plain_s = float(np.median([p for p, _ in seconds[name]]))
+        spec_s = float(np.median([q for _, q in seconds[name]]))
+        ratios = sorted(p / q for p, q in seconds[name])
+        plain, spec = last[name]
+        same = np.array_equal(plain[0], spec[0])
+        print(
+            f"{name:<10} {NEW / plain_s:>11.0f} {NEW / spec_s:>11.0f} "
+            f"{float(np.median(ratios)):>7.2f}x {ratios[0]:>5.2f}-{ratios[-1]:.2f}x "
+            f"{spec[2] or 0.0:>8.2f} {same}"
+        )
+
+
 def valid(tokens: np.ndarray, tokenizer: Any) -> bool:
     import jsonschema
 
@@ -323,8 +388,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--genai-path", default=None)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--rounds", type=int, default=7, help="speculation rounds (medians)")
+    parser.add_argument("--lookup-tokens", type=int, default=LOOKUP["tokens"])
+    parser.add_argument(
+        "--int4-block-size", type=int, nargs="*", default=[], help="more fused int4 rows"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("structured", "speculation", "batching"),
+        default=("structured", "speculation", "batching"),
+    )
     args = parser.parse_args()
     CLOCK["name"] = args.clock
+    LOOKUP["tokens"] = args.lookup_tokens
+    sections = set(args.only)
     env = dict(os.environ)
     if args.genai_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.genai_path, env.get("PYTHONPATH")]))
@@ -337,6 +415,14 @@ def main() -> None:
         hf.export_pretrained(root / "ckpt", root / "ours")
         hf.export_pretrained(root / "ckpt", root / "fused", target="onnxruntime")
         hf.export_pretrained(root / "ckpt", root / "int4", target="onnxruntime", quantize="int4")
+        for block in args.int4_block_size:  # more int4 rows: other block sizes
+            hf.export_pretrained(
+                root / "ckpt",
+                root / f"int4-b{block}",
+                target="onnxruntime",
+                quantize="int4",
+                quantize_block_size=block,
+            )
         build_genai(root / "ckpt", root / "genai", env)
         build_genai(root / "ckpt", root / "genai-int4", env, "int4")
         tokenizer = Tokenizer.from_file(str(root / "ckpt" / "tokenizer.json"))
@@ -348,45 +434,19 @@ def main() -> None:
             "ours": ours(root / "ours"),
             "fused": ours(root / "fused"),
             "int4": int4,
+            **{f"int4-b{b}": ours(root / f"int4-b{b}") for b in args.int4_block_size},
             "genai": genai(root / "genai"),
             "genai-int4": genai_int4,
         }
-        print(
-            f"structured output (JSON schema), ms per new token ({args.clock}), "
-            f"best of {args.repeat}"
-        )
-        guided = best(tools, "json", PLAIN_PROMPT, args.repeat)
-        # unconstrained decoding of as many tokens as each tool's document
-        structured = {name: runs for name, runs in tools.items() if name in guided}
-        plain = best(structured, "plain", PLAIN_PROMPT, args.repeat, lambda n: len(guided[n][0]))
-        print(f"{'tool':<6} {'plain':>7} {'json':>7} {'mask/token':>10} {'tokens':>6} valid")
-        for name in guided:
-            per_plain = plain[name][1] / len(plain[name][0]) * 1e3
-            tokens = guided[name][0]
-            per_json = guided[name][1] / len(tokens) * 1e3
-            print(
-                f"{name:<6} {per_plain:>7.2f} {per_json:>7.2f} {per_json - per_plain:>10.2f} "
-                f"{len(tokens):>6} {valid(tokens, tokenizer)}"
-            )
-        print("\nn-gram speculation on a repetitive prompt, 64 new tokens, greedy")
-        plain = best(tools, "plain", REPEATING, args.repeat)
-        spec = best(tools, "lookup", REPEATING, args.repeat)
-        print(
-            f"{'tool':<10} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
-            f"{'accepted':>8} same-tokens"
-        )
-        for name in tools:
-            rate = NEW / plain[name][1], NEW / spec[name][1]
-            same = np.array_equal(plain[name][0], spec[name][0])
-            accepted = spec[name][2] or 0.0
-            print(
-                f"{name:<10} {rate[0]:>11.0f} {rate[1]:>11.0f} {rate[1] / rate[0]:>7.2f}x "
-                f"{accepted:>8.2f} {same}"
-            )
-        print("\ncontinuous batching: prompts of 8-40, 16-48 new tokens, greedy")
-        batched = {name: our_batching(root / name) for name in ("ours", "fused", "int4")}
-        batched["genai"] = genai_batching(root / "genai")
-        batching(batched, max(1, args.repeat // 3))
+        if "structured" in sections:
+            structured_output(tools, args.repeat, tokenizer)
+        if "speculation" in sections:
+            speculation(tools, args.rounds)
+        if "batching" in sections:
+            print("\ncontinuous batching: prompts of 8-40, 16-48 new tokens, greedy")
+            batched = {name: our_batching(root / name) for name in ("ours", "fused", "int4")}
+            batched["genai"] = genai_batching(root / "genai")
+            batching(batched, max(1, args.repeat // 3))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 A tiny Llama is trained for ``--steps`` steps (batches of 8 x 128) on the repository's
 own ``docs/*.md`` read as characters (the last 10% held out), exported with
-``export_pretrained`` in fp32 and with ``quantize="int4"`` (block size ``--block-size``,
+``export_pretrained`` in fp32 and with ``quantize="int4"`` (each block size of ``--block-size``,
 accuracy level 4, head quantized too unless ``--float-head``), and both exports are run
 in ONNX Runtime on held-out windows: the share of positions where int4's most likely next
 character is fp32's, and int4's perplexity over fp32's (1.0 is lossless).
 
-    python bench/bench_quantize_quality.py [--steps 200] [--block-size 32] [--float-head]
+    python bench/bench_quantize_quality.py [--steps 200] [--block-size 32 64 128] [--float-head]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--block-size", type=int, nargs="+", default=[32])
     parser.add_argument("--float-head", action="store_true")
     args = parser.parse_args()
     train_data, held_out, vocab = corpus()
@@ -84,34 +84,40 @@ def main() -> None:
     print(f"  trained in {time.perf_counter() - started:.0f} s", flush=True)
     windows = np.stack([held_out[s : s + WINDOW + 1] for s in range(0, 8 * WINDOW, WINDOW)])
     ids, targets = windows[:, :-1], windows[:, 1:]
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = pathlib.Path(scratch)
-        hf.export_pretrained(model, folder / "fp32")
-        hf.export_pretrained(
-            model,
-            folder / "int4",
-            quantize="int4",
-            quantize_block_size=args.block_size,
-            quantize_head=not args.float_head,
-        )
-        fp32 = hf.OrtModelForCausalLM.from_pretrained(folder / "fp32").logits(ids)
-        int4 = hf.OrtModelForCausalLM.from_pretrained(folder / "int4").logits(ids)
-        sizes = {n: (folder / n / "model.onnx").stat().st_size for n in ("fp32", "int4")}
     with torch.no_grad():
         eager = model(torch.from_numpy(ids)).logits.numpy()
-    agreement = float(np.mean(int4.argmax(-1) == fp32.argmax(-1)))
 
     def perplexity(logits: np.ndarray) -> float:
         picked = np.take_along_axis(log_softmax(logits), targets[..., None], -1)
         return float(np.exp(-picked.mean()))
 
-    print(f"\nheld-out: {ids.size} positions; block size {args.block_size}, head ", end="")
-    print("float" if args.float_head else "int4")
-    print(f"fp32 export vs eager: max |logit diff| {np.abs(fp32 - eager).max():.2e}")
-    print(f"top-1 agreement int4 vs fp32: {agreement:.3f}")
-    ppl32, ppl4 = perplexity(fp32), perplexity(int4)
-    print(f"perplexity fp32 {ppl32:.3f}, int4 {ppl4:.3f}, ratio {ppl4 / ppl32:.4f}")
-    print(f"model.onnx: fp32 {sizes['fp32'] / 1e6:.2f} MB, int4 {sizes['int4'] / 1e6:.2f} MB")
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = pathlib.Path(scratch)
+        hf.export_pretrained(model, folder / "fp32")
+        fp32 = hf.OrtModelForCausalLM.from_pretrained(folder / "fp32").logits(ids)
+        size32 = (folder / "fp32" / "model.onnx").stat().st_size
+        print(f"\nheld-out: {ids.size} positions; head ", end="")
+        print("float" if args.float_head else "int4")
+        print(f"fp32 export vs eager: max |logit diff| {np.abs(fp32 - eager).max():.2e}")
+        ppl32 = perplexity(fp32)
+        for block in args.block_size:  # one trained model, each block size
+            name = f"int4-{block}"
+            hf.export_pretrained(
+                model,
+                folder / name,
+                quantize="int4",
+                quantize_block_size=block,
+                quantize_head=not args.float_head,
+            )
+            int4 = hf.OrtModelForCausalLM.from_pretrained(folder / name).logits(ids)
+            size4 = (folder / name / "model.onnx").stat().st_size
+            agreement = float(np.mean(int4.argmax(-1) == fp32.argmax(-1)))
+            ppl4 = perplexity(int4)
+            print(
+                f"block size {block}: top-1 agreement int4 vs fp32 {agreement:.3f}; perplexity "
+                f"fp32 {ppl32:.3f}, int4 {ppl4:.3f}, ratio {ppl4 / ppl32:.4f}; model.onnx "
+                f"fp32 {size32 / 1e6:.2f} MB, int4 {size4 / 1e6:.2f} MB"
+            )
 
 
 if __name__ == "__main__":

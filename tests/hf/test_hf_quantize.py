@@ -118,3 +118,30 @@ def test_the_int4_quantizer_leaves_the_root_logger_alone() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.split() == ["WARNING", "0"]
+
+
+def test_the_folder_records_the_int4_settings(tmp_path: pathlib.Path) -> None:
+    """onnx_export.json says how the weights were quantized (accuracy level 4 by default:
+    int8 activations, ORT's fastest CPU kernels for one token and for several)."""
+    import json
+
+    hf.export_pretrained(_llama(), tmp_path / "q4", quantize="int4", quantize_block_size=64)
+    manifest = json.loads((tmp_path / "q4" / "onnx_export.json").read_text())
+    assert manifest["quantization"] == {
+        "mode": "int4",
+        "block_size": 64,
+        "accuracy_level": 4,
+        "head": True,
+        "embeddings": False,
+    }
+    graph = onnx.load(tmp_path / "q4" / "model.onnx").graph
+    levels = {
+        onnx.helper.get_attribute_value(a)
+        for n in graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name in ("accuracy_level", "block_size")
+    }
+    assert levels == {4, 64}
+    hf.export_pretrained(_llama(), tmp_path / "fp32")
+    assert "quantization" not in json.loads((tmp_path / "fp32" / "onnx_export.json").read_text())

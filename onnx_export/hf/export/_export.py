@@ -415,9 +415,9 @@ def export_pretrained(
             "task": task,
             "model_type": model_type,
             "onnx_files": onnx_files,
+            **({"lora": {"targets": list(targets)}} if targets else {}),
+            **({"quantization": quantized.as_manifest()} if quantized is not None else {}),
         }
-        if targets:
-            manifest["lora"] = {"targets": list(targets)}
         (staged / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_folder(staged, out)
     finally:

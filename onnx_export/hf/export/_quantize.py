@@ -62,6 +62,26 @@ class QuantizeOptions:
                 f"accuracy_level must be 0 to 4 or None, got {self.accuracy_level}."
             )
 
+    def as_manifest(self) -> dict[str, object]:
+        """What ``onnx_export.json`` records of the quantization (``"quantization"``).
+
+        int4 records its block size, ``accuracy_level`` (ORT's default when ``None``),
+        and whether the head and the embedding table were quantized; int8 the mode only.
+
+        Example:
+            >>> QuantizeOptions("int4").as_manifest()["accuracy_level"]
+            4
+        """
+        if self.mode != "int4":
+            return {"mode": self.mode}
+        return {
+            "mode": self.mode,
+            "block_size": self.block_size,
+            "accuracy_level": self.accuracy_level,
+            "head": self.head,
+            "embeddings": self.embeddings,
+        }
+
 
 def _head_nodes(model: object) -> list[str]:
     """Names of the nodes that write the ``logits`` output (the output head)."""

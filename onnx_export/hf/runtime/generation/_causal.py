@@ -41,7 +41,9 @@ from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
     Drafter,
+    DraftLength,
     DraftSource,
+    PromptLookup,
     make_drafter,
     speculative_decode,
 )
@@ -321,9 +323,11 @@ class OrtModelForCausalLM:
                 (llguidance); not with beam search.
             regex: The output must match this regular expression (as ``json_schema``).
             grammar: The output must match this grammar, in Lark syntax (llguidance's).
-            prompt_lookup_num_tokens: Speculative decoding: draft this many tokens from the
-                n-grams of the sequence itself, verified in one model step (greedy, one
-                prompt; the same tokens as without it).
+            prompt_lookup_num_tokens: Speculative decoding: draft up to this many tokens
+                from the n-grams of the sequence itself, verified in one model step (greedy,
+                one prompt; the same tokens as without it). A step verifies as many of
+                them as pay off, from the measured cost of a step of that many tokens and
+                the share of drafts kept so far (``DraftLength`` in ``_speculative.py``).
             max_matching_ngram_size: The longest n-gram prompt lookup matches.
             assistant_model: Speculative decoding with drafts from this smaller exported
                 model (same vocabulary), verified in one model step each.
@@ -389,8 +393,16 @@ class OrtModelForCausalLM:
         if drafter is not None:
             capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
             chunks = ChunkRunner(session, uses_positions=self._uses_positions, capacity=capacity)
+            # prompt lookup's drafts cost nothing to make: verify as many as pay off
+            schedule = DraftLength() if isinstance(drafter, PromptLookup) else None
             sequences, _ = speculative_decode(
-                chunks, drafter, plan.ids, plan.chooser, plan.stopping, streamer=streamer
+                chunks,
+                drafter,
+                plan.ids,
+                plan.chooser,
+                plan.stopping,
+                streamer=streamer,
+                schedule=schedule,
             )
             return _complete(sequences, masks, plan)
         if plan.settings.num_beams > 1:

@@ -67,7 +67,7 @@ class SharedCache:
         for name, value in session.fixed_inputs.items():  # a LoRA adapter's factors
             self._binding.bind_ortvalue_input(name, value)
         meta = session.output_meta("logits")
-        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_new)
+        self._logits = _buffer(meta, (batch, 1, meta.shape[2]))  # one a row (see run_chunk)
         self._logits_value = _C.OrtValue.ortvalue_from_numpy(self._logits, cpu)
         self._binding.bind_ortvalue_output("logits", self._logits_value)
         self._results = {"logits": self._logits}
@@ -75,10 +75,9 @@ class SharedCache:
         self._float32 = self._last.dtype == np.float32
         self._total = 0
         self._step_arrays: list[Any] = []  # the step inputs' memory (see stepper)
-        self._one = np.ones(1, np.int64)  # the memory the value wraps (kept alive)
-        self._keep_one = _C.OrtValue.ortvalue_from_numpy(self._one, cpu)
         self._keep_array = np.ones(1, np.int64)  # a verification step's count
         self._keep_value = _C.OrtValue.ortvalue_from_numpy(self._keep_array, cpu)
+        self._chunk: dict[str, Any] | None = None  # run_chunk's arrays and bindings
 
     def grown(self, capacity: int, filled: int) -> SharedCache:
         """A cache of ``capacity`` positions holding this one's first ``filled``."""
@@ -116,29 +115,62 @@ class SharedCache:
         self._run(self._binding, self._options)
         return self._results
 
-    def run_new(self, feed: Mapping[str, Any], count: int) -> npt.NDArray[np.float32]:
-        """One row's step whose last ``count`` positions' logits are wanted: (count, vocab).
+    def run_chunk(
+        self, tokens: list[int], start: int, wanted: int, positions: bool
+    ) -> npt.NDArray[np.float32]:
+        """One row's ``tokens`` after the ``start`` it holds: the last ``wanted`` logits.
 
-        ``feed`` then holds ``num_logits_to_keep`` = ``count`` (a fused decoder's input, 1
-        unless fed); ORT allocates the logits (the graph declares one position), and
-        afterwards the one-position buffer and ``num_logits_to_keep`` = 1 are bound again.
-        A later step overwrites what lies past its own tokens, which is how a verification step's
-        rejected drafts are dropped.
+        The step's mask and positions are views of arrays made once (the mask's ones, the
+        positions' range), wrapped without a copy; ``num_logits_to_keep`` is bound only
+        when it changes. One position's logits come in the bound buffer; several (a
+        verification step) in a buffer ORT allocates, since the graph declares one (bound
+        anew each time: ORT would hold the next step to the last one's shape). The
+        result is the caller's own: (wanted, vocab), float32.
         """
-        if count == 1:
-            return self.last_logits(self.run(feed)).copy()
-        # ORT allocates them: a buffer bound for the declared (batch, 1, vocab) must be it
-        self._binding.bind_output("logits", self._cpu)
-        try:
-            self.run(feed)
-            outputs = self._binding.get_outputs()
-            found = [outputs[i] for i in range(len(outputs)) if len(outputs[i].shape()) == 3]
-            logits = host_float32(found[0])
-        finally:
-            self._binding.bind_ortvalue_output("logits", self._logits_value)
-            if _KEEP in feed:
-                self._binding.bind_ortvalue_input(_KEEP, self._keep_one)
-        return np.array(logits[0], dtype=np.float32)  # the caller's own
+        total = start + len(tokens)
+        if total > self.capacity:
+            raise GenerationError(
+                f"The sequence reached {total} positions, past the cache's {self.capacity}."
+            )
+        chunk = self._chunk
+        if chunk is None:
+            chunk = self._chunk = {
+                "ones": np.ones((1, self.capacity), np.int64),
+                "range": np.arange(self.capacity, dtype=np.int64)[None],
+                "keep": {},
+                "kept": 1,
+                "logits": -1,
+            }
+        wrap, cpu, bind = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
+        ids = np.array([tokens], np.int64)
+        chunk["ids"] = ids  # alive while bound
+        bind.bind_ortvalue_input("input_ids", wrap(ids, cpu))
+        bind.bind_ortvalue_input("attention_mask", wrap(chunk["ones"][:, :total], cpu))
+        if positions:
+            bind.bind_ortvalue_input("position_ids", wrap(chunk["range"][:, start:total], cpu))
+        self._total = total
+        if wanted != chunk["kept"]:
+            keep = chunk["keep"].get(wanted)
+            if keep is None:
+                array = np.array([wanted], np.int64)
+                keep = chunk["keep"][wanted] = (array, wrap(array, cpu))
+            bind.bind_ortvalue_input(_KEEP, keep[1])
+            chunk["kept"] = wanted
+        if wanted == 1:
+            if chunk["logits"] != -1:  # the bound one-position buffer again
+                bind.bind_ortvalue_output("logits", self._logits_value)
+                chunk["logits"] = -1
+            self._run(bind, self._options)
+            return self._last[0:1].astype(np.float32)  # a copy
+        bind.bind_output("logits", cpu)  # again each step: the last one's shape is kept
+        chunk["logits"] = self._logits_index()
+        self._run(bind, self._options)
+        logits = host_float32(bind.get_outputs()[chunk["logits"]])[0]
+        return logits.astype(np.float32, copy=False)  # type: ignore[no-any-return]
+
+    def _logits_index(self) -> int:
+        """Where ``logits`` is among the binding's outputs (bound last, in __init__)."""
+        return len(self._session.present_names)
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None

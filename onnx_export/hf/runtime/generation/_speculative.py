@@ -1,8 +1,10 @@
 """Speculative decoding: draft k tokens cheaply, verify them in one step of the model.
 
-Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts the k tokens that
+Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts up to k tokens that
 followed the last n-gram's earliest earlier occurrence (n from ``max_matching_ngram_size``,
-2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``);
+2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``; past the
+sequence's end they go on with the same shift), and :class:`DraftLength` says how many of
+them a step verifies (those that pay off, from the measured step costs);
 ``assistant_model=`` drafts them greedily with a smaller exported model of the same
 vocabulary (``num_assistant_tokens``, 5 by default, then grown by 2 when a whole draft is
 accepted and shrunk by 1 when not: transformers' "heuristic" schedule).
@@ -23,6 +25,7 @@ verified on its shared cache, where cutting back is lowering the count of tokens
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -49,6 +52,7 @@ __all__ = [
     "Drafter",
     "PromptLookup",
     "DraftModel",
+    "DraftLength",
     "SpeculationStats",
     "check_speculation",
     "keeps_logits",
@@ -100,17 +104,20 @@ class ChunkRunner:
         """The logits after each of the last ``wanted`` (all) ``tokens``; the cache holds them."""
         wanted = len(tokens) if wanted is None else wanted
         total = self.cached + len(tokens)
-        feed: dict[str, Any] = {
-            "input_ids": np.array([tokens], np.int64),
-            "attention_mask": np.ones((1, total), np.int64),
-        }
-        if self._uses_positions:
-            feed["position_ids"] = np.arange(self.cached, total, dtype=np.int64)[None]
-        if self._keeps and wanted > 1:
-            feed[LOGITS_TO_KEEP] = np.array([wanted], np.int64)
         if self._session.shares_buffer:
-            logits = self._shared_for(total).run_new(feed, wanted if self._keeps else 1)
+            keep = wanted if self._keeps else 1
+            logits = self._shared_for(total).run_chunk(
+                tokens, self.cached, keep, self._uses_positions
+            )
         else:
+            feed: dict[str, Any] = {
+                "input_ids": np.array([tokens], np.int64),
+                "attention_mask": np.ones((1, total), np.int64),
+            }
+            if self._uses_positions:
+                feed["position_ids"] = np.arange(self.cached, total, dtype=np.int64)[None]
+            if self._keeps and wanted > 1:
+                feed[LOGITS_TO_KEEP] = np.array([wanted], np.int64)
             results = self._session.run({**feed, **self._past})
             self._past = self._session.next_past(results)
             logits = host_float32(results["logits"])[0]
@@ -162,28 +169,64 @@ class Drafter(Protocol):
 class PromptLookup:
     """Drafts from the sequence itself: what followed the last n-gram earlier on.
 
+    The n-grams' first places are kept in a dictionary per size and extended as the
+    sequence grows (the same list, appended to), so a proposal costs a few look-ups
+    whatever the sequence's length; another list starts the index over.
+
     Example:
         >>> PromptLookup(num_tokens=3).propose([5, 6, 7, 8, 5, 6], 3)
         [7, 8, 5]
+        >>> PromptLookup(num_tokens=5).propose([1, 2, 3, 2, 3], 5)  # 2, 3 repeats
+        [2, 3, 2, 3, 2]
     """
 
     num_tokens: int
     max_ngram: int = 2
+    _first: list[dict[tuple[int, ...], int]] = dataclasses.field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    _source: list[int] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _seen: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+    _last: int = dataclasses.field(default=-1, init=False, repr=False, compare=False)
 
     def propose(self, sequence: list[int], count: int) -> list[int]:
-        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins."""
-        ids = np.asarray(sequence, np.int64)
-        length, count = len(ids), min(count, self.num_tokens)
+        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins.
+
+        Where the tokens after the match reach the sequence's end, transformers' drafts
+        stop; these go on with the drafts themselves (the text after the match repeats
+        with the same shift, as in a loop). The tokens made do not depend on it.
+        """
+        length, count = len(sequence), min(count, self.num_tokens)
+        if count < 1:
+            return []
+        self._index(sequence)
         for size in range(min(self.max_ngram, length - 1), 0, -1):
-            # where an earlier window equals the last ``size`` tokens (not the last itself)
-            same = ids[: length - size] == ids[length - size]
-            for j in range(1, size):
-                same &= ids[j : length - size + j] == ids[length - size + j]
-            found = np.flatnonzero(same)
-            if found.size:
-                start = int(found[0]) + size
-                return [int(t) for t in ids[start : min(start + count, length)]]
+            found = self._first[size - 1].get(tuple(sequence[length - size :]))
+            if found is not None:
+                start = found + size
+                drafts = [int(t) for t in sequence[start : min(start + count, length)]]
+                while len(drafts) < count:  # the shift that matched repeats: a loop
+                    drafts.append(drafts[len(drafts) - (length - start)])
+                return drafts
         return []
+
+    def _index(self, sequence: list[int]) -> None:
+        """Record the first place of each n-gram that ends before the last token."""
+        length, seen = len(sequence), self._seen
+        if (
+            sequence is not self._source
+            or length < seen
+            or (seen and sequence[seen - 1] != self._last)
+        ):
+            self._first = [{} for _ in range(self.max_ngram)]
+            self._source, seen = sequence, 0
+        for size, first in enumerate(self._first, start=1):
+            # windows starting at p, p + size <= length - 1, not recorded before
+            for p in range(max(0, seen - size), length - size):
+                first.setdefault(tuple(sequence[p : p + size]), p)
+        self._seen, self._last = length, sequence[length - 1] if length else -1
 
     def accepted(self, proposed: int, kept: int) -> None:
         """Prompt lookup keeps its size."""
@@ -339,6 +382,126 @@ def make_drafter(
     return DraftModel(assistant.session, uses_positions=assistant.uses_positions, num_tokens=count)
 
 
+class DraftLength:
+    """How many of a step's drafts to verify: the count giving the most tokens a second.
+
+    A step of ``1 + d`` tokens (the pending one and ``d`` drafts) is taken to cost
+    ``single + d * extra`` seconds: ``single`` the fastest of the last one-token steps,
+    ``extra`` the least that a token added in the last steps with drafts (the fastest, so
+    that a step slowed by something else running does not count). Drafts are kept one
+    after another with the chance ``p`` seen so far (recent steps weigh more; a draft left
+    out is still compared with the token the step made), so ``d`` drafts are worth
+    ``1 + p + ... + p**d`` tokens. The ``d`` with the most
+    tokens a second wins; 0 is a plain one-token step. Where a chunk of several tokens
+    costs little more than one (a large model, memory-bound) this verifies every draft;
+    where each token adds much (a small int4 model on a CPU) only well-kept drafts. Until
+    a one-token step was timed (the prompt's step included), no draft is verified: drafts
+    cost as much at the prompt's step as later, and nothing is known of them yet; after
+    eight steps without drafts in a row, one draft is tried (the costs are timed again).
+    The tokens do not depend on it: each step gives plain greedy's tokens.
+
+    Attributes:
+        decay: How much the acceptance seen before weighs at each step.
+
+    Example:
+        >>> schedule = DraftLength()
+        >>> schedule.length(4)  # nothing measured yet: a one-token step first
+        0
+        >>> for _ in range(3):
+        ...     schedule.record(1, 0.001, 0, True)  # the first draft was wrong
+        ...     schedule.record(5, 0.004, 0, True)  # 0.75 ms a draft, and none is kept
+        >>> schedule.length(4)
+        0
+    """
+
+    def __init__(self, decay: float = 0.5) -> None:
+        self.decay = decay
+        self._single: list[float] = []  # the last one-token steps' seconds
+        self._chunks: list[tuple[int, float]] = []  # the last steps with drafts
+        self._kept, self._missed = 3.0, 1.0  # a prior of 0.75 a draft
+        self._idle = 0  # steps in a row that verified no draft though some were offered
+
+    @property
+    def acceptance(self) -> float:
+        """The estimated chance that a draft is kept when the ones before it were."""
+        return self._kept / (self._kept + self._missed)
+
+    def costs(self) -> tuple[float, float] | None:
+        """(a one-token step's seconds, what a draft adds); ``None`` before a one-token step."""
+        if not self._single:
+            return None
+        single = min(self._single)
+        if not self._chunks:
+            return single, 0.2 * single  # a guess until a step with drafts is timed
+        extra = min((seconds - single) / (tokens - 1) for tokens, seconds in self._chunks)
+        return single, max(0.0, extra)
+
+    def length(self, available: int) -> int:
+        """How many of ``available`` drafts the next step verifies."""
+        costs = self.costs()
+        if costs is None:
+            return 0
+        if self._idle >= 8:
+            self._idle = 0
+            return min(1, available)
+        single, extra = costs
+        p, best, best_rate = self.acceptance, 0, 0.0
+        worth, term = 0.0, 1.0
+        for drafts in range(available + 1):
+            worth += term  # 1 + p + ... + p**drafts tokens
+            term *= p
+            rate = worth / max(single + drafts * extra, 1e-9)
+            if rate > best_rate:
+                best, best_rate = drafts, rate
+        self._idle = self._idle + 1 if best == 0 and available else 0
+        return best
+
+    def record(self, tokens: int, seconds: float, matched: int, missed: bool) -> None:
+        """A step of ``tokens`` tokens took ``seconds``; what it showed of the drafts.
+
+        ``matched``: how many of the proposal's first drafts equal the tokens the step
+        made, ``missed``: whether the next one differs (drafts left out of the step are
+        compared too: a one-token step still shows whether the first draft was right).
+        """
+        if tokens == 1:
+            self._single.append(seconds)
+            del self._single[:-8]
+        else:
+            self._chunks.append((tokens, seconds))
+            del self._chunks[:-16]
+        if matched or missed:
+            self._kept = self.decay * self._kept + matched
+            self._missed = self.decay * self._missed + missed
+
+
+def _greedy_tokens(
+    logits: npt.NDArray[np.float32], drafts: list[int], room: int, ends: frozenset[int]
+) -> list[int]:
+    """A plain greedy step's tokens: the drafts equal to the largest logits, then its own.
+
+    At most ``room`` tokens, and none after an EOS id.
+    """
+    greedy: list[int] = logits.argmax(axis=-1).tolist()
+    count = 1
+    while count <= len(drafts) and greedy[count - 1] == drafts[count - 1]:
+        count += 1
+    new = greedy[: min(count, room)]
+    for j, token in enumerate(new):
+        if token in ends:
+            return new[: j + 1]
+    return new
+
+
+def _shown(stepped: list[int], offered: list[int]) -> tuple[int, bool]:
+    """How many first drafts of ``offered`` the step's tokens equal, and if the next differs."""
+    matched = 0
+    for token, draft in zip(stepped, offered, strict=False):
+        if token != draft:
+            break
+        matched += 1
+    return matched, matched < min(len(stepped), len(offered))
+
+
 def speculative_decode(
     runner: ChunkRunner,
     drafter: Drafter,
@@ -348,44 +511,89 @@ def speculative_decode(
     *,
     streamer: Streamer | None = None,
     on_step: Callable[[SpeculationStats], object] | None = None,
+    schedule: DraftLength | None = None,
 ) -> tuple[npt.NDArray[np.int64], SpeculationStats]:
     """Greedy decoding of one row with drafts verified in chunks; plain greedy's tokens.
+
+    ``schedule``: how many of each proposal to verify (:class:`DraftLength`, from the
+    measured cost of each chunk size and the acceptance so far); ``None``: all of them.
+    Plain greedy without logits processors takes each position's largest logit at once,
+    and without stop strings a row ends on its EOS ids alone (no array built a token).
 
     Returns:
         ``start`` followed by the new tokens (1, length), and the statistics.
     """
     sequence = [int(t) for t in start[0]]
     prompt, budget = len(sequence), stopping.max_new_tokens
-    max_length = prompt + budget
-    rng = np.random.default_rng(0)  # unused: greedy
     stats = SpeculationStats()
+    direct = chooser.passes_through()  # the largest logit is the token
+    ends = frozenset(stopping.eos_token_id) if stopping.stop is None else None
+    clock = time.perf_counter
     done = False
     while not done:
+        began = clock()
         made = len(sequence) - prompt
         drafts = drafter.propose(sequence, budget - made - 1) if budget - made > 1 else []
+        offered = drafts
+        if schedule is not None and drafts:
+            drafts = drafts[: schedule.length(len(drafts))]
+        pending = len(sequence) - runner.cached  # 1 after the first step
         logits = runner.run(sequence[runner.cached :] + drafts, len(drafts) + 1)
         stats.steps += 1
-        kept = 0
-        for i in range(len(drafts) + 1):
-            scores = chooser.process(
-                logits[i][None].copy(),
-                np.array([sequence], np.int64),
-                step=len(sequence) - prompt,
-                max_length=max_length,
-            )
-            token = int(chooser.choose(scores, rng)[0])
-            sequence.append(token)
+        if direct and ends is not None:  # plain greedy, EOS ids only: the step at once
+            new = _greedy_tokens(logits, drafts, budget - made, ends)
+            sequence += new
             if streamer is not None:
-                streamer(np.array([token], np.int64))
-            hit = bool(stopping.hits(np.array([sequence], np.int64))[0])
-            done = hit or len(sequence) - prompt >= budget
-            if done or i == len(drafts) or token != drafts[i]:
-                break
-            kept += 1
+                for token in new:
+                    streamer(np.array([token], np.int64))
+            done = new[-1] in ends or len(sequence) - prompt >= budget
+            kept = len(new) - 1
+        else:
+            kept, done = _processed_tokens(
+                logits, drafts, sequence, prompt, chooser, stopping, streamer
+            )
         stats.proposed += len(drafts)
         stats.accepted += kept
         drafter.accepted(len(drafts), kept)
         runner.cut(len(sequence) - 1)  # the last token is not in the cache yet
+        if schedule is not None and pending == 1:  # not the prompt's step
+            matched, missed = _shown(sequence[len(sequence) - kept - 1 :], offered)
+            schedule.record(len(drafts) + 1, clock() - began, matched, missed)
         if on_step is not None:
             on_step(stats)
     return np.array([sequence], np.int64), stats
+
+
+def _processed_tokens(
+    logits: npt.NDArray[np.float32],
+    drafts: list[int],
+    sequence: list[int],
+    prompt: int,
+    chooser: TokenChooser,
+    stopping: Stopping,
+    streamer: Streamer | None,
+) -> tuple[int, bool]:
+    """A step's tokens, one at a time through the logits processors, appended to ``sequence``.
+
+    Returns how many drafts were kept and whether the row is done.
+    """
+    budget = stopping.max_new_tokens
+    rng = np.random.default_rng(0)  # unused: greedy
+    kept, done = 0, False
+    for i in range(len(drafts) + 1):
+        scores = chooser.process(
+            logits[i][None].copy(),
+            np.array([sequence], np.int64),
+            step=len(sequence) - prompt,
+            max_length=prompt + budget,
+        )
+        token = int(chooser.choose(scores, rng)[0])
+        sequence.append(token)
+        if streamer is not None:
+            streamer(np.array([token], np.int64))
+        done = bool(stopping.hits(np.array([sequence], np.int64))[0])
+        done = done or len(sequence) - prompt >= budget
+        if done or i == len(drafts) or token != drafts[i]:
+            break
+        kept += 1
+    return kept, done
