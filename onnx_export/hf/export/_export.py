@@ -229,6 +229,7 @@ def _write_graphs(
     import torch
 
     from onnx_export.hf.export._fused_decoder import FusedGraphSpec, onnxruntime_graphs
+    from onnx_export.hf.export._logits import keep_last_logits
     from onnx_export.hf.export._lora import with_lora
     from onnx_export.hf.export._parity import check_against_eager
     from onnx_export.hf.export._task_graphs import graphs_for_task
@@ -248,6 +249,8 @@ def _write_graphs(
             program = _export_graph(spec, opset, target, dtype)
             if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
                 program.model.metadata_props[PADDING_SIDE_KEY] = "right"
+            else:  # a decoder's head on the last k positions when asked (a prefill's 1)
+                keep_last_logits(program.model)
             checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
             check_against_eager(spec.file_name, spec.module, program, checked, dtype)
             program.save(folder / spec.file_name)
