@@ -27,7 +27,9 @@ LOGITS_TO_KEEP = "num_logits_to_keep"
 def _head(graph: ir.Graph) -> ir.Node | None:
     """The ``MatMul`` writing the ``logits`` output of a decoder with a cache, or None."""
     outputs = [v for v in graph.outputs if v.name == "logits"]
-    if len(outputs) != 1 or not any(str(v.name).startswith("past_key_values.") for v in graph.inputs):
+    if len(outputs) != 1 or not any(
+        str(v.name).startswith("past_key_values.") for v in graph.inputs
+    ):
         return None
     node = outputs[0].producer()
     if node is None or node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):

@@ -4,7 +4,8 @@ The HTTP side (asyncio) hands each request's choices to :meth:`Engine.submit` an
 their text back as events through a callback; the loop thread owns the model's
 :class:`~onnx_export.hf.runtime.generation._batching.ContinuousBatcher` and is the only
 one that touches it. Between two decoding steps it takes new rows (up to ``max_batch``
-in the batch; up to ``max_waiting`` more wait, beyond that a request is refused with
+in the batch and :data:`PREFILL_TOKENS` prompt tokens a step; up to ``max_waiting`` more
+wait, beyond that a request is refused with
 :class:`~._errors.Overloaded`), drops the rows of requests cancelled (a client gone), and
 turns each row's new token into text (:class:`~._text.TextScanner`, which also finds the
 ``stop`` texts). Each row picks its tokens with its own chooser (greedy, or sampling with
@@ -42,9 +43,10 @@ __all__ = ["Engine", "Event", "Choices"]
 _log = logging.getLogger("onnx_export.serving.openai")
 #: Prompt tokens that join the batch at one step at most (a row longer than that joins
 #: alone). The rows joining are prefilled before the step (in runs of ``PREFILL_ROWS``), so
-#: a burst joins at once and the batch decodes full from then on: on a 2-core CPU a step of
-#: 8 rows of 33 tokens joining one by one took 3 partial decoding steps more than one step.
-#: The rows already decoding wait for that prefill (their inter-token latency).
+#: a burst joins at once and the batch decodes full from then on; 8 rows a step made a
+#: burst of 32 join over 4 steps, 3 of them decoding a partial batch (and 3 more partial
+#: steps at the end, as the last rows to join finish). The rows already decoding wait for
+#: that prefill: it shows in their inter-token latency.
 PREFILL_TOKENS = 2048
 
 
