@@ -313,8 +313,10 @@ def export_pretrained(
             ``ExportOptions`` has a ``target``.
         quantize: ``"int4"``: weight-only 4-bit ``MatMulNBits`` (ONNX Runtime's
             MatMulNBitsQuantizer) for every MatMul by a weight, for decoders; ``"int8"``:
-            dynamic int8 quantization (``quantize_dynamic``), for encoders. Float weights
-            when ``None``.
+            int8 weights and activations: for a decoder, weights per output column and
+            activations per row (``MatMulInteger``; rows decoded together get their
+            tokens alone), for an encoder ``quantize_dynamic``. Float weights when
+            ``None``.
         quantize_block_size: int4 block size (a power of 2, 16 to 256).
         quantize_accuracy_level: int4 MatMulNBits ``accuracy_level`` (4: int8
             activations, the fastest on CPU; ``None``: ORT's default).
