@@ -3,9 +3,10 @@
 One random-weight Llama of ~135M parameters (``bench_generate.CONFIGS["llama-135M"]``: 12
 layers, hidden 768, vocabulary 32,000) with a word-level tokenizer (``t3 t4 ...``, one token
 per word) and a one-line chat template, saved once; ours serves it exported by
-``onnx_export.hf.export_pretrained`` (fp32, and int4 weights: ``quantize="int4"``), and
-exported with ``target="onnxruntime"`` (the fused GroupQueryAttention decoder whose rows
-live in slots of one shared cache: ``--precisions fused-fp32 fused-int4``); theirs is
+``onnx_export.hf.export_pretrained`` (fp32; int4 weights: ``quantize="int4"``; dynamic int8:
+``quantize="int8"``), and exported with ``target="onnxruntime"`` (the fused
+GroupQueryAttention decoder whose rows live in slots of one shared cache:
+``--precisions fused-fp32 fused-int4 fused-int8``); theirs is
 ``transformers serve CHECKPOINT`` (FastAPI, eager PyTorch) in its default mode and with
 ``--continuous-batching`` (``--theirs default cb``, both servers up at once). At 1, 8 and
 32 concurrent clients, each a thread with the official ``openai`` client streaming
@@ -22,13 +23,15 @@ build of the checkpoint (its model builder): one after another (``og.Generator``
 request; a request's TTFT counts from the level's start, as if all arrived at once), and
 all at once as one batch of its generator (the prompts are of equal length); no HTTP.
 All servers are started first (an idle one takes no CPU); each level then runs on each
-server in turn, ``--rounds`` times, and each server's best round (tokens/s) is kept, so a
-slow moment of the shared machine hurts no one server alone. Same threads for all.
+server in turn, ``--rounds`` times; the table has each metric's median over the rounds
+(tokens/s with its range), and ours over theirs in tokens/s is taken round by round (the
+two ran one after the other) and given as its median and range. Same threads for all.
 Absolute numbers on a shared 2-core machine are noise; compare the columns of one run.
 Prints a Markdown table.
 
     python bench/bench_openai_serve.py [--concurrency 1 8 32] [--new 16] [--requests 1]
-        [--precisions fp32 int4 fused-fp32 fused-int4] [--threads 2] [--theirs default cb]
+        [--precisions fp32 int4 int8 fused-fp32 fused-int4 fused-int8] [--threads 2]
+        [--theirs default cb] [--rounds 3]
         [--skip-transformers]
 """
 
@@ -87,7 +90,8 @@ def export(checkpoint: pathlib.Path, out: pathlib.Path, precision: str) -> None:
     from onnx_export import hf
 
     fused = precision.startswith("fused-")
-    quantize = None if precision.removeprefix("fused-") == "fp32" else "int4"
+    weights = precision.removeprefix("fused-")
+    quantize = None if weights == "fp32" else weights
     hf.export_pretrained(
         checkpoint, out, quantize=quantize, target="onnxruntime" if fused else "onnx"
     )
@@ -285,11 +289,14 @@ def _row(
     }
 
 
+Rounds = dict[tuple[str, int], list[dict[str, float]]]
+
+
 def measure(
     servers: dict[str, Server], args: argparse.Namespace
-) -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], list[str]]]:
-    """Each level on each server in turn, ``--rounds`` times; each one's best round."""
-    best: dict[tuple[str, int], dict[str, float]] = {}
+) -> tuple[Rounds, dict[tuple[str, int], list[str]]]:
+    """Each level on each server in turn, ``--rounds`` times; every round's row kept."""
+    rounds: Rounds = {}
     texts: dict[tuple[str, int], list[str]] = {}
     for round_ in range(args.rounds):
         for level in args.concurrency:
@@ -297,10 +304,17 @@ def measure(
             for name, server in servers.items():
                 row, got = run_level(server, prompts, level, args.new)
                 print(f"round {round_} {name} x{level}: {row}", flush=True)
-                key = (name, level)
-                if key not in best or row["tokens/s"] > best[key]["tokens/s"]:
-                    best[key], texts[key] = row, got
-    return best, texts
+                rounds.setdefault((name, level), []).append(row)
+                texts[(name, level)] = got
+    return rounds, texts
+
+
+def _median(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's median over the rounds, and the tokens/s range."""
+    row = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
+    row["tokens/s min"] = min(r["tokens/s"] for r in rows)
+    row["tokens/s max"] = max(r["tokens/s"] for r in rows)
+    return row
 
 
 def _same(ours: list[str], theirs: list[str]) -> str:
@@ -319,7 +333,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1, help="requests a client (1)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "int4"])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2, help="rounds, best kept (2)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, medians kept (3)")
     parser.add_argument(
         "--theirs",
         nargs="+",
@@ -350,22 +364,41 @@ def main() -> None:
             label = "transformers serve" + (" (CB)" if mode == "cb" else "")
             log = work / f"theirs-{mode}.log"
             servers[label] = start_transformers(checkpoint, args.threads, mode == "cb", log)
-        best, texts = measure(servers, args)
+        rounds, texts = measure(servers, args)
     finally:
         for server in servers.values():
             server.stop()
     rows = []
-    for (name, level), row in best.items():
+    for (name, level), measured in rounds.items():
         ours = texts.get(("ours fp32", level))
         got = texts[(name, level)]
         same = "" if ours is None or name == "ours fp32" else _same(ours, got)
-        rows.append((name, level, row, same))
+        rows.append((name, level, _median(measured), same))
     if args.genai:
         try:
             rows += genai_rows(checkpoint, work, texts, args)
         except Exception as e:  # the servers' table still prints
             print(f"genai failed: {type(e).__name__}: {e}")
     _table(rows)
+    _ratios(rounds)
+
+
+def _ratios(rounds: Rounds) -> None:
+    """Ours over theirs in tokens/s, round by round (both ran in the same round)."""
+    print()
+    for (name, level), ours in sorted(rounds.items(), key=lambda item: (item[0][1], item[0][0])):
+        if not name.startswith("ours"):
+            continue
+        cells = []
+        for (their, their_level), theirs in sorted(rounds.items()):
+            if their_level != level or not their.startswith("transformers"):
+                continue
+            by_round = [a["tokens/s"] / b["tokens/s"] for a, b in zip(ours, theirs, strict=True)]
+            cells.append(
+                f"{np.median(by_round):.2f}x ({min(by_round):.2f}-{max(by_round):.2f}) {their}"
+            )
+        if cells:
+            print(f"{name} x{level} tokens/s, median (range) over rounds: " + ", ".join(cells))
 
 
 def genai_rows(
@@ -393,23 +426,16 @@ def genai_rows(
 
 
 def _table(rows: list[tuple[str, int, dict[str, float], str]]) -> None:
-    keys = ["requests/s", "tokens/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms"]
-    print("\n| server | clients | " + " | ".join(keys) + " | texts equal to ours fp32 |")
-    print("|---|---|" + "---|" * len(keys) + "---|")
+    keys = ["requests/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms"]
+    head = "| server | clients | tokens/s (range) | " + " | ".join(keys)
+    print("\n" + head + " | texts equal to ours fp32 |")
+    print("|---|---|---|" + "---|" * len(keys) + "---|")
     for name, level, row, same in sorted(rows, key=lambda r: (r[1], r[0])):
+        spread = ""
+        if "tokens/s min" in row:
+            spread = f" ({row['tokens/s min']:,.1f}-{row['tokens/s max']:,.1f})"
         cells = " | ".join(f"{row[k]:,.1f}" for k in keys)
-        print(f"| {name} | {level} | {cells} | {same or '-'} |")
-    theirs = {(n, level): row for n, level, row, _ in rows if n.startswith("transformers")}
-    for name, level, row, _ in sorted(rows, key=lambda r: (r[1], r[0])):
-        if not name.startswith("ours"):
-            continue
-        ratios = [
-            f"{row['tokens/s'] / their['tokens/s']:.2f}x {n}"
-            for (n, their_level), their in sorted(theirs.items())
-            if their_level == level
-        ]
-        if ratios:
-            print(f"{name} x{level} tokens/s: " + ", ".join(ratios))
+        print(f"| {name} | {level} | {row['tokens/s']:,.1f}{spread} | {cells} | {same or '-'} |")
 
 
 if __name__ == "__main__":

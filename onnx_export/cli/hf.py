@@ -67,7 +67,8 @@ def register(commands: Subcommands) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--quantize", choices=("int4", "int8"), default=None,
-        help="int4: weight-only 4-bit MatMulNBits (decoders); int8: dynamic int8 (encoders)",
+        help="int4: weight-only 4-bit MatMulNBits (decoders); int8: int8 weights and "
+        "activations (decoders: a scale per row; encoders: quantize_dynamic)",
     )  # fmt: skip
     parser.add_argument(
         "--quantize-block-size", type=int, default=32, metavar="N",

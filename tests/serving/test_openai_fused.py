@@ -1,7 +1,7 @@
 """``onnx-export serve FOLDER --openai`` on the fused ``target="onnxruntime"`` decoder.
 
 The tiny Llama of ``openai_folder.py`` (head size 16, from which ORT rotates inside
-GroupQueryAttention) exported with ``target="onnxruntime"``, in float32 and int4, served by
+GroupQueryAttention) exported with ``target="onnxruntime"``, in float32, int4 and int8, served by
 a real subprocess and called with the official ``openai`` client: the rows of the shared
 loop live in slots of the decoder's shared cache, and each answer must be the runtime's own
 greedy text, alone or among concurrent streams (8 clients, 4 slots: rows wait, join
@@ -34,7 +34,7 @@ pytest.importorskip("starlette")
 NAME = "tiny-llama"
 
 
-@pytest.fixture(scope="module", params=[None, "int4"], ids=["fp32", "int4"])
+@pytest.fixture(scope="module", params=[None, "int4", "int8"], ids=["fp32", "int4", "int8"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     export: dict[str, Any] = {"target": "onnxruntime"}
     if request.param is not None:

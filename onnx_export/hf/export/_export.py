@@ -227,6 +227,7 @@ def _write_graphs(
     import torch
 
     from onnx_export.hf.export._fused_decoder import FusedGraphSpec, onnxruntime_graphs
+    from onnx_export.hf.export._logits import keep_last_logits
     from onnx_export.hf.export._lora import with_lora
     from onnx_export.hf.export._parity import check_against_eager
     from onnx_export.hf.export._task_graphs import graphs_for_task
@@ -246,6 +247,8 @@ def _write_graphs(
             program = _export_graph(spec, opset, target, dtype)
             if isinstance(spec, FusedGraphSpec):  # GQA's rows: tokens first, then padding
                 program.model.metadata_props[PADDING_SIDE_KEY] = "right"
+            else:  # a decoder's head on the last k positions when asked (a prefill's 1)
+                keep_last_logits(program.model)
             checked = getattr(spec, "check_args", spec.args)  # the fused decoder's own
             check_against_eager(spec.file_name, spec.module, program, checked, dtype)
             program.save(folder / spec.file_name)
@@ -308,8 +311,10 @@ def export_pretrained(
             ``ExportOptions`` has a ``target``.
         quantize: ``"int4"``: weight-only 4-bit ``MatMulNBits`` (ONNX Runtime's
             MatMulNBitsQuantizer) for every MatMul by a weight, for decoders; ``"int8"``:
-            dynamic int8 quantization (``quantize_dynamic``), for encoders. Float weights
-            when ``None``.
+            int8 weights and activations: for a decoder, weights per output column and
+            activations per row (``MatMulInteger``; rows decoded together get their
+            tokens alone), for an encoder ``quantize_dynamic``. Float weights when
+            ``None``.
         quantize_block_size: int4 block size (a power of 2, 16 to 256).
         quantize_accuracy_level: int4 MatMulNBits ``accuracy_level`` (4: int8
             activations, the fastest on CPU; ``None``: ORT's default).

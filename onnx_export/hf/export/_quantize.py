@@ -144,8 +144,16 @@ def _int4(path: pathlib.Path, options: QuantizeOptions) -> object:
 
 
 def _int8(path: pathlib.Path) -> object:
+    """Dynamic int8; a decoder's activations get a scale per row (``_int8_rows.py``)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    probe = onnx.load(os.fspath(path), load_external_data=False)
+    if any(i.name.startswith("past_key_values.") for i in probe.graph.input):
+        from onnx_export.hf.export._int8_rows import quantize_rows_int8
+
+        # rows decoded together get their tokens alone
+        return quantize_rows_int8(onnx.load(os.fspath(path)))
 
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         target = pathlib.Path(scratch) / path.name

@@ -4,7 +4,8 @@ The HTTP side (asyncio) hands each request's choices to :meth:`Engine.submit` an
 their text back as events through a callback; the loop thread owns the model's
 :class:`~onnx_export.hf.runtime.generation._batching.ContinuousBatcher` and is the only
 one that touches it. Between two decoding steps it takes new rows (up to ``max_batch``
-in the batch; up to ``max_waiting`` more wait, beyond that a request is refused with
+in the batch and :data:`PREFILL_TOKENS` prompt tokens a step; up to ``max_waiting`` more
+wait, beyond that a request is refused with
 :class:`~._errors.Overloaded`), drops the rows of requests cancelled (a client gone), and
 turns each row's new token into text (:class:`~._text.TextScanner`, which also finds the
 ``stop`` texts). Each row picks its tokens with its own chooser (greedy, or sampling with
@@ -25,7 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 from onnx_export.hf.runtime._pretrained import token_ids
-from onnx_export.hf.runtime.generation._batching import PREFILL_ROWS
 from onnx_export.hf.runtime.generation._causal import OrtModelForCausalLM
 from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._settings import make_chooser, resolve_settings
@@ -41,10 +41,13 @@ from ._text import TextScanner
 __all__ = ["Engine", "Event", "Choices"]
 
 _log = logging.getLogger("onnx_export.serving.openai")
-#: Rows that join the batch at one step at most: they are prefilled together in one run
-#: (``PREFILL_ROWS``) before the step, so a burst of requests joins over a few steps while
-#: the rows running keep decoding.
-ADMIT_PER_STEP = PREFILL_ROWS
+#: Prompt tokens that join the batch at one step at most (a row longer than that joins
+#: alone). The rows joining are prefilled before the step (in runs of ``PREFILL_ROWS``), so
+#: a burst joins at once and the batch decodes full from then on; 8 rows a step made a
+#: burst of 32 join over 4 steps, 3 of them decoding a partial batch (and 3 more partial
+#: steps at the end, as the last rows to join finish). The rows already decoding wait for
+#: that prefill: it shows in their inter-token latency.
+PREFILL_TOKENS = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,9 +301,12 @@ class Engine:
                 self._fail_all(f"The decoding loop failed: {type(e).__name__}: {e}")
 
     def _step(self) -> None:
-        admitted = 0
-        while self._queued and len(self._rows) < self.max_batch and admitted < ADMIT_PER_STEP:
-            admitted += 1
+        budget = PREFILL_TOKENS
+        while self._queued and len(self._rows) < self.max_batch:
+            length = len(self._queued[0].prompt)
+            if length > budget and budget < PREFILL_TOKENS:  # the first row always joins
+                break
+            budget -= length
             row = self._queued.popleft()
             row.batch_id = self._batcher.submit(
                 row.prompt,

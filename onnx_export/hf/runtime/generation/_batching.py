@@ -35,6 +35,7 @@ import numpy.typing as npt
 from onnx_export.hf._errors import GenerationError
 from onnx_export.hf.runtime._session import StepSession, Value
 from onnx_export.hf.runtime.generation._slots import SlotCache
+from onnx_export.hf.runtime.generation._speculative import LOGITS_TO_KEEP, keeps_logits
 
 __all__ = ["BatchedRequest", "ContinuousBatcher", "Choose"]
 
@@ -45,6 +46,8 @@ Choose = Callable[[npt.NDArray[np.float32]], int]
 _FIRST_SLOTS, _FIRST_CAPACITY = 4, 64
 #: Waiting requests prefilled together in one run at most (a longer queue takes more runs).
 PREFILL_ROWS = 8
+#: ``num_logits_to_keep`` for a prefill: the last position's logits only.
+_ONE = np.array([1], np.int64)
 
 
 @dataclasses.dataclass
@@ -102,6 +105,7 @@ class ContinuousBatcher:
             )
         self._slots: SlotCache | None = None
         self._fused = session.shares_buffer
+        self._keeps = keeps_logits(session)
         self._session = session
         self._uses_positions = uses_positions
         self._vocab = vocab
@@ -179,6 +183,7 @@ class ContinuousBatcher:
     def step(self) -> list[BatchedRequest]:
         """Admit the waiting requests, run one step, retire the rows that ended."""
         waiting, self._waiting = self._waiting, []
+        waiting.sort(key=lambda r: len(r.prompt))  # a run's rows of like lengths: less padding
         finished: list[BatchedRequest] = []
         for start in range(0, len(waiting), PREFILL_ROWS):
             group = waiting[start : start + PREFILL_ROWS]
@@ -205,6 +210,8 @@ class ContinuousBatcher:
         feed: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
         if self._uses_positions:  # each row counts its own tokens (padding at 1, as HF's)
             feed["position_ids"] = np.where(mask == 1, mask.cumsum(axis=1) - 1, 1)
+        if self._keeps:  # the head runs on the last position only, not on every prompt token
+            feed[LOGITS_TO_KEEP] = _ONE
         results = self._session.run({**feed, **self._session.empty_past(rows)})
         logits = self._session.last_logits(results)
         for row, request in enumerate(requests):
