@@ -12,10 +12,6 @@ model, the geomean per family and over all, and the models above 0.7x.
 
     python bench/bench_families.py [--models audio/whisper_encoder] [--repeat 3]
     python bench/bench_families.py --profile audio/whisper_encoder   # cProfile of ours
-    python bench/bench_families.py --sequential-checks   # each check's runs one by one
-
-Each check of ours runs ONNX Runtime in a worker thread beside eager PyTorch (#39);
-``--sequential-checks`` runs them one after the other, for a before/after.
 """
 
 from __future__ import annotations
@@ -159,16 +155,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds per model (median)")
     parser.add_argument("--no-theirs", action="store_true", help="ours only (no ratios)")
     parser.add_argument("--profile", help="cProfile our export of this model")
-    parser.add_argument(
-        "--sequential-checks",
-        action="store_true",
-        help="run each check's ONNX Runtime and eager runs one after the other (as before #39)",
-    )
     args = parser.parse_args()
-    if args.sequential_checks:
-        from onnx_export.program import _beside
-
-        _beside.SIDE_BY_SIDE = False
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)

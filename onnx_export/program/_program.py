@@ -45,7 +45,6 @@ from onnx_export.adapters._upcast import UPCAST_DTYPES
 from onnx_export.capture._strategies import CaptureAttempt, captured_call
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import InvalidGraphError, SerializationError
-from onnx_export.program._beside import beside
 from onnx_export.program._check import (
     check_graph,
     invalid_graph_error,
@@ -410,19 +409,13 @@ class ONNXProgram:
         canonical = captured_call(program, self._signature, *self._canonical(args, kwargs))
         traced = self._traced(canonical) if traced_first else None
         module, note = self._verification_module()
-        # ONNX Runtime in a worker thread, eager PyTorch here, side by side (._beside).
-        ort, deployed = beside(
-            lambda: module._run_flat(list(flat)), lambda: _caught(self._deployed, args, kwargs)
-        )
-        e = ort.error
-        if e is not None:  # onnxruntime's own classes, or our adapters' errors
-            if traced_first or not isinstance(e, Exception):
-                raise e  # verify(): the caller's inputs, the caller's error
+        try:
+            got = module._run_flat(list(flat))
+        except Exception as e:  # onnxruntime's own classes, or our adapters' errors
+            if traced_first:
+                raise  # verify(): the caller's inputs, the caller's error
             raise OnnxRuntimeRunError(f"{type(e).__name__}: {e}") from e
-        got = ort.get()
-        if isinstance(deployed, BaseException):
-            raise deployed
-        expected, reference, structure = _counted(deployed, len(got))
+        expected, reference, structure = self._reference(args, kwargs, len(got))
         if expected is None:
             traced = traced if traced is not None else self._traced(canonical)
             expected, reference = traced, "the exported program (exported_program.module())"
@@ -494,18 +487,13 @@ class ONNXProgram:
         The outputs are ``None`` without a model or when their count differs; the
         difference is where eager's output structure departs from the program's.
         """
-        return _counted(self._deployed(args, kwargs), count)
-
-    def _deployed(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[list[torch.Tensor] | None, str, str]:
-        """:meth:`_reference` before the outputs are counted."""
         if self._eager_model is None:
             return None, "", ""
         eager = run_deployed(self._eager_model, args, kwargs, self.exported_program)
         assert self.exported_program is not None  # checked by _compare
         structure = structure_difference(eager, self.exported_program.call_spec.out_spec)
-        return _tensors(eager), DEPLOYED_MODE, structure
+        outputs = _tensors(eager)
+        return (outputs if len(outputs) == count else None), DEPLOYED_MODE, structure
 
     def _input_adapter(self) -> InputAdapter:
         if self._inputs is None:
@@ -586,24 +574,6 @@ class ONNXProgram:
                 **({"note": result.note} if result.note else {}),
             },
         )
-
-
-def _caught(fn: Any, *args: Any) -> Any:
-    """``fn(*args)``, or the ``Exception`` it raised (handed on after a run beside it ends)."""
-    try:
-        return fn(*args)
-    except Exception as e:
-        return e
-
-
-def _counted(
-    found: tuple[list[torch.Tensor] | None, str, str], count: int
-) -> tuple[list[torch.Tensor] | None, str, str]:
-    """``found``'s outputs, or ``None`` when there are not ``count`` of them."""
-    outputs, reference, structure = found
-    if outputs is not None and len(outputs) != count:
-        outputs = None
-    return outputs, reference, structure
 
 
 def _describe_value(value: ir.Value) -> str:

@@ -33,7 +33,6 @@ from onnx_export.capture._call import Call
 from onnx_export.capture._resize import Resized
 from onnx_export.errors import ConversionError
 from onnx_export.program._adapter import TORCH_RANGE
-from onnx_export.program._beside import Outcome, beside
 
 __all__ = [
     "CHEAP_BYTES",
@@ -43,7 +42,6 @@ __all__ = [
     "example_sizes",
     "held_example_sizes",
     "narrowed_range",
-    "ran_beside_eager",
     "right_at_example",
     "second_size_problem",
     "unserved_axes_error",
@@ -195,24 +193,15 @@ def _eager(call: Call) -> list[torch.Tensor] | None:
     return [t.detach() for t in _leaves(out)]
 
 
-def _ran(run: Any, call: Call) -> list[torch.Tensor]:
-    return _leaves(run(*call.args, **call.kwargs))
-
-
-def ran_beside_eager(run: Any, call: Call) -> tuple[Outcome[list[torch.Tensor]], Any]:
-    """The file's outputs at ``call`` (run in a worker thread) and eager's (run here)."""
-    outcome, want = beside(lambda: _ran(run, call), lambda: _eager(call))
-    if outcome.error is not None and not isinstance(outcome.error, Exception):
-        raise outcome.error  # KeyboardInterrupt, SystemExit
-    return outcome, want
-
-
 def right_at_example(run: Any, call: Call) -> bool:
     """Whether the file runs at the example and matches eager there (else nothing to prove)."""
-    outcome, want = ran_beside_eager(run, call)
-    if want is None or outcome.error is not None:
-        return False  # wrong at the example already: the parity check's business
-    first = _error(outcome.get(), want)
+    want = _eager(call)
+    if want is None:
+        return False
+    try:
+        first = _error(_leaves(run(*call.args, **call.kwargs)), want)
+    except Exception:  # wrong at the example already: the parity check's business
+        return False
     return first is not None and first <= 1
 
 
@@ -235,20 +224,20 @@ def _second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     # example here (the parity check runs it there). Only a failure or a difference at the
     # second size asks whether the file is right at the example, which makes it this
     # check's verdict (and not the parity check's).
-    # ONNX Runtime and eager run side by side (:mod:`._beside`).
-    outcome, want = ran_beside_eager(run, second.call)
+    want = _eager(second.call)
     if want is None:
         return None
     shapes = second.text()
-    e = outcome.error
-    if isinstance(e, InputError):
+    try:
+        got = _leaves(run(*second.call.args, **second.call.kwargs))
+    except InputError:
         return None  # a range the file declares: it tells the truth
-    if e is not None:
+    except Exception as e:
         if not right_at_example(run, call):
             return None
         text = (str(e).strip().splitlines() or [""])[0]
         return f"at {shapes} ONNX Runtime failed: {type(e).__name__}: {text[:300]}"
-    error = _error(outcome.get(), want)
+    error = _error(got, want)
     if error is None or error <= 10 or not right_at_example(run, call):
         return None
     what = "another shape" if math.isinf(error) else f"{error:.3g}x the tolerance"
