@@ -114,9 +114,13 @@ def _note(
 ) -> None:
     """Hand on a comparison of an input's size with 1 that torch decided from its range."""
     node = size.node
-    expr, hint = node.expr, node.hint
-    symbol = str(expr)
-    if not expr.is_Symbol or symbol not in sources or not isinstance(hint, int) or hint < 2:
+    expr = node.expr
+    # A plain symbol only: printing a compound expression (YOLO's stride arithmetic on
+    # multiples of 32) cost sympy 13 s of a 40 s capture, for comparisons never recorded.
+    if not getattr(expr, "is_Symbol", False):
+        return
+    hint, symbol = node.hint, str(expr)
+    if symbol not in sources or not isinstance(hint, int) or hint < 2:
         return
     compare = _COMPARISONS[name]
     if bool(compare(hint, other)) == bool(compare(1, other)):

@@ -178,3 +178,27 @@ def test_doctor_prints_the_patch_table() -> None:
         assert f"  {patch.name} " in table
     assert f"transformers {transformers.__version__}" in table
     assert "0 with a target missing or changed" in table
+
+
+def test_a_librarys_release_is_looked_up_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # importlib.metadata scans sys.path on each call: 31 look-ups an export were 0.1-0.5 s
+    # of its capture (#39). A library not found is looked up again (it may be installed).
+    import importlib.metadata
+
+    from onnx_export.capture.patches import _registry
+
+    monkeypatch.setattr(_registry, "_VERSIONS", {})
+    looked: list[str] = []
+    real = importlib.metadata.version
+
+    def counted(name: str) -> str:
+        looked.append(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", counted)
+    first = library_version("transformers")
+    assert library_version("transformers") == first == transformers.__version__
+    assert looked == ["transformers"]
+    assert library_version("no-such-library-here") is None
+    assert library_version("no-such-library-here") is None
+    assert looked.count("no-such-library-here") == 2

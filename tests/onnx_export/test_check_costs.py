@@ -4,6 +4,8 @@
   parity check's (and run here again only when the second size disagrees).
 - A size-1 example's second size is 2 (3 when an input has a static 2): the check pays
   for every row it adds.
+- One ONNX Runtime session serves every check (and later calls); the served-axes check
+  still refuses a file that fails at a second size.
 - Garbage collection during the export walks the export's objects, not the older heap;
   the freeze is undone afterwards, and a process's own freeze is left alone.
 """
@@ -11,15 +13,19 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 import torch
+from onnxscript import opset18 as op
 from torch import nn
 
 import onnx_export
 from onnx_export._options import ExportOptions
+from onnx_export.adapters import _runtime
 from onnx_export.capture._call import forward_signature, prepare_call
 from onnx_export.capture._resize import resized_call
+from onnx_export.errors import ConversionError
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -90,3 +96,62 @@ def test_a_process_freeze_is_left_alone() -> None:
         assert gc.get_freeze_count() > frozen // 2
     finally:
         gc.unfreeze()
+
+
+# -- one session for every check; the checks still refuse what they should (#39) ---------
+
+
+def test_one_export_opens_one_session_for_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[object] = []
+    real_open = _runtime.open_session
+
+    def counted(*args: object, **kwargs: object) -> object:
+        opened.append(args)
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_runtime, "open_session", counted)
+    torch.manual_seed(0)
+    model = _Counted().eval()
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, torch.randn(4, 4), export_options=options)
+    # The served-axes check (at 3), the parity check (at 4), the edge probe (at 1): one
+    # eager run each, and ONNX Runtime runs on one session.
+    assert model.batches == [3, 4, 1]
+    assert len(opened) == 1
+    assert_onnx_program_close(program, model, torch.randn(2, 4))
+    assert len(opened) == 1  # later calls reuse it too
+
+
+@torch.library.custom_op("check_costs_test::doubled", mutates_args=())
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    """``2 * x``."""
+    return x * 2
+
+
+@doubled.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _doubled_at_three_rows(x: Any) -> Any:
+    """Right at the example's 3 rows only: the Reshape holds them."""
+    return op.Reshape(op.Add(x, x), op.Constant(value_ints=[3, 4]))
+
+
+class _Doubled(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return doubled(x) + 1
+
+
+def test_the_served_axes_check_still_refuses_a_file_that_fails_at_a_second_size() -> None:
+    # ONNX Runtime fails at the second size; no capture at other sizes helps.
+    registry = onnx_export.OnnxRegistry()
+    registry.register_op("check_costs_test::doubled", _doubled_at_three_rows)
+    options = ExportOptions(dynamic_shapes={"x": {0: "rows"}}, onnx_registry=registry)
+    with pytest.raises(ConversionError, match="declares dynamic axes it cannot serve") as got:
+        onnx_export.dynamo_export(_Doubled(), torch.randn(3, 4), export_options=options)
+    assert "ONNX Runtime failed" in str(got.value) and "holds 3" in str(got.value)
+    # Static, the same function is right: the check refused the axis, not the function.
+    static = ExportOptions(onnx_registry=registry)
+    program = onnx_export.dynamo_export(_Doubled(), torch.randn(3, 4), export_options=static)
+    assert_onnx_program_close(program, _Doubled(), torch.randn(3, 4))

@@ -159,10 +159,20 @@ def library_version(library: str) -> str | None:
     """
     if library in sys.stdlib_module_names:
         return platform.python_version()
-    try:
-        return importlib.metadata.version(library)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    found = _VERSIONS.get(library)
+    if found is None:
+        try:
+            found = importlib.metadata.version(library)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        _VERSIONS[library] = found
+    return found
+
+
+#: Releases found, by library: ``importlib.metadata`` scans every folder of ``sys.path``
+#: on each call (31 look-ups, 0.1-0.5 s an export, #39). A library not found is looked up
+#: again next time (it may be installed since).
+_VERSIONS: dict[str, str] = {}
 
 
 def _release(version: str) -> tuple[int, ...]:
