@@ -17,6 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from onnx_export._fake import WeightPlaceholder, weight_values
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.diagnostics import DiagnosticContext, Location, rules
 from onnx_export.errors import ParityWarning, TrainingModeWarning, VerificationError
 from onnx_export.program._check import session_check_wanted
@@ -204,7 +205,7 @@ def warn_parity(outcome: ParityOutcome) -> None:
     """
     result = outcome.result
     if outcome.failed:
-        warnings.warn(_failed_message(outcome.failed), ParityWarning, stacklevel=3)
+        warn_at_user_line(_failed_message(outcome.failed), ParityWarning)
     if result is None and outcome.skipped.startswith(_RANDOM_DRAWS) and not outcome.training:
         # In eval mode (training mode has its own warning): a user expecting eager's numbers
         # would get other ones, unannounced.
@@ -212,7 +213,7 @@ def warn_parity(outcome: ParityOutcome) -> None:
             f"The export was not compared with eager PyTorch: {outcome.skipped}. In eval "
             "mode too, its outputs are draws of ONNX Runtime's random generator, not torch's."
         )
-        warnings.warn(message, ParityWarning, stacklevel=3)
+        warn_at_user_line(message, ParityWarning)
     if result is None or result.ok:
         return
     outputs, cause = mismatch_summary(result)
@@ -225,19 +226,18 @@ def warn_parity(outcome: ParityOutcome) -> None:
     if origin is not None and origin.file and origin.line:
         warnings.warn_explicit(message, ParityWarning, origin.file, origin.line)
     else:
-        warnings.warn(message, ParityWarning, stacklevel=3)
+        warn_at_user_line(message, ParityWarning)
 
 
 def warn_training(training: tuple[TrainingComputation, ...]) -> None:
     """A ``TrainingModeWarning`` at the user's call when training mode is in the graph."""
     if training:
-        warnings.warn(
+        warn_at_user_line(
             "The model is exported in training mode, so the ONNX file computes what "
             f"model.train() computes, not model.eval(): {'; '.join(map(str, training))}. "
             "Call model.eval() before exporting (or export in training mode on purpose and "
             "ignore this warning).",
             TrainingModeWarning,
-            stacklevel=3,
         )
 
 

@@ -32,6 +32,7 @@ from onnx_export.adapters import AdapterSpec, AxisRange, InputError
 from onnx_export.capture._call import Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
 from onnx_export.capture._specialized import RangeGuard
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import ConversionError, ParityWarning
 from onnx_export.program._adapter import with_size_one_refused
@@ -345,4 +346,4 @@ def warn_probe(mismatches: list[ProbeMismatch]) -> None:
         if path and line.isdigit():
             warnings.warn_explicit(message, ParityWarning, path, int(line))
         else:
-            warnings.warn(message, ParityWarning, stacklevel=3)
+            warn_at_user_line(message, ParityWarning)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from torch.export.graph_signature import InputKind
 
 from onnx_export.adapters import AdapterSpec, DimRelation
 from onnx_export.capture._call import AxisTie
+from onnx_export.capture._user_code import warn_at_user_line
 from onnx_export.diagnostics import DiagnosticContext, rules
 from onnx_export.errors import DimensionRelationWarning
 from onnx_export.translation._naming import dim_names_from_program, graph_names
@@ -175,10 +175,9 @@ def record_relations(context: DiagnosticContext, found: Sequence[FoundRelation])
 def warn_relations(found: Sequence[FoundRelation]) -> None:
     """One ``DimensionRelationWarning`` per relation, after the export's recording block."""
     for f in found:
-        warnings.warn(
+        warn_at_user_line(
             f"{f.axis} is not independent: the model ties it to other dynamic dimensions, "
             f"{f.text()}. The exported model holds for sizes that keep this relation and "
             "refuses others with an InputShapeError.",
             DimensionRelationWarning,
-            stacklevel=3,
         )

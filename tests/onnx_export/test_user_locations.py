@@ -300,3 +300,24 @@ def test_swapped_restores_when_a_later_swap_fails() -> None:
     with pytest.raises(AttributeError), swapped((math, "tau", 6.0), (None, "x", 1)):
         pass
     assert math.tau == 2 * math.pi
+
+
+def test_the_checks_warnings_name_the_users_line_through_an_exporter_frame() -> None:
+    """The training-mode and parity warnings of ``program/``: the user's line, however deep."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    model[1].running_mean.fill_(0.5)
+    x = torch.randn(2, 3, 8, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _through_the_exporter(onnx_export.dynamo_export, model, x)  # marker: checks
+    ours = [w for w in caught if w.category.__module__.startswith("onnx_export")]
+    names = {w.category.__name__ for w in ours}
+    assert {"TrainingModeWarning", "ParityWarning"} <= names, [str(w.message) for w in ours]
+    for w in ours:
+        assert Path(w.filename).resolve() == _HERE, (w.category.__name__, w.filename)
+        assert w.lineno == _line("# marker: checks")
+    model.eval()
+    program = onnx_export.dynamo_export(model, x)
+    with torch.no_grad():
+        assert_onnx_program_close(program, model, x)
+        assert_onnx_program_close(program, model, torch.randn(2, 3, 8, 8) * 3)
