@@ -21,21 +21,7 @@ from onnx_export import hf
 
 tf = pytest.importorskip("transformers")
 
-
-def _llama() -> tf.LlamaForCausalLM:
-    config = tf.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=None,
-    )
-    torch.manual_seed(0)
-    return tf.LlamaForCausalLM(config).eval()
+from tests.hf.test_hf_quantize import _llama  # noqa: E402  # the same tiny Llama
 
 
 @pytest.fixture(scope="module")

@@ -270,13 +270,7 @@ class Engine:
     def _grammars(self) -> GrammarTokenizer:
         with self._grammar_lock:
             if self._grammar is None:
-                vocab = int(
-                    self.model.folder.config.get("vocab_size")
-                    or self.model.tokenizer.tokenizer.get_vocab_size()
-                )
-                eos = self._eos or token_ids(self.model.tokenizer.token_id("eos_token"))
-                path = self.model.folder.path / "tokenizer.json"
-                self._grammar = GrammarTokenizer(path, vocab, eos)
+                self._grammar = folder_grammar(self.model, self._eos)
             return self._grammar
 
     # -- the loop thread -----------------------------------------------------------------
@@ -377,6 +371,16 @@ class Engine:
         self._left.clear()
         self._sinks.clear()
         self._batcher = self.model.batcher()
+
+
+def folder_grammar(model: Any, eos: tuple[int, ...]) -> GrammarTokenizer:
+    """The structured-output tokenizer of a served folder's model (text or image-text).
+
+    ``eos`` is the folder's end tokens; when it has none, the tokenizer's ``eos_token``.
+    """
+    vocab = int(model.folder.config.get("vocab_size") or model.tokenizer.tokenizer.get_vocab_size())
+    eos = eos or token_ids(model.tokenizer.token_id("eos_token"))
+    return GrammarTokenizer(model.folder.path / "tokenizer.json", vocab, eos)
 
 
 def _sampling(choices: Choices) -> dict[str, Any]:

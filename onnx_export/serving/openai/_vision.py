@@ -24,7 +24,7 @@ from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
 from onnx_export.hf.runtime.generation._structured import GrammarTokenizer, OutputConstraint
 from onnx_export.hf.runtime.generation._vlm import OrtModelForImageTextToText
 
-from ._engine import Choices, Event, Sink, _sampling
+from ._engine import Choices, Event, Sink, _sampling, folder_grammar
 from ._errors import APIError, Overloaded, ServerClosing
 from ._text import TextScanner
 
@@ -169,13 +169,7 @@ class VisionEngine:
     def _grammars(self) -> GrammarTokenizer:
         with self._grammar_lock:
             if self._grammar is None:
-                vocab = int(
-                    self.model.folder.config.get("vocab_size")
-                    or self.model.tokenizer.tokenizer.get_vocab_size()
-                )
-                eos = self._eos or token_ids(self.model.tokenizer.token_id("eos_token"))
-                path = self.model.folder.path / "tokenizer.json"
-                self._grammar = GrammarTokenizer(path, vocab, eos)
+                self._grammar = folder_grammar(self.model, self._eos)
             return self._grammar
 
     # -- the worker thread ---------------------------------------------------------------

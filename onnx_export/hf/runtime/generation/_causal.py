@@ -39,11 +39,13 @@ from onnx_export.hf.runtime.generation._settings import (
 )
 from onnx_export.hf.runtime.generation._shared_cache import SharedCache
 from onnx_export.hf.runtime.generation._speculative import (
+    LOGITS_TO_KEEP,
     ChunkRunner,
     Drafter,
     DraftLength,
     DraftSource,
     PromptLookup,
+    keeps_logits,
     make_drafter,
     speculative_decode,
 )
@@ -58,6 +60,8 @@ from onnx_export.hf.runtime.generation._structured import (
 __all__ = ["OrtModelForCausalLM"]
 
 _POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx")
+#: ``num_logits_to_keep`` at a prompt step: its vocabulary head runs on the last position.
+_LAST_ONLY = np.array([1], np.int64)
 
 
 def _positions(mask: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -599,6 +603,8 @@ class OrtModelForCausalLM:
         """
         first, next_feed = self._feeds(plan.ids, plan.mask)
         if not (session.shares_buffer or session.cuda_graph):
+            if keeps_logits(session):  # the prompt's last position only (rows padded left)
+                first[LOGITS_TO_KEEP] = _LAST_ONLY
             return session, first, next_feed
         capacity = plan.ids.shape[1] + plan.stopping.max_new_tokens
         moves = self._uses_positions and "position_ids" not in session.unread_inputs
