@@ -136,7 +136,46 @@ class _Row:
         return token
 
 
-class Engine:
+class EngineThread:
+    """What both engines share: a thread that decodes, its stop, the folder's grammars.
+
+    A subclass sets ``model``, ``_eos``, ``_lock`` (a condition its thread waits on),
+    ``_closing``, ``_thread``, ``_grammar`` and ``_grammar_lock`` in its ``__init__``.
+
+    Example:
+        >>> engine.close(timeout=30)  # doctest: +SKIP
+    """
+
+    model: Any
+    _eos: tuple[int, ...]
+    _lock: threading.Condition
+    _closing: bool
+    _thread: threading.Thread | None
+    _grammar: GrammarTokenizer | None
+    _grammar_lock: threading.Lock
+
+    def close(self, timeout: float | None = None) -> None:
+        """Take no new request, finish the ones there are, stop the thread."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def closing(self) -> bool:
+        """The engine takes no new request."""
+        return self._closing
+
+    def _grammars(self) -> GrammarTokenizer:
+        """The folder's structured-output tokenizer, built at the first schema."""
+        with self._grammar_lock:
+            if self._grammar is None:
+                self._grammar = folder_grammar(self.model, self._eos)
+            return self._grammar
+
+
+class Engine(EngineThread):
     """The server's decoding loop over one exported text-generation model.
 
     Args:
@@ -222,19 +261,6 @@ class Engine:
             waiting = len(self._queued) + sum(len(a) for k, a in self._inbox if k == "add")
             return {"active": len(self._rows), "waiting": waiting, **self.stats}
 
-    def close(self, timeout: float | None = None) -> None:
-        """Take no new request, finish the ones there are, stop the loop thread."""
-        with self._lock:
-            self._closing = True
-            self._lock.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def closing(self) -> bool:
-        """The engine takes no new request."""
-        return self._closing
-
     # -- building rows -------------------------------------------------------------------
 
     def _rows_of(self, ticket: int, choices: Choices) -> list[_Row]:
@@ -266,12 +292,6 @@ class Engine:
                 )
             )
         return rows
-
-    def _grammars(self) -> GrammarTokenizer:
-        with self._grammar_lock:
-            if self._grammar is None:
-                self._grammar = folder_grammar(self.model, self._eos)
-            return self._grammar
 
     # -- the loop thread -----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from onnx_export.hf.runtime._vlm_pipeline import ImageTextToTextPipeline
 from onnx_export.hf.runtime.generation._structured import GrammarTokenizer, OutputConstraint
 from onnx_export.hf.runtime.generation._vlm import OrtModelForImageTextToText
 
-from ._engine import Choices, Event, Sink, _sampling, folder_grammar
+from ._engine import Choices, EngineThread, Event, Sink, _sampling
 from ._errors import APIError, Overloaded, ServerClosing
 from ._text import TextScanner
 
@@ -63,7 +63,7 @@ class _Stopped(Exception):
     """A stop text was found: the choice has its text."""
 
 
-class VisionEngine:
+class VisionEngine(EngineThread):
     """The server's decoding of an image-text-to-text folder: one choice at a time.
 
     Args:
@@ -149,28 +149,9 @@ class VisionEngine:
             active = 0 if self._running is None else 1
             return {"active": active, "waiting": self._held() - active, **self.stats}
 
-    def close(self, timeout: float | None = None) -> None:
-        """Take no new request, finish the ones there are, stop the worker thread."""
-        with self._lock:
-            self._closing = True
-            self._lock.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def closing(self) -> bool:
-        """The engine takes no new request."""
-        return self._closing
-
     def _held(self) -> int:
         running = 0 if self._running is None else self._running.left
         return running + sum(j.left for j in self._jobs)
-
-    def _grammars(self) -> GrammarTokenizer:
-        with self._grammar_lock:
-            if self._grammar is None:
-                self._grammar = folder_grammar(self.model, self._eos)
-            return self._grammar
 
     # -- the worker thread ---------------------------------------------------------------
 
