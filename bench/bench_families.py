@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import family_standins  # noqa: E402
+from bench_stages import medians  # noqa: E402
 
 STAGES = ["capture", "decomposition", "translation", "adapter", "optimizer", "folding"]
 STAGES += ["opset", "dynamic axes", "verify", "save", "check"]
@@ -91,11 +92,7 @@ def measure(name: str, repeat: int, theirs: bool) -> dict[str, Any]:
                         their_times.append(seconds)
                     except Exception as e:
                         row["their_error"] = f"{type(e).__name__}: {str(e)[:100]}"
-    keys = {k for t in ours for k in t}
-    row["stages"] = {k: statistics.median(t.get(k, 0.0) for t in ours) for k in keys}
-    if their_times:
-        row["theirs"] = statistics.median(their_times)
-    return row
+    return medians(row, ours, their_times)
 
 
 def _line(name: str, row: dict[str, Any]) -> str:

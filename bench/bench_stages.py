@@ -104,6 +104,13 @@ def measure(
                     their_times.append(seconds)
                 except Exception as e:
                     row["their_error"] = f"{type(e).__name__}: {str(e)[:100]}"
+    return medians(row, ours, their_times)
+
+
+def medians(
+    row: dict[str, Any], ours: list[dict[str, float]], their_times: list[float]
+) -> dict[str, Any]:
+    """``row`` with each of our stages' median time, and torch.onnx's median when it ran."""
     keys = {k for t in ours for k in t}
     row["stages"] = {k: statistics.median(t.get(k, 0.0) for t in ours) for k in keys}
     if their_times:

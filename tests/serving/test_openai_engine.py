@@ -17,17 +17,10 @@ import pytest
 from onnx_export import hf
 from onnx_export.serving.openai import _engine
 from onnx_export.serving.openai._engine import Choices, Engine, Event
-from tests.serving import openai_folder
+from tests.serving import openai_folder, openai_server
 
 PROMPTS = [
-    "hello there",
-    "Once upon a time",
-    '{"name": "ada"',
-    "user: how are you?",
-    "a little model",
-    "[1, 22",
-    "there was",
-    "tools: weather",
+    *openai_server.PROMPTS,
     "little hello",
     "time there",
     "model said",
