@@ -215,15 +215,23 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: Server) -> None:
 
 def test_a_client_that_gives_up_waiting_frees_its_slot(server: Server) -> None:
     before = health(server)["cancelled"]
-    impatient = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=0.5)
+    # 16 choices of 1,000 tokens take seconds even on a fast idle machine (one choice took
+    # 0.6 s on a 2-core VM, close enough to a 0.5 s timeout to race): the client gives up
+    # long before the answer could be ready.
+    impatient = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=0.25)
     with pytest.raises(openai.APITimeoutError):
         impatient.completions.create(
-            model=NAME, prompt="hello", max_tokens=1000, extra_body={"ignore_eos": True}
+            model=NAME, prompt="hello", max_tokens=1000, n=16, extra_body={"ignore_eos": True}
         )
     deadline = time.monotonic() + 30
     while (load := health(server))["active"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert load["active"] == 0 and load["cancelled"] == before + 1, load
+    # Every row in the batch is cancelled; rows still queued leave without counting.
+    assert load["active"] == 0 and before < load["cancelled"] <= before + 16, load
+    answer = client(server).completions.create(
+        model=NAME, prompt="hello", max_tokens=3, extra_body={"ignore_eos": True}
+    )
+    assert answer.usage is not None and answer.usage.completion_tokens == 3
 
 
 @pytest.mark.parametrize(
