@@ -17,8 +17,9 @@ shared 2-core machine stays short):
   attention blocks, a conv neck with channel LayerNorm. Dynamic batch.
 - ``audio/whisper_encoder``: openai-whisper's ``AudioEncoder`` at tiny's size: two GELU
   conv1d (the second strided) on 3000 mel frames, the 1500-position sinusoidal table
-  (whisper's shape assertion kept), pre-LN residual attention blocks (key without bias),
-  ``ln_post``. Dynamic batch, an example of batch 1 (as whisper is exported).
+  (whisper's shape assertion kept), pre-LN residual attention blocks (key without bias;
+  ``scaled_dot_product_attention``, the default path of openai-whisper's current
+  release), ``ln_post``. Dynamic batch, an example of batch 1 (as whisper is exported).
 - ``audio/whisper_decoder``: whisper's ``TextDecoder``: token and learned position
   embeddings, causal self-attention, cross-attention on the audio features, logits
   through the tied embedding. Dynamic tokens and audio frames.
@@ -363,6 +364,10 @@ def _sinusoids(length: int, channels: int) -> torch.Tensor:
 
 
 class _WhisperAttention(nn.Module):
+    """openai-whisper's MultiHeadAttention on its default path (``use_sdpa``: PyTorch's
+    ``scaled_dot_product_attention``, causal where a mask is given and there is more
+    than one query), as its current release runs it."""
+
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
@@ -376,16 +381,12 @@ class _WhisperAttention(nn.Module):
     ) -> torch.Tensor:
         source = x if xa is None else xa
         q, k, v = self.query(x), self.key(source), self.value(source)
-        b, n, d = q.shape
-        scale = (d // self.heads) ** -0.25
-        q = q.view(b, n, self.heads, -1).permute(0, 2, 1, 3) * scale
-        k = k.view(b, k.shape[1], self.heads, -1).permute(0, 2, 3, 1) * scale
-        v = v.view(b, v.shape[1], self.heads, -1).permute(0, 2, 1, 3)
-        qk = q @ k
-        if mask is not None:
-            qk = qk + mask[:n, :n]
-        w = F.softmax(qk.float(), dim=-1).to(q.dtype)
-        return self.out((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2))
+        n = q.shape[1]
+        q = q.view(*q.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
+        k = k.view(*k.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
+        v = v.view(*v.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None and n > 1)
+        return self.out(a.permute(0, 2, 1, 3).flatten(start_dim=2))
 
 
 class _WhisperBlock(nn.Module):
