@@ -49,7 +49,7 @@ def _decided(flag: torch.SymBool) -> bool | None:
     """The flag's value where the sizes' ranges decide it (no guard added), else ``None``."""
     if statically_known_true(flag):
         return True
-    if statically_known_true(torch.sym_not(flag)):
+    if statically_known_true(torch.sym_not(flag)):  # type: ignore[no-untyped-call]  # no stubs
         return False
     return None
 
@@ -58,7 +58,8 @@ def _causal_where(flag: torch.SymBool, query: torch.Tensor, key: torch.Tensor) -
     """PyTorch's causal mask where ``flag`` holds at run time; every key allowed where not."""
     queries, keys = query.shape[-2], key.shape[-2]
     lower = torch.ones(queries, keys, dtype=torch.bool, device=query.device).tril()
-    holds = torch.full((), torch.sym_ite(flag, 1, 0), device=query.device) > 0
+    on = torch.sym_ite(flag, 1, 0)  # type: ignore[no-untyped-call]  # no stubs
+    holds = torch.full((), on, device=query.device) > 0
     return lower | ~holds
 
 
