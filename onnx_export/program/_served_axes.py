@@ -33,6 +33,7 @@ from onnx_export.capture._call import Call
 from onnx_export.capture._resize import Resized
 from onnx_export.errors import ConversionError
 from onnx_export.program._adapter import TORCH_RANGE
+from onnx_export.program._modes import kept
 
 __all__ = [
     "CHEAP_BYTES",
@@ -179,14 +180,18 @@ def _eager(call: Call) -> list[torch.Tensor] | None:
     """The model's outputs on a copy of the call's inputs; the caller's RNG left as it was.
 
     A module in training mode runs as a copy: its running statistics (BatchNorm) stay
-    as they were. No autograd graph is recorded (the outputs are compared, not
-    differentiated): a user exporting with grad mode on does not pay for one.
+    as they were. In eval mode, buffers the forward updates in place (a running mean, a
+    counter) are put back afterwards: checking a model does not change it, and the next
+    check (the parity check at the example) starts from the state the file holds. No
+    autograd graph is recorded (the outputs are compared, not differentiated): a user
+    exporting with grad mode on does not pay for one.
     """
     try:
         args, kwargs = copy.deepcopy((call.args, call.kwargs))  # forward may change them
         training = any(m.training for m in call.module.modules())
         module = copy.deepcopy(call.module) if training else call.module
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        buffers = {} if training else dict(module.named_buffers())
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), kept(buffers):
             out = module(*args, **kwargs)
     except Exception:  # the model refuses those sizes itself: nothing to prove there
         return None

@@ -503,6 +503,30 @@ def test_buffer_mutation_is_applied_once_and_not_an_output() -> None:
     assert torch.count_nonzero(model.total).item() == 0
 
 
+def test_the_checks_at_other_sizes_leave_updated_buffers_as_they_were() -> None:
+    """With dynamic axes the export also runs the model at a second size (the served-axes
+    check) and at the smallest sizes (the edge probe): those eager runs update the buffers
+    in place too. They are put back, so the model is as it was and the parity check
+    compares from the state the file holds (not one run later, a false ParityWarning)."""
+    import copy
+    import warnings
+
+    from onnx_export.errors import ParityWarning
+    from tests.helpers import assert_onnx_program_close
+
+    model = BufferCounter().eval()
+    reference = copy.deepcopy(model)
+    x = _r(3, 4)
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParityWarning)
+        program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert model.count.item() == 0
+    assert torch.count_nonzero(model.total).item() == 0
+    for batch in (3, 1, 5):  # the example, size 1, another size: each from the saved state
+        assert_onnx_program_close(program, copy.deepcopy(reference), _r(batch, 4))
+
+
 def test_parameters_are_shared_with_the_model_not_copied() -> None:
     """Documented behaviour: weights are not copied (a model of S bytes needs no 2 S).
 
