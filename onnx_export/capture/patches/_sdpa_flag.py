@@ -125,5 +125,7 @@ PATCH = Patch(
     ),
     tested=("torch 2.13.0", "torch 2.15.0"),
     why="SDPA's is_causal parser takes a bool, not a comparison of dynamic sizes",
-    apply=lambda call: sdpa_size_flag(),
+    # Strict capture (dynamo) reads the flag itself; the function is replaced for plain
+    # Python tracing only.
+    apply=lambda call: contextlib.nullcontext() if call.strict else sdpa_size_flag(),
 )
