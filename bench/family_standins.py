@@ -21,8 +21,11 @@ shared 2-core machine stays short):
   ``scaled_dot_product_attention``, the default path of openai-whisper's current
   release), ``ln_post``. Dynamic batch, an example of batch 1 (as whisper is exported).
 - ``audio/whisper_decoder``: whisper's ``TextDecoder``: token and learned position
-  embeddings, causal self-attention, cross-attention on the audio features, logits
-  through the tied embedding. Dynamic tokens and audio frames.
+  embeddings, causal self-attention (SDPA with ``is_causal=mask is not None and n_ctx >
+  1``, which torch.onnx cannot capture with dynamic tokens), cross-attention on the audio
+  features, logits through the tied embedding. Dynamic tokens and audio frames.
+  ``audio/whisper_decoder_no_sdpa``: the same on whisper's ``disable_sdpa()`` path (the
+  scores written out, the causal mask added), which both exporters capture.
 - ``medical/unet3d``: MONAI's ``UNet``: Conv3d + InstanceNorm3d + PReLU units with residual
   strided convs, ConvTranspose3d up path with skip concatenation. Dynamic batch.
 - ``detection/yolo``: an ultralytics-style YOLOv8: Conv-BN-SiLU, C2f blocks (chunk and
@@ -364,13 +367,14 @@ def _sinusoids(length: int, channels: int) -> torch.Tensor:
 
 
 class _WhisperAttention(nn.Module):
-    """openai-whisper's MultiHeadAttention on its default path (``use_sdpa``: PyTorch's
+    """openai-whisper's MultiHeadAttention: on its default path (``use_sdpa``: PyTorch's
     ``scaled_dot_product_attention``, causal where a mask is given and there is more
-    than one query), as its current release runs it."""
+    than one query), as its current release runs it, or on the path its
+    ``disable_sdpa()`` selects (scores, the mask added, softmax in float32)."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, use_sdpa: bool = True) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.use_sdpa = heads, use_sdpa
         self.query = nn.Linear(dim, dim)
         self.key = nn.Linear(dim, dim, bias=False)
         self.value = nn.Linear(dim, dim)
@@ -385,7 +389,14 @@ class _WhisperAttention(nn.Module):
         q = q.view(*q.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
         k = k.view(*k.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
         v = v.view(*v.shape[:2], self.heads, -1).permute(0, 2, 1, 3)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None and n > 1)
+        if self.use_sdpa:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None and n > 1)
+        else:
+            scale = q.shape[-1] ** -0.25
+            qk = (q * scale) @ (k * scale).transpose(-1, -2)
+            if mask is not None:
+                qk = qk + mask[:n, :n]
+            a = F.softmax(qk.float(), dim=-1).to(q.dtype) @ v
         return self.out(a.permute(0, 2, 1, 3).flatten(start_dim=2))
 
 
@@ -452,10 +463,20 @@ class WhisperDecoder(nn.Module):
         return (x @ self.token_embedding.weight.t()).float()
 
 
-def _whisper_decoder() -> Case:
+def _whisper_decoder(use_sdpa: bool = True) -> Case:
     tokens, frames = Dim("tokens", min=2, max=448), Dim("audio", min=2, max=1500)
     args = (torch.randint(0, 4096, (1, 24)), torch.randn(1, 300, 384))
-    return WhisperDecoder(), (args, {}), ({1: tokens}, {1: frames})
+    model = WhisperDecoder()
+    for attention in model.modules():
+        if isinstance(attention, _WhisperAttention):
+            attention.use_sdpa = use_sdpa
+    return model, (args, {}), ({1: tokens}, {1: frames})
+
+
+def _whisper_decoder_no_sdpa() -> Case:
+    # whisper's disable_sdpa() path: what a torch.onnx user needs, since torch.onnx cannot
+    # capture the default path with dynamic tokens (SDPA's is_causal is then a SymBool).
+    return _whisper_decoder(use_sdpa=False)
 
 
 # -- MONAI-style 3-D UNet ---------------------------------------------------------------------
@@ -730,6 +751,7 @@ FAMILIES: dict[str, Callable[[], Case]] = {
     "sam/vit_encoder": _sam,
     "audio/whisper_encoder": _whisper_encoder,
     "audio/whisper_decoder": _whisper_decoder,
+    "audio/whisper_decoder_no_sdpa": _whisper_decoder_no_sdpa,
     "medical/unet3d": _unet3d,
     "detection/yolo": _yolo,
     "graph/gnn": _gnn,
