@@ -6,12 +6,15 @@ with its decode head, a graph network on ``edge_index``; plain torch, random wei
 dynamic axis each) are exported by ours (``ExportOptions(dynamic_shapes=...)``, every
 check on: parity, served axes) and by ``torch.onnx.export(..., dynamic_shapes=...,
 dynamo=True)``, then saved. The two alternate within each round (``--repeat`` rounds,
-the order flipped every round, medians). Printed: ours' stages (``stage_times``; the
-``dynamic axes`` stage includes any recapture's own stages), the totals, the ratio per
-model, the geomean per family and over all, and the models above 0.7x.
+the order flipped every round, medians; ``--cold``: each export in a fresh process, as a
+user's script runs it, the exporter's import and first-use costs counted). Printed: ours'
+stages (``stage_times``; the ``dynamic axes`` stage includes any recapture's own stages),
+the totals, the ratio per model, the geomean per family and over all, and the models
+above 0.7x.
 
     python bench/bench_families.py [--models audio/whisper_encoder] [--repeat 3]
     python bench/bench_families.py --profile audio/whisper_encoder   # cProfile of ours
+    python bench/bench_families.py --cold --repeat 3   # each export in a fresh process
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import contextlib
 import copy
 import cProfile
 import io
+import json
 import logging
 import math
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +44,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import family_standins  # noqa: E402
-from bench_stages import medians  # noqa: E402
 
 STAGES = ["capture", "decomposition", "translation", "adapter", "optimizer", "folding"]
 STAGES += ["opset", "dynamic axes", "verify", "save", "check"]
@@ -72,8 +76,64 @@ def export_theirs(case: family_standins.Case, folder: Path) -> tuple[float, int]
     return time.perf_counter() - start, len(program.model.graph)
 
 
+def _child(who: str, name: str) -> None:
+    """One export in this fresh process (``--child``): the exporter imported, the model
+    exported and saved; prints the seconds (and ours' stages) as JSON."""
+    case = family_standins.build(name)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+        start = time.perf_counter()
+        if who == "ours":
+            times, _ = export_ours(case, Path(tmp))
+        else:
+            times = {}
+            export_theirs(case, Path(tmp))
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "stages": times}))
+
+
+def _cold(who: str, name: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", who, name]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{who} on {name}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    found: dict[str, Any] = json.loads(lines[-1])
+    return found
+
+
+def measure_cold(name: str, repeat: int, theirs: bool) -> dict[str, Any]:
+    """As :func:`measure`, each export in a fresh process: a user's script, which imports
+    the exporter and exports once. Ours' time is the import, the export and the save."""
+    from bench_stages import medians
+
+    ours: list[dict[str, float]] = []
+    their_times: list[float] = []
+    row: dict[str, Any] = {"nodes": 0}
+    for round_ in range(repeat):
+        for who in ["ours", "theirs"] if round_ % 2 == 0 else ["theirs", "ours"]:
+            if who == "theirs" and not theirs:
+                continue
+            try:
+                found = _cold(who, name)
+            except RuntimeError as e:
+                if who == "ours":
+                    raise
+                row["their_error"] = str(e)[:100]
+                continue
+            if who == "ours":
+                ours.append({**found["stages"], "total": found["seconds"]})
+            else:
+                their_times.append(found["seconds"])
+    return medians(row, ours, their_times)
+
+
 def measure(name: str, repeat: int, theirs: bool) -> dict[str, Any]:
     """Median stages of ours and median total of theirs, alternated (order flipped per round)."""
+    from bench_stages import medians
+
     case = family_standins.build(name)
     ours: list[dict[str, float]] = []
     their_times: list[float] = []
@@ -152,7 +212,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds per model (median)")
     parser.add_argument("--no-theirs", action="store_true", help="ours only (no ratios)")
     parser.add_argument("--profile", help="cProfile our export of this model")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="each export in a fresh process (the exporter's import counted), as a user's script",
+    )
+    parser.add_argument("--child", nargs=2, metavar=("WHO", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        _child(*args.child)
+        return
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -160,12 +229,13 @@ def main() -> None:
         profile(args.profile)
         return
     names = args.models.split(",") if args.models else list(family_standins.FAMILIES)
-    # Warm-up of both exporters on a small model: imports, registries, decomposition tables.
-    measure("graph/gnn", 1, not args.no_theirs)
+    run = measure_cold if args.cold else measure
+    if not args.cold:  # warm-up of both exporters: imports, registries, decomposition tables
+        measure("graph/gnn", 1, not args.no_theirs)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         try:
-            rows[name] = measure(name, args.repeat, not args.no_theirs)
+            rows[name] = run(name, args.repeat, not args.no_theirs)
         except Exception as e:
             print(f"# {name}: ours failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
             continue
