@@ -29,12 +29,13 @@ pytest.importorskip("transformers")
 
 
 def _scan(sequence: list[int], count: int, num_tokens: int, max_ngram: int) -> list[int]:
-    """transformers' rule by a full scan: the earliest earlier n-gram, longest n first;
-    past the sequence's end, the sequence with its drafts goes on with the same shift."""
+    """The rule by a full scan: the latest earlier n-gram, longest n first (transformers
+    takes the earliest); past the sequence's end, the sequence with its drafts goes on
+    with the same shift."""
     length, count = len(sequence), min(count, num_tokens)
     for size in range(min(max_ngram, length - 1), 0, -1):
         tail = sequence[length - size :]
-        for start in range(length - size):
+        for start in range(length - size - 1, -1, -1):
             if sequence[start : start + size] == tail:
                 shift, extended = length - start - size, list(sequence)
                 while len(extended) < length + count:
@@ -46,6 +47,8 @@ def _scan(sequence: list[int], count: int, num_tokens: int, max_ngram: int) -> l
 def test_prompt_lookup_index_gives_the_scans_drafts_as_the_sequence_grows() -> None:
     assert PromptLookup(4).propose([7, 1, 1], 4) == [1, 1, 1, 1]  # a run goes on
     assert PromptLookup(3).propose([1, 2, 3, 1, 2], 3) == [3, 1, 2]
+    # the latest earlier "1, 2" wins (transformers' earliest would give 9, 1, 2)
+    assert PromptLookup(3).propose([1, 2, 9, 1, 2, 8, 1, 2], 3) == [8, 1, 2]
     rng = random.Random(0)
     for _ in range(200):
         lookup = PromptLookup(rng.randint(1, 6), rng.randint(1, 4))
