@@ -162,3 +162,33 @@ def test_a_schedule_counts_what_it_verifies(folders: dict[str, pathlib.Path]) ->
     assert stats.steps + stats.accepted == 40 and stats.accepted <= stats.proposed
     assert seen[0] == (0, 0)  # the prompt's step verifies none: nothing is timed yet
     assert schedule.costs() is not None
+
+
+@pytest.mark.parametrize("kind", ["fused", "int4"])
+def test_chunks_of_one_length_reuse_the_bound_ids_and_give_fresh_logits(
+    folders: dict[str, pathlib.Path], kind: str
+) -> None:
+    """A shared cache writes each chunk's tokens into one bound buffer: a chunk as long as
+    the last one (bound once) still runs its own tokens, as a runner that never saw the
+    others; so do one-token steps and a chunk after several of other lengths."""
+    ours = hf.OrtModelForCausalLM.from_pretrained(folders[kind])
+    prompt = REPEATING[0]
+
+    def fresh(tokens: list[int], wanted: int) -> np.ndarray:
+        runner = ChunkRunner(ours.session, uses_positions=True, capacity=32)
+        runner.run(prompt, 1)
+        return runner.run(tokens, wanted).copy()
+
+    runner = ChunkRunner(ours.session, uses_positions=True, capacity=32)
+    runner.run(prompt, 1)
+    for tokens in ([3, 4, 5], [7, 8, 9], [11, 12, 13], [2], [6], [3, 4, 5, 6, 7], [8, 9, 10]):
+        runner.cut(len(prompt))
+        got = runner.run(tokens, len(tokens)).copy()
+        np.testing.assert_allclose(got, fresh(tokens, len(tokens)), rtol=1e-5, atol=1e-5)
+        assert runner.cached == len(prompt) + len(tokens)
+    # a step after a kept chunk continues it: positions and mask follow the cache
+    runner.cut(len(prompt))
+    runner.run([3, 4, 5], 3)
+    got = runner.run([6], 1).copy()
+    want = fresh([3, 4, 5, 6], 4)[-1:]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
