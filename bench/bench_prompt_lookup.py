@@ -41,7 +41,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench.bench_genai_features import NEW, PLAIN_PROMPT, REPEATING, checkpoint
 from onnx_export import hf
-from onnx_export.hf.runtime.generation import _shared_cache, _speculative
+from onnx_export.hf.runtime.generation import _shared_cache
 from onnx_export.hf.runtime.generation._speculative import ChunkRunner, DraftLength, PromptLookup
 
 LOOKUP = 16
@@ -196,7 +196,9 @@ def replay(
             kept += 1
         seconds = single + extra * len(drafts)
         if len(sequence) > len(prompt):  # the prompt's step is not recorded
-            matched, missed = _speculative._shown(truth[: kept + 1], offered)
+            # as speculative_decode: the step's own token against the next draft offered
+            matched = kept + (kept < len(offered) and truth[kept] == offered[kept])
+            missed = matched < min(kept + 1, len(offered))
             schedule.record(len(drafts) + 1, seconds, matched, missed)
             total += seconds
         sequence += truth[: kept + 1]

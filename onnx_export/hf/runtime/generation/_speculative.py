@@ -110,10 +110,11 @@ class ChunkRunner:
         wanted = len(tokens) if wanted is None else wanted
         total = self.cached + len(tokens)
         if self._session.shares_buffer:
+            cache = self._shared
+            if cache is None or cache.capacity < total:
+                cache = self._shared_for(total)
             keep = wanted if self._keeps else 1
-            logits = self._shared_for(total).run_chunk(
-                tokens, self.cached, keep, self._uses_positions
-            )
+            logits = cache.run_chunk(tokens, self.cached, keep, self._uses_positions)
         else:
             feed: dict[str, Any] = {
                 "input_ids": np.array([tokens], np.int64),
@@ -127,13 +128,16 @@ class ChunkRunner:
             self._past = self._session.next_past(results)
             logits = host_float32(results["logits"])[0]
         self.cached = total
-        if logits.shape[0] < wanted:
+        rows = logits.shape[0]
+        if rows < wanted:
             raise GenerationError(
-                f"The decoder gave {logits.shape[0]} positions' logits, {wanted} were needed: "
+                f"The decoder gave {rows} positions' logits, {wanted} were needed: "
                 "export the folder again with this version (its fused decoder gives the "
                 "logits of every draft) or with the default target."
             )
-        return np.ascontiguousarray(logits[logits.shape[0] - wanted :], dtype=np.float32)
+        if rows == wanted and logits.dtype == np.float32:
+            return logits  # type: ignore[no-any-return]
+        return np.ascontiguousarray(logits[rows - wanted :], dtype=np.float32)
 
     def _shared_for(self, total: int) -> SharedCache:
         """The shared cache, grown (doubled) to hold ``total`` positions."""
@@ -503,16 +507,6 @@ def _greedy_tokens(
     return new
 
 
-def _shown(stepped: list[int], offered: list[int]) -> tuple[int, bool]:
-    """How many first drafts of ``offered`` the step's tokens equal, and if the next differs."""
-    matched = 0
-    for token, draft in zip(stepped, offered, strict=False):
-        if token != draft:
-            break
-        matched += 1
-    return matched, matched < min(len(stepped), len(offered))
-
-
 def speculative_decode(
     runner: ChunkRunner,
     drafter: Drafter,
@@ -539,25 +533,25 @@ def speculative_decode(
     stats = SpeculationStats()
     direct = chooser.passes_through()  # the largest logit is the token
     ends = frozenset(stopping.eos_token_id) if stopping.stop is None else None
-    clock = time.perf_counter
-    done = False
+    # Right after a run the interpreter's caches are cold (the weights went through them),
+    # so a step looks up its callables once and makes few calls.
+    clock, propose, run, cut = time.perf_counter, drafter.propose, runner.run, runner.cut
+    length = schedule.length if schedule is not None else None
+    done, timed = False, False  # timed: the prompt's step is not recorded
     while not done:
         began = clock()
-        made = len(sequence) - prompt
-        drafts = drafter.propose(sequence, budget - made - 1) if budget - made > 1 else []
-        offered = drafts
-        if schedule is not None and drafts:
-            drafts = drafts[: schedule.length(len(drafts))]
-        pending = len(sequence) - runner.cached  # 1 after the first step
-        logits = runner.run(sequence[runner.cached :] + drafts, len(drafts) + 1)
+        left = budget - (len(sequence) - prompt)
+        offered = propose(sequence, left - 1) if left > 1 else []
+        drafts = offered[: length(len(offered))] if length is not None and offered else offered
+        logits = run(sequence[runner.cached :] + drafts, len(drafts) + 1)
         stats.steps += 1
         if direct and ends is not None:  # plain greedy, EOS ids only: the step at once
-            new = _greedy_tokens(logits, drafts, budget - made, ends)
+            new = _greedy_tokens(logits, drafts, left, ends)
             sequence += new
             if streamer is not None:
                 for token in new:
                     streamer(np.array([token], np.int64))
-            done = new[-1] in ends or len(sequence) - prompt >= budget
+            done = new[-1] in ends or len(new) == left
             kept = len(new) - 1
         else:
             kept, done = _processed_tokens(
@@ -566,10 +560,15 @@ def speculative_decode(
         stats.proposed += len(drafts)
         stats.accepted += kept
         drafter.accepted(len(drafts), kept)
-        runner.cut(len(sequence) - 1)  # the last token is not in the cache yet
-        if schedule is not None and pending == 1:  # not the prompt's step
-            matched, missed = _shown(sequence[len(sequence) - kept - 1 :], offered)
-            schedule.record(len(drafts) + 1, clock() - began, matched, missed)
+        cut(len(sequence) - 1)  # the last token is not in the cache yet
+        if schedule is not None:
+            if timed:
+                # the step's kept drafts equal the proposal's first; its own token is
+                # compared with the next draft offered (verified or not)
+                matched = kept + (kept < len(offered) and sequence[-1] == offered[kept])
+                missed = matched < min(kept + 1, len(offered))
+                schedule.record(len(drafts) + 1, clock() - began, matched, missed)
+            timed = True
         if on_step is not None:
             on_step(stats)
     return np.array([sequence], np.int64), stats
