@@ -120,6 +120,9 @@ class SharedCache:
     ) -> npt.NDArray[Any]:
         """One row's ``tokens`` after the ``start`` it holds: the last ``wanted`` logits.
 
+        ``positions``: bind the tokens' positions (else a graph input ``position_ids``,
+        which the graph then never reads, is bound once).
+
         The tokens are written into a buffer of ``capacity`` ids, and the step binds views
         of arrays made once (those ids, the mask's ones, the positions' range), wrapped the
         first time each length is seen (the positions: each step); ``num_logits_to_keep``
@@ -136,6 +139,9 @@ class SharedCache:
         chunk = self._chunk
         if chunk is None:
             chunk = self._chunk = self._chunk_arrays()
+            if not positions and "position_ids" in self._session.input_names:
+                unread = chunk["unread"] = np.zeros((1, 1), np.int64)  # never read
+                self._binding.bind_ortvalue_input("position_ids", chunk["wrap"](unread))
         bind = self._binding.bind_ortvalue_input
         count = len(tokens)
         chunk["ids"][0, :count] = tokens

@@ -95,6 +95,8 @@ class ChunkRunner:
     ) -> None:
         self._session = session
         self._uses_positions = uses_positions
+        # GQA rotating at the cache's positions never reads them: a shared cache binds them once
+        self._moves = uses_positions and "position_ids" not in session.unread_inputs
         self._keeps = keeps_logits(session)
         self._shared: SharedCache | None = None
         self._capacity = capacity or _FIRST_CAPACITY
@@ -114,7 +116,7 @@ class ChunkRunner:
             if cache is None or cache.capacity < total:
                 cache = self._shared_for(total)
             keep = wanted if self._keeps else 1
-            logits = cache.run_chunk(tokens, self.cached, keep, self._uses_positions)
+            logits = cache.run_chunk(tokens, self.cached, keep, self._moves)
         else:
             feed: dict[str, Any] = {
                 "input_ids": np.array([tokens], np.int64),
