@@ -207,8 +207,8 @@ class PromptLookup:
 
         transformers takes the earliest earlier occurrence of the n-gram; the latest one
         is the text the sequence is in now (a loop it fell into, the passage it quotes),
-        and its drafts were kept more often: over six greedy decodings of random Llamas
-        (``docs/performance.md``), a modelled 1.31x over plain decoding became 1.38x.
+        and its drafts were kept more often: in ``bench/bench_prompt_lookup.py``'s replays
+        of six greedy decodings, as fast or faster in each (``docs/performance.md``).
         Where the tokens after the match reach the sequence's end, transformers' drafts
         stop; these go on with the drafts themselves (the text after the match repeats
         with the same shift, as in a loop). The tokens made do not depend on either.
