@@ -178,7 +178,8 @@ class SharedCache:
         chunk["bound"] = wanted
         self._run(self._binding, self._options)
         index = len(self._session.present_names)  # logits: bound last, in __init__
-        return host_float32(self._binding.get_outputs()[index])[0]
+        logits: npt.NDArray[Any] = host_float32(self._binding.get_outputs()[index])[0]
+        return logits
 
     def _chunk_arrays(self) -> dict[str, Any]:
         """run_chunk's arrays, made once: ids, mask, positions, and the values wrapping them."""

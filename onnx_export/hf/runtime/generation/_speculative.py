@@ -138,7 +138,7 @@ class ChunkRunner:
                 "logits of every draft) or with the default target."
             )
         if rows == wanted and logits.dtype == np.float32:
-            return logits  # type: ignore[no-any-return]
+            return logits
         return np.ascontiguousarray(logits[rows - wanted :], dtype=np.float32)
 
     def _shared_for(self, total: int) -> SharedCache:
