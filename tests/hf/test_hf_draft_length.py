@@ -172,6 +172,8 @@ def test_chunks_of_one_length_reuse_the_bound_ids_and_give_fresh_logits(
     the last one (bound once) still runs its own tokens, as a runner that never saw the
     others; so do one-token steps and a chunk after several of other lengths."""
     ours = hf.OrtModelForCausalLM.from_pretrained(folders[kind])
+    # GQA rotates at the cache's positions: position_ids is bound once, not per chunk
+    assert ours.session.shares_buffer and "position_ids" in ours.session.unread_inputs
     prompt = REPEATING[0]
 
     def fresh(tokens: list[int], wanted: int) -> np.ndarray:
