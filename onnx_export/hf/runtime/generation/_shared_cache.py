@@ -101,6 +101,7 @@ class SharedCache:
         ...}``, the preallocated logits buffer; the presents are in the cache.
         """
         if feed:
+            self._chunk = None  # run_chunk binds its own values again after this
             for name, value in feed.items():
                 if name == _KEEP:  # an initializer input: bound as a value (no input meta)
                     self._keep_array[:] = value
@@ -215,6 +216,7 @@ class SharedCache:
         Right after a run the interpreter's caches are cold, so a step does few calls.
         """
         batch, start = mask.shape
+        self._chunk = None  # run_chunk binds its own values again after this
         steps = self.capacity - start
         wrap, cpu, binding = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
         bind = binding.bind_ortvalue_input
