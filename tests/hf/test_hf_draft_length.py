@@ -29,12 +29,13 @@ pytest.importorskip("transformers")
 
 
 def _scan(sequence: list[int], count: int, num_tokens: int, max_ngram: int) -> list[int]:
-    """transformers' rule by a full scan: the earliest earlier n-gram, longest n first;
-    past the sequence's end, the sequence with its drafts goes on with the same shift."""
+    """The rule by a full scan: the latest earlier n-gram, longest n first (transformers
+    takes the earliest); past the sequence's end, the sequence with its drafts goes on
+    with the same shift."""
     length, count = len(sequence), min(count, num_tokens)
     for size in range(min(max_ngram, length - 1), 0, -1):
         tail = sequence[length - size :]
-        for start in range(length - size):
+        for start in range(length - size - 1, -1, -1):
             if sequence[start : start + size] == tail:
                 shift, extended = length - start - size, list(sequence)
                 while len(extended) < length + count:
@@ -46,6 +47,8 @@ def _scan(sequence: list[int], count: int, num_tokens: int, max_ngram: int) -> l
 def test_prompt_lookup_index_gives_the_scans_drafts_as_the_sequence_grows() -> None:
     assert PromptLookup(4).propose([7, 1, 1], 4) == [1, 1, 1, 1]  # a run goes on
     assert PromptLookup(3).propose([1, 2, 3, 1, 2], 3) == [3, 1, 2]
+    # the latest earlier "1, 2" wins (transformers' earliest would give 9, 1, 2)
+    assert PromptLookup(3).propose([1, 2, 9, 1, 2, 8, 1, 2], 3) == [8, 1, 2]
     rng = random.Random(0)
     for _ in range(200):
         lookup = PromptLookup(rng.randint(1, 6), rng.randint(1, 4))
@@ -159,3 +162,35 @@ def test_a_schedule_counts_what_it_verifies(folders: dict[str, pathlib.Path]) ->
     assert stats.steps + stats.accepted == 40 and stats.accepted <= stats.proposed
     assert seen[0] == (0, 0)  # the prompt's step verifies none: nothing is timed yet
     assert schedule.costs() is not None
+
+
+@pytest.mark.parametrize("kind", ["fused", "int4"])
+def test_chunks_of_one_length_reuse_the_bound_ids_and_give_fresh_logits(
+    folders: dict[str, pathlib.Path], kind: str
+) -> None:
+    """A shared cache writes each chunk's tokens into one bound buffer: a chunk as long as
+    the last one (bound once) still runs its own tokens, as a runner that never saw the
+    others; so do one-token steps and a chunk after several of other lengths."""
+    ours = hf.OrtModelForCausalLM.from_pretrained(folders[kind])
+    # GQA rotates at the cache's positions: position_ids is bound once, not per chunk
+    assert ours.session.shares_buffer and "position_ids" in ours.session.unread_inputs
+    prompt = REPEATING[0]
+
+    def fresh(tokens: list[int], wanted: int) -> np.ndarray:
+        runner = ChunkRunner(ours.session, uses_positions=True, capacity=32)
+        runner.run(prompt, 1)
+        return runner.run(tokens, wanted).copy()
+
+    runner = ChunkRunner(ours.session, uses_positions=True, capacity=32)
+    runner.run(prompt, 1)
+    for tokens in ([3, 4, 5], [7, 8, 9], [11, 12, 13], [2], [6], [3, 4, 5, 6, 7], [8, 9, 10]):
+        runner.cut(len(prompt))
+        got = runner.run(tokens, len(tokens)).copy()
+        np.testing.assert_allclose(got, fresh(tokens, len(tokens)), rtol=1e-5, atol=1e-5)
+        assert runner.cached == len(prompt) + len(tokens)
+    # a step after a kept chunk continues it: positions and mask follow the cache
+    runner.cut(len(prompt))
+    runner.run([3, 4, 5], 3)
+    got = runner.run([6], 1).copy()
+    want = fresh([3, 4, 5, 6], 4)[-1:]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

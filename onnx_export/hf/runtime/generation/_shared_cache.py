@@ -101,6 +101,7 @@ class SharedCache:
         ...}``, the preallocated logits buffer; the presents are in the cache.
         """
         if feed:
+            self._chunk = None  # run_chunk binds its own values again after this
             for name, value in feed.items():
                 if name == _KEEP:  # an initializer input: bound as a value (no input meta)
                     self._keep_array[:] = value
@@ -117,15 +118,19 @@ class SharedCache:
 
     def run_chunk(
         self, tokens: list[int], start: int, wanted: int, positions: bool
-    ) -> npt.NDArray[np.float32]:
+    ) -> npt.NDArray[Any]:
         """One row's ``tokens`` after the ``start`` it holds: the last ``wanted`` logits.
 
-        The step's mask and positions are views of arrays made once (the mask's ones, the
-        positions' range), wrapped without a copy; ``num_logits_to_keep`` is bound only
-        when it changes. One position's logits come in the bound buffer; several (a
-        verification step) in a buffer ORT allocates, since the graph declares one (bound
-        anew each time: ORT would hold the next step to the last one's shape). The
-        result is the caller's own: (wanted, vocab), float32.
+        ``positions``: bind the tokens' positions (else a graph input ``position_ids``,
+        which the graph then never reads, is bound once).
+
+        The tokens are written into a buffer of ``capacity`` ids, and the step binds views
+        of arrays made once (those ids, the mask's ones, the positions' range), wrapped the
+        first time each length is seen (the positions: each step); ``num_logits_to_keep``
+        and the ids are bound only when their length changes. One position's logits come
+        in the bound buffer (returned as a view of it, valid until the next run); several
+        (a verification step) in a buffer ORT allocates, since the graph declares one.
+        Returns (wanted, vocab), of the graph's logits type (bfloat16 widened to float32).
         """
         total = start + len(tokens)
         if total > self.capacity:
@@ -134,43 +139,68 @@ class SharedCache:
             )
         chunk = self._chunk
         if chunk is None:
-            chunk = self._chunk = {
-                "ones": np.ones((1, self.capacity), np.int64),
-                "range": np.arange(self.capacity, dtype=np.int64)[None],
-                "keep": {},
-                "kept": 1,
-                "logits": -1,
-            }
-        wrap, cpu, bind = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
-        ids = np.array([tokens], np.int64)
-        chunk["ids"] = ids  # alive while bound
-        bind.bind_ortvalue_input("input_ids", wrap(ids, cpu))
-        bind.bind_ortvalue_input("attention_mask", wrap(chunk["ones"][:, :total], cpu))
+            chunk = self._chunk = self._chunk_arrays()
+            if not positions and "position_ids" in self._session.input_names:
+                unread = chunk["unread"] = np.zeros((1, 1), np.int64)  # never read
+                self._binding.bind_ortvalue_input("position_ids", chunk["wrap"](unread))
+        bind = self._binding.bind_ortvalue_input
+        count = len(tokens)
+        chunk["ids"][0, :count] = tokens
+        if count != chunk["count"]:
+            value = chunk["ids_values"].get(count)
+            if value is None:
+                value = chunk["ids_values"][count] = chunk["wrap"](chunk["ids"][:, :count])
+            bind("input_ids", value)
+            chunk["count"] = count
+        masks = chunk["masks"]
+        mask = masks[total]
+        if mask is None:
+            mask = masks[total] = chunk["wrap"](chunk["ones"][:, :total])
+        bind("attention_mask", mask)
         if positions:
-            bind.bind_ortvalue_input("position_ids", wrap(chunk["range"][:, start:total], cpu))
+            bind("position_ids", chunk["wrap"](chunk["range"][:, start:total]))
         self._total = total
         if wanted != chunk["kept"]:
             keep = chunk["keep"].get(wanted)
             if keep is None:
                 array = np.array([wanted], np.int64)
-                keep = chunk["keep"][wanted] = (array, wrap(array, cpu))
-            bind.bind_ortvalue_input(_KEEP, keep[1])
+                keep = chunk["keep"][wanted] = (array, chunk["wrap"](array))
+            bind(_KEEP, keep[1])
             chunk["kept"] = wanted
         if wanted == 1:
-            if chunk["logits"] != -1:  # the bound one-position buffer again
-                bind.bind_ortvalue_output("logits", self._logits_value)
-                chunk["logits"] = -1
-            self._run(bind, self._options)
-            return self._last[0:1].astype(np.float32)  # a copy
-        bind.bind_output("logits", cpu)  # again each step: the last one's shape is kept
-        chunk["logits"] = self._logits_index()
-        self._run(bind, self._options)
-        logits = host_float32(bind.get_outputs()[chunk["logits"]])[0]
-        return logits.astype(np.float32, copy=False)  # type: ignore[no-any-return]
+            if chunk["bound"] != 1:  # the bound one-position buffer again
+                self._binding.bind_ortvalue_output("logits", self._logits_value)
+                chunk["bound"] = 1
+            self._run(self._binding, self._options)
+            return self._last[0:1]
+        # several positions: the graph declares one, so ORT allocates them (bound anew
+        # each time: ORT would hold the next step to the last one's shape)
+        self._binding.bind_output("logits", self._cpu)
+        chunk["bound"] = wanted
+        self._run(self._binding, self._options)
+        index = len(self._session.present_names)  # logits: bound last, in __init__
+        logits: npt.NDArray[Any] = host_float32(self._binding.get_outputs()[index])[0]
+        return logits
 
-    def _logits_index(self) -> int:
-        """Where ``logits`` is among the binding's outputs (bound last, in __init__)."""
-        return len(self._session.present_names)
+    def _chunk_arrays(self) -> dict[str, Any]:
+        """run_chunk's arrays, made once: ids, mask, positions, and the values wrapping them."""
+        cpu = self._cpu
+
+        def wrap(array: npt.NDArray[Any]) -> Any:
+            return _C.OrtValue.ortvalue_from_numpy(array, cpu)
+
+        return {
+            "wrap": wrap,
+            "ids": np.zeros((1, self.capacity), np.int64),
+            "ids_values": {},
+            "count": -1,
+            "ones": np.ones((1, self.capacity), np.int64),
+            "masks": [None] * (self.capacity + 1),
+            "range": np.arange(self.capacity, dtype=np.int64)[None],
+            "keep": {},
+            "kept": 1,
+            "bound": 1,
+        }
 
     def stepper(
         self, mask: npt.NDArray[np.int64], positions: npt.NDArray[np.int64] | None
@@ -186,6 +216,7 @@ class SharedCache:
         Right after a run the interpreter's caches are cold, so a step does few calls.
         """
         batch, start = mask.shape
+        self._chunk = None  # run_chunk binds its own values again after this
         steps = self.capacity - start
         wrap, cpu, binding = _C.OrtValue.ortvalue_from_numpy, self._cpu, self._binding
         bind = binding.bind_ortvalue_input

@@ -1,10 +1,11 @@
 """Speculative decoding: draft k tokens cheaply, verify them in one step of the model.
 
 Under transformers' names: ``prompt_lookup_num_tokens=k`` drafts up to k tokens that
-followed the last n-gram's earliest earlier occurrence (n from ``max_matching_ngram_size``,
-2 by default, down to 1: transformers' ``PromptLookupCandidateGenerator``; past the
-sequence's end they go on with the same shift), and :class:`DraftLength` says how many of
-them a step verifies (those that pay off, from the measured step costs);
+followed the last n-gram's latest earlier occurrence (n from ``max_matching_ngram_size``,
+2 by default, down to 1, as transformers' ``PromptLookupCandidateGenerator``, which takes
+the earliest; past the sequence's end they go on with the same shift), and
+:class:`DraftLength` says how many of them a step verifies (those that pay off, from the
+measured step costs);
 ``assistant_model=`` drafts them greedily with a smaller exported model of the same
 vocabulary (``num_assistant_tokens``, 5 by default, then grown by 2 when a whole draft is
 accepted and shrunk by 1 when not: transformers' "heuristic" schedule).
@@ -94,6 +95,8 @@ class ChunkRunner:
     ) -> None:
         self._session = session
         self._uses_positions = uses_positions
+        # GQA rotating at the cache's positions never reads them: a shared cache binds them once
+        self._moves = uses_positions and "position_ids" not in session.unread_inputs
         self._keeps = keeps_logits(session)
         self._shared: SharedCache | None = None
         self._capacity = capacity or _FIRST_CAPACITY
@@ -101,14 +104,19 @@ class ChunkRunner:
         self.cached = 0
 
     def run(self, tokens: list[int], wanted: int | None = None) -> npt.NDArray[np.float32]:
-        """The logits after each of the last ``wanted`` (all) ``tokens``; the cache holds them."""
+        """The logits after each of the last ``wanted`` (all) ``tokens``; the cache holds them.
+
+        On a shared cache the result is a view of its logits buffer, valid until the next
+        run (copy what must outlive it).
+        """
         wanted = len(tokens) if wanted is None else wanted
         total = self.cached + len(tokens)
         if self._session.shares_buffer:
+            cache = self._shared
+            if cache is None or cache.capacity < total:
+                cache = self._shared_for(total)
             keep = wanted if self._keeps else 1
-            logits = self._shared_for(total).run_chunk(
-                tokens, self.cached, keep, self._uses_positions
-            )
+            logits = cache.run_chunk(tokens, self.cached, keep, self._moves)
         else:
             feed: dict[str, Any] = {
                 "input_ids": np.array([tokens], np.int64),
@@ -122,13 +130,16 @@ class ChunkRunner:
             self._past = self._session.next_past(results)
             logits = host_float32(results["logits"])[0]
         self.cached = total
-        if logits.shape[0] < wanted:
+        rows = logits.shape[0]
+        if rows < wanted:
             raise GenerationError(
-                f"The decoder gave {logits.shape[0]} positions' logits, {wanted} were needed: "
+                f"The decoder gave {rows} positions' logits, {wanted} were needed: "
                 "export the folder again with this version (its fused decoder gives the "
                 "logits of every draft) or with the default target."
             )
-        return np.ascontiguousarray(logits[logits.shape[0] - wanted :], dtype=np.float32)
+        if rows == wanted and logits.dtype == np.float32:
+            return logits
+        return np.ascontiguousarray(logits[rows - wanted :], dtype=np.float32)
 
     def _shared_for(self, total: int) -> SharedCache:
         """The shared cache, grown (doubled) to hold ``total`` positions."""
@@ -169,7 +180,7 @@ class Drafter(Protocol):
 class PromptLookup:
     """Drafts from the sequence itself: what followed the last n-gram earlier on.
 
-    The n-grams' first places are kept in a dictionary per size and extended as the
+    The n-grams' latest places are kept in a dictionary per size and updated as the
     sequence grows (the same list, appended to), so a proposal costs a few look-ups
     whatever the sequence's length; another list starts the index over.
 
@@ -182,7 +193,7 @@ class PromptLookup:
 
     num_tokens: int
     max_ngram: int = 2
-    _first: list[dict[tuple[int, ...], int]] = dataclasses.field(
+    _places: list[dict[tuple[int, ...], int]] = dataclasses.field(
         default_factory=list, init=False, repr=False, compare=False
     )
     _source: list[int] | None = dataclasses.field(
@@ -192,40 +203,45 @@ class PromptLookup:
     _last: int = dataclasses.field(default=-1, init=False, repr=False, compare=False)
 
     def propose(self, sequence: list[int], count: int) -> list[int]:
-        """As transformers' ``PromptLookupCandidateGenerator``: the earliest match wins.
+        """As transformers' ``PromptLookupCandidateGenerator``, but the latest match wins.
 
+        transformers takes the earliest earlier occurrence of the n-gram; the latest one
+        is the text the sequence is in now (a loop it fell into, the passage it quotes),
+        and its drafts were kept more often: in ``bench/bench_prompt_lookup.py``'s replays
+        of six greedy decodings, as fast or faster in each (``docs/performance.md``).
         Where the tokens after the match reach the sequence's end, transformers' drafts
         stop; these go on with the drafts themselves (the text after the match repeats
-        with the same shift, as in a loop). The tokens made do not depend on it.
+        with the same shift, as in a loop). The tokens made do not depend on either.
         """
         length, count = len(sequence), min(count, self.num_tokens)
         if count < 1:
             return []
         self._index(sequence)
         for size in range(min(self.max_ngram, length - 1), 0, -1):
-            found = self._first[size - 1].get(tuple(sequence[length - size :]))
+            found = self._places[size - 1].get(tuple(sequence[length - size :]))
             if found is not None:
                 start = found + size
-                drafts = [int(t) for t in sequence[start : min(start + count, length)]]
-                while len(drafts) < count:  # the shift that matched repeats: a loop
-                    drafts.append(drafts[len(drafts) - (length - start)])
-                return drafts
+                if start + count <= length:
+                    return sequence[start : start + count]
+                shift = sequence[start:]  # the shift that matched repeats: a loop
+                return (shift * (count // len(shift) + 1))[:count]
         return []
 
     def _index(self, sequence: list[int]) -> None:
-        """Record the first place of each n-gram that ends before the last token."""
+        """Record the latest place of each n-gram that ends before the last token."""
         length, seen = len(sequence), self._seen
         if (
             sequence is not self._source
             or length < seen
             or (seen and sequence[seen - 1] != self._last)
         ):
-            self._first = [{} for _ in range(self.max_ngram)]
+            self._places = [{} for _ in range(self.max_ngram)]
             self._source, seen = sequence, 0
-        for size, first in enumerate(self._first, start=1):
-            # windows starting at p, p + size <= length - 1, not recorded before
+        for size, places in enumerate(self._places, start=1):
+            # windows starting at p, p + size <= length - 1, not recorded before: in order,
+            # so a later place of the same n-gram replaces an earlier one
             for p in range(max(0, seen - size), length - size):
-                first.setdefault(tuple(sequence[p : p + size]), p)
+                places[tuple(sequence[p : p + size])] = p
         self._seen, self._last = length, sequence[length - 1] if length else -1
 
     def accepted(self, proposed: int, kept: int) -> None:
@@ -451,8 +467,9 @@ class DraftLength:
             worth += term  # 1 + p + ... + p**drafts tokens
             term *= p
             rate = worth / max(single + drafts * extra, 1e-9)
-            if rate > best_rate:
-                best, best_rate = drafts, rate
+            if rate <= best_rate:  # the rate rises to its one peak, then falls
+                break
+            best, best_rate = drafts, rate
         self._idle = self._idle + 1 if best == 0 and available else 0
         return best
 
@@ -492,16 +509,6 @@ def _greedy_tokens(
     return new
 
 
-def _shown(stepped: list[int], offered: list[int]) -> tuple[int, bool]:
-    """How many first drafts of ``offered`` the step's tokens equal, and if the next differs."""
-    matched = 0
-    for token, draft in zip(stepped, offered, strict=False):
-        if token != draft:
-            break
-        matched += 1
-    return matched, matched < min(len(stepped), len(offered))
-
-
 def speculative_decode(
     runner: ChunkRunner,
     drafter: Drafter,
@@ -528,25 +535,25 @@ def speculative_decode(
     stats = SpeculationStats()
     direct = chooser.passes_through()  # the largest logit is the token
     ends = frozenset(stopping.eos_token_id) if stopping.stop is None else None
-    clock = time.perf_counter
-    done = False
+    # Right after a run the interpreter's caches are cold (the weights went through them),
+    # so a step looks up its callables once and makes few calls.
+    clock, propose, run, cut = time.perf_counter, drafter.propose, runner.run, runner.cut
+    length = schedule.length if schedule is not None else None
+    done, timed = False, False  # timed: the prompt's step is not recorded
     while not done:
         began = clock()
-        made = len(sequence) - prompt
-        drafts = drafter.propose(sequence, budget - made - 1) if budget - made > 1 else []
-        offered = drafts
-        if schedule is not None and drafts:
-            drafts = drafts[: schedule.length(len(drafts))]
-        pending = len(sequence) - runner.cached  # 1 after the first step
-        logits = runner.run(sequence[runner.cached :] + drafts, len(drafts) + 1)
+        left = budget - (len(sequence) - prompt)
+        offered = propose(sequence, left - 1) if left > 1 else []
+        drafts = offered[: length(len(offered))] if length is not None and offered else offered
+        logits = run(sequence[runner.cached :] + drafts, len(drafts) + 1)
         stats.steps += 1
         if direct and ends is not None:  # plain greedy, EOS ids only: the step at once
-            new = _greedy_tokens(logits, drafts, budget - made, ends)
+            new = _greedy_tokens(logits, drafts, left, ends)
             sequence += new
             if streamer is not None:
                 for token in new:
                     streamer(np.array([token], np.int64))
-            done = new[-1] in ends or len(sequence) - prompt >= budget
+            done = new[-1] in ends or len(new) == left
             kept = len(new) - 1
         else:
             kept, done = _processed_tokens(
@@ -555,10 +562,15 @@ def speculative_decode(
         stats.proposed += len(drafts)
         stats.accepted += kept
         drafter.accepted(len(drafts), kept)
-        runner.cut(len(sequence) - 1)  # the last token is not in the cache yet
-        if schedule is not None and pending == 1:  # not the prompt's step
-            matched, missed = _shown(sequence[len(sequence) - kept - 1 :], offered)
-            schedule.record(len(drafts) + 1, clock() - began, matched, missed)
+        cut(len(sequence) - 1)  # the last token is not in the cache yet
+        if schedule is not None:
+            if timed:
+                # the step's kept drafts equal the proposal's first; its own token is
+                # compared with the next draft offered (verified or not)
+                matched = kept + (kept < len(offered) and sequence[-1] == offered[kept])
+                missed = matched < min(kept + 1, len(offered))
+                schedule.record(len(drafts) + 1, clock() - began, matched, missed)
+            timed = True
         if on_step is not None:
             on_step(stats)
     return np.array([sequence], np.int64), stats
