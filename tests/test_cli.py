@@ -343,6 +343,18 @@ def test_run_with_inputs_that_do_not_fit_exits_1(
     assert "neither graph inputs" in err and "cache.0" in err
 
 
+def test_run_with_a_graph_input_missing_names_it(
+    work: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz keyed by graph names but short of one says which one is missing."""
+    ones = np.ones((2, 3), np.float32)
+    np.savez(work / "short.npz", x=ones, **{"cache.0": ones})
+    assert main(["run", str(work / "nested.onnx"), "--inputs", str(work / "short.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "lacks the graph inputs ['cache.1']" in err, err
+    assert "neither" not in err and "Traceback" not in err
+
+
 def test_run_and_info_without_adapter_metadata(
     work: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
