@@ -19,7 +19,14 @@ import torch
 
 from onnx_export.capture._spec_containers import container, describe
 
-__all__ = ["binding_hint", "names_a_file", "signature_text", "tuple_hint", "tuple_of_inputs"]
+__all__ = [
+    "binding_hint",
+    "names_a_file",
+    "signature_text",
+    "tuple_hint",
+    "tuple_of_inputs",
+    "unregistered_dataclass",
+]
 
 #: torch.onnx.export's options that ExportOptions takes under the same name.
 _SAME_NAME = ("opset_version", "input_names", "output_names", "dynamic_axes", "dynamic_shapes")
@@ -140,6 +147,30 @@ def binding_hint(
     inputs = [a for a in args if not isinstance(a, (str, os.PathLike))] if path else args
     hints = (_option_hint(signature, kwargs), path, tuple_hint(inputs, signature))
     return " ".join(h for h in hints if h)
+
+
+def unregistered_dataclass(inputs: Mapping[str, Any]) -> str:
+    """The sentence that names an input dataclass torch's pytree does not know, or ``""``.
+
+    torch.export refuses such an input in every capture strategy ("Unsupported input
+    type"), so the call is refused before capture, with the registration that fixes it.
+    """
+    pending = list(inputs.items())
+    while pending:
+        path, value = pending.pop(0)
+        node = container(value)
+        if node is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+            cls = type(value).__name__
+            return (
+                f"input {path!r} is {_describe_input(value)}, so torch.export cannot take it: "
+                f"call torch.export.register_dataclass({cls}) once before exporting (for the "
+                "command line, in the factory's module), or pass its fields as a dict."
+            )
+        if node is not None:
+            pending.extend(
+                (f"{path}.{t}", c) for t, c in zip(node.texts, node.children, strict=True)
+            )
+    return ""
 
 
 def _describe_input(value: Any) -> str:

@@ -304,3 +304,25 @@ def test_an_unregistered_dataclass_is_told_to_register() -> None:
     text = str(caught.value)
     assert "torch.export.register_dataclass(Unregistered)" in text
     assert "a dataclass Unregistered(ids), not registered with torch's pytree" in text
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["direct", "in-a-dict"])
+def test_an_unregistered_dataclass_is_refused_before_capture_without_dynamic_shapes(
+    nested: bool,
+) -> None:
+    """torch.export refuses it in every strategy: say so at once, with the registration."""
+    example = Unregistered(torch.randn(3, 4))
+    model, args, path = UnregisteredModel(), (example,), "'batch'"
+    if nested:
+
+        class DictModel(nn.Module):
+            def forward(self, inputs: dict[str, Any]) -> torch.Tensor:
+                return inputs["batch"].ids * 2
+
+        model, args, path = DictModel(), ({"batch": example},), "'inputs.batch'"
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(model, *args)
+    text = str(caught.value)
+    assert f"input {path} is a dataclass Unregistered(ids)" in text, text
+    assert "torch.export.register_dataclass(Unregistered)" in text
+    assert "every strategy failed" not in text
