@@ -33,7 +33,7 @@ from onnx_export.capture._habits import (
     names_a_file,
     signature_text,
     tuple_hint,
-    unregistered_dataclass,
+    unsupported_input,
 )
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._spec_containers import leaf_sources
@@ -221,9 +221,9 @@ def prepare_call(
         )
         hint = binding_hint(signature, args, kwargs)
         raise ExportInputError(f"{hint} {text}" if hint else text) from e
-    unregistered = unregistered_dataclass(named_inputs(signature, args, kwargs))
-    if unregistered:
-        raise ExportInputError(unregistered)
+    unsupported = unsupported_input(named_inputs(signature, args, kwargs))
+    if unsupported:
+        raise ExportInputError(unsupported)
     try:
         user = _user_dynamic_shapes(options, signature, args, kwargs)
         if user is not None:

@@ -25,7 +25,7 @@ __all__ = [
     "signature_text",
     "tuple_hint",
     "tuple_of_inputs",
-    "unregistered_dataclass",
+    "unsupported_input",
 ]
 
 #: torch.onnx.export's options that ExportOptions takes under the same name.
@@ -149,11 +149,12 @@ def binding_hint(
     return " ".join(h for h in hints if h)
 
 
-def unregistered_dataclass(inputs: Mapping[str, Any]) -> str:
-    """The sentence that names an input dataclass torch's pytree does not know, or ``""``.
+def unsupported_input(inputs: Mapping[str, Any]) -> str:
+    """The sentence that names an input torch.export refuses in every strategy, or ``""``.
 
-    torch.export refuses such an input in every capture strategy ("Unsupported input
-    type"), so the call is refused before capture, with the registration that fixes it.
+    A dataclass torch's pytree does not know and a numpy array ("Unsupported input type")
+    are refused before capture, with what to pass instead (numpy scalars pass: torch.export
+    takes them as constants).
     """
     pending = list(inputs.items())
     while pending:
@@ -165,6 +166,12 @@ def unregistered_dataclass(inputs: Mapping[str, Any]) -> str:
                 f"input {path!r} is {_describe_input(value)}, so torch.export cannot take it: "
                 f"call torch.export.register_dataclass({cls}) once before exporting (for the "
                 "command line, in the factory's module), or pass its fields as a dict."
+            )
+        if node is None and type(value).__module__ == "numpy" and type(value).__name__ == "ndarray":
+            return (
+                f"input {path!r} is a numpy array ({value.dtype}, shape {list(value.shape)}), "
+                "which torch.export cannot take: pass a torch tensor, torch.from_numpy(...) "
+                "(the exported model takes numpy arrays once saved and loaded)."
             )
         if node is not None:
             pending.extend(
