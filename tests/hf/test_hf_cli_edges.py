@@ -143,6 +143,13 @@ def test_prompt_lookup_with_beams_or_sampling_is_a_usage_error(
     assert "--prompt-lookup" in err and "greedily" in err
 
 
+def test_stream_with_beams_is_a_usage_error(tmp_path: pathlib.Path) -> None:
+    """The CLI's --stream, refused at once (was: exit 1 naming the Python ``streamer``)."""
+    code, _, err = _cli(["generate", str(tmp_path), "hi", "--stream", "--num-beams", "2"])
+    assert code == 2
+    assert "--stream" in err and "--num-beams 2" in err and "streamer" not in err
+
+
 def test_triton_serves_what_a_llava_folder_can_serve(
     llava: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
