@@ -110,6 +110,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     program = onnx_export.dynamo_export(linear, example)
     assert_onnx_program_close(program, linear, example)
     program.save(folder / "linear.onnx")
+    program.save(folder / "exported" / "model.onnx")  # a folder that holds a model
     torch.manual_seed(0)  # as factories:bf16
     half = torch.nn.Linear(4, 2).to(torch.bfloat16)
     onnx_export.dynamo_export(half, torch.randn(2, 4, dtype=torch.bfloat16)).save(
@@ -222,6 +223,7 @@ CASES = {
     "info model empty": ("info empty.onnx", 2, "is empty (0 bytes)"),
     "info not onnx": ("info garbage.onnx", 2, "ONNX model"),
     "info folder": ("info a_folder", 2, "is a folder"),
+    "info folder of models": ("info exported", 2, "e.g. 'exported/model.onnx'"),
     # diagnostics
     "diagnostics report missing": ("diagnostics nope.sarif", 2, "does not exist"),
     "diagnostics report empty": ("diagnostics empty.sarif", 2, "is empty"),
