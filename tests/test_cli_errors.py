@@ -88,6 +88,10 @@ def bf16():
 
 def raises():
     return 1 / 0
+
+
+def sized(batch):
+    return torch.nn.Linear(4, 2), (torch.randn(batch, 4),)
 """
 
 
@@ -149,6 +153,11 @@ CASES = {
     "doctor extra argument": ("doctor now", 2, "unrecognized arguments"),
     # export
     "export factory without colon": ("export factories -o m.onnx", 2, "MODULE:FACTORY"),
+    "export factory with parameters": (
+        "export factories:sized -o m.onnx",
+        2,
+        "factories:sized takes the arguments ['batch'], but a factory is called with none",
+    ),
     "export module missing": ("export nope:make -o m.onnx", 2, "no module named"),
     "export factory missing": ("export factories:nope -o m.onnx", 2, "no attribute"),
     "export factory raises": ("export factories:raises -o m.onnx", 2, "ZeroDivision"),
