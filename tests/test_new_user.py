@@ -180,6 +180,8 @@ def test_without_the_registry_the_error_names_the_option(
         ("nu_ops:NOT_A_REGISTRY", "expected an onnx_export.OnnxRegistry"),
         ("nu_ops:nope", "has no attribute 'nope'"),
         ("no_such_ops:make_registry", "no module named 'no_such_ops'"),
+        ("missing_ops.py:registry", "--registry missing_ops.py:registry: 'missing_ops.py' is"),
+        ("nu_ops", "--registry nu_ops: expected MODULE:NAME (e.g. my_ops.py:make_registry"),
     ],
 )
 def test_a_bad_registry_is_a_usage_error(

@@ -84,7 +84,11 @@ def load_registry(reference: str) -> Any:
     from onnx_export._registry import OnnxRegistry
 
     example = "e.g. my_ops.py:make_registry, a function that returns an OnnxRegistry"
-    value = _attribute(reference, example, "an OnnxRegistry or a function that returns one")
+    try:
+        value = _attribute(reference, example, "an OnnxRegistry or a function that returns one")
+    except UsageError as e:  # the module's messages speak of factories: name the option
+        text = str(e).replace(_EXAMPLE, example).replace("MODULE:FACTORY", "MODULE:NAME")
+        raise UsageError(f"--registry {reference}: {text}") from e
     if not isinstance(value, OnnxRegistry) and callable(value):
         try:
             value = value()
