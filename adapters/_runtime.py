@@ -26,7 +26,8 @@ from ._session_checks import (
     read_spec,
     resolve_providers,
 )
-from ._spec import AdapterSpec, TensorSpec
+from ._spec import AdapterSpec, LeafSpec, TensorSpec
+from ._tensor_checks import CheckTensors
 from ._torch import torch_module
 from ._torch_convert import numpy_to_torch, torch_to_numpy
 
@@ -107,10 +108,12 @@ class OnnxModule:
         self._output_adapter: OutputAdapter | None = None
         self._iobinding: CudaIOBinding | None = None
         self._ortvalues: OrtValueRunner | None = None
+        self._flat_checks: CheckTensors | None = None
         if self._spec is None:
             self._input_names = [a.name for a in self._session.get_inputs()]
             self._output_names = [a.name for a in self._session.get_outputs()]
             self._ortvalues = _flat_ortvalues(ort, self._session)
+            self._flat_checks = _flat_checks(self._session)
             return
         check_spec_fits_session(self._spec, self._session)
         self._input_adapter = InputAdapter(self._spec)
@@ -262,9 +265,16 @@ class OnnxModule:
                 f"{missing}. Pass one array per graph input."
             )
         arrays = [feed[n] for n in names]
-        if all(type(a) is np.ndarray for a in arrays):
-            return list(self._session.run(self._output_names, feed, self._run_options))
-        return self._run_general(arrays)
+        if self._flat_checks is not None:
+            self._flat_checks(arrays)
+        try:
+            if all(type(a) is np.ndarray for a in arrays):
+                return list(self._session.run(self._output_names, feed, self._run_options))
+            return self._run_general(arrays)
+        except Exception as e:
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            raise model_run_error(e, names, arrays, checked="dtypes, ranks and fixed sizes") from e
 
     def _make_runners(
         self, ort: Any, spec: AdapterSpec
@@ -283,6 +293,35 @@ class OnnxModule:
         if needs_ortvalues([*inputs, *outputs]):
             ortvalues = OrtValueRunner(ort, self._session, inputs, outputs)
         return iobinding, ortvalues
+
+
+def _flat_checks(session: Any) -> CheckTensors | None:
+    """The dtype, rank and fixed-size checks of a file without adapter metadata.
+
+    Taken from the graph's declared inputs. Symbolic sizes are not tied across inputs
+    (another producer may reuse a name loosely); ``None`` when an input's dtype is one
+    the checks do not know.
+    """
+    names = {v: k for k, v in ORT_TYPES.items()}
+    inputs = session.get_inputs()
+    if any(a.type not in names for a in inputs):
+        return None
+    seen: dict[str, int] = {}
+    for a in inputs:
+        for d in a.shape:
+            if isinstance(d, str) and d:
+                seen[d] = seen.get(d, 0) + 1
+    leaves = []
+    for a in inputs:
+        shape: list[int | str] = []
+        for axis, d in enumerate(a.shape):
+            named = isinstance(d, str) and bool(d) and seen[d] == 1
+            if (isinstance(d, int) and d >= 0) or named:
+                shape.append(d)
+            else:  # unnamed, or a name other inputs share: any size
+                shape.append(f"{d or 'dim'}@{a.name}[{axis}]")
+        leaves.append(LeafSpec(a.name, "tensor", TensorSpec(a.name, names[a.type], tuple(shape))))
+    return CheckTensors(leaves)
 
 
 def _flat_ortvalues(ort: Any, session: Any) -> OrtValueRunner | None:

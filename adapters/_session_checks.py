@@ -151,9 +151,14 @@ _NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']*)'")
 
 
 def model_run_error(
-    error: BaseException, names: Sequence[str], arrays: Sequence[object]
+    error: BaseException, names: Sequence[str], arrays: Sequence[object], checked: str = ""
 ) -> ModelRunError:
-    """ONNX Runtime's failure on inputs the adapter accepted: the node, the shapes, what next."""
+    """ONNX Runtime's failure on inputs the adapter accepted: the node, the shapes, what next.
+
+    ``checked``: for a file without adapter metadata, what was checked of the inputs (the
+    graph's declared dtypes, ranks and fixed sizes); the message then says that the file
+    holds no record of the sizes it was exported for.
+    """
     text = str(error).strip()
     said = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text).splitlines()[0]
     node = _NODE.search(text)
@@ -163,6 +168,13 @@ def model_run_error(
     shapes = ", ".join(
         f"{n} {tuple(getattr(a, 'shape', ()))}" for n, a in zip(names, arrays, strict=False)
     )
+    if checked:
+        return ModelRunError(
+            f"ONNX Runtime failed{where} on inputs that match the graph's declared {checked} "
+            f"({shapes}): {said[:400]}. The file has no adapter metadata (it was not saved by "
+            "onnx_export), so nothing records the sizes it was exported for: call it with "
+            "the sizes its producer used, or export it again with onnx_export."
+        )
     return ModelRunError(
         f"ONNX Runtime failed{where} on inputs that match the file's declared dtypes and "
         f"shapes ({shapes}): {said[:400]}. The file cannot serve these inputs, though its "

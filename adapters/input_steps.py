@@ -241,9 +241,9 @@ class CheckConstants:
     def __call__(self, leaves: list[object]) -> list[object]:
         """Return the tensor leaves; raise ``ConstantMismatchError`` on a differing constant."""
         for i, path, expected in self._constants:
-            got = leaves[i]
+            got = _python_scalar(leaves[i])
             if type(got) is not type(expected) or got != expected:
-                raise _constant_error(path, expected, got)  # type: ignore[arg-type]  # constants only
+                raise _constant_error(path, expected, leaves[i])  # type: ignore[arg-type]  # constants only
         if self._all_tensors:
             return leaves
         return [leaves[i] for i in self._tensor_positions]
@@ -299,6 +299,15 @@ class IntsToArrays:
                 )
             out[i] = np.array(value, dtype=np.int64)
         return out
+
+
+def _python_scalar(value: object) -> object:
+    """A numpy scalar (``np.float64(2.0)``) as the Python value the export recorded for it."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        item = getattr(value, "item", None)
+        if callable(item) and type(value).__name__ != "ndarray":
+            return item()
+    return value
 
 
 def _constant_error(path: str, expected: Constant, got: object) -> ConstantMismatchError:

@@ -44,6 +44,12 @@ def other_linear():
     return linear(seed=1)
 
 
+def linear_tanh():
+    model, args = linear(seed=0)
+    model[1] = torch.nn.Tanh()  # the same weights as linear's, another activation
+    return model, args
+
+
 def nested():
     x, c0, c1 = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3)
     return Nested(), (x, [c0, c1]), {"scale": 3.0}
@@ -343,6 +349,18 @@ def test_run_with_inputs_that_do_not_fit_exits_1(
     assert "neither graph inputs" in err and "cache.0" in err
 
 
+def test_run_with_a_graph_input_missing_names_it(
+    work: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .npz keyed by graph names but short of one says which one is missing."""
+    ones = np.ones((2, 3), np.float32)
+    np.savez(work / "short.npz", x=ones, **{"cache.0": ones})
+    assert main(["run", str(work / "nested.onnx"), "--inputs", str(work / "short.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "lacks the graph inputs ['cache.1']" in err, err
+    assert "neither" not in err and "Traceback" not in err
+
+
 def test_run_and_info_without_adapter_metadata(
     work: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -374,6 +392,20 @@ def test_verify_mismatch_exits_1(work: pathlib.Path, capsys: pytest.CaptureFixtu
     captured = capsys.readouterr()
     assert code == 1
     assert "differ beyond tolerance" in captured.err and "NO" in captured.out
+    # the weights differ from the file's: the line says so and how to seed the factory
+    assert "other weights than" in captured.err and "'0.weight', '0.bias'" in captured.err
+    assert "torch.manual_seed(0)" in captured.err
+
+
+def test_verify_mismatch_with_the_same_weights_names_no_weights(
+    work: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(work))
+        code = main(["verify", "factories:linear_tanh", str(work / "linear.onnx")])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "differ beyond tolerance" in captured.err and "other weights" not in captured.err
 
 
 # -- doctor ----------------------------------------------------------------------------

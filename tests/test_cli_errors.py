@@ -88,6 +88,10 @@ def bf16():
 
 def raises():
     return 1 / 0
+
+
+def sized(batch):
+    return torch.nn.Linear(4, 2), (torch.randn(batch, 4),)
 """
 
 
@@ -110,6 +114,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     program = onnx_export.dynamo_export(linear, example)
     assert_onnx_program_close(program, linear, example)
     program.save(folder / "linear.onnx")
+    program.save(folder / "exported" / "model.onnx")  # a folder that holds a model
     torch.manual_seed(0)  # as factories:bf16
     half = torch.nn.Linear(4, 2).to(torch.bfloat16)
     onnx_export.dynamo_export(half, torch.randn(2, 4, dtype=torch.bfloat16)).save(
@@ -148,6 +153,11 @@ CASES = {
     "doctor extra argument": ("doctor now", 2, "unrecognized arguments"),
     # export
     "export factory without colon": ("export factories -o m.onnx", 2, "MODULE:FACTORY"),
+    "export factory with parameters": (
+        "export factories:sized -o m.onnx",
+        2,
+        "factories:sized takes the arguments ['batch'], but a factory is called with none",
+    ),
     "export module missing": ("export nope:make -o m.onnx", 2, "no module named"),
     "export factory missing": ("export factories:nope -o m.onnx", 2, "no attribute"),
     "export factory raises": ("export factories:raises -o m.onnx", 2, "ZeroDivision"),
@@ -222,6 +232,7 @@ CASES = {
     "info model empty": ("info empty.onnx", 2, "is empty (0 bytes)"),
     "info not onnx": ("info garbage.onnx", 2, "ONNX model"),
     "info folder": ("info a_folder", 2, "is a folder"),
+    "info folder of models": ("info exported", 2, "e.g. 'exported/model.onnx'"),
     # diagnostics
     "diagnostics report missing": ("diagnostics nope.sarif", 2, "does not exist"),
     "diagnostics report empty": ("diagnostics empty.sarif", 2, "is empty"),

@@ -180,6 +180,8 @@ def test_without_the_registry_the_error_names_the_option(
         ("nu_ops:NOT_A_REGISTRY", "expected an onnx_export.OnnxRegistry"),
         ("nu_ops:nope", "has no attribute 'nope'"),
         ("no_such_ops:make_registry", "no module named 'no_such_ops'"),
+        ("missing_ops.py:registry", "--registry missing_ops.py:registry: 'missing_ops.py' is"),
+        ("nu_ops", "--registry nu_ops: expected MODULE:NAME (e.g. my_ops.py:make_registry"),
     ],
 )
 def test_a_bad_registry_is_a_usage_error(
@@ -410,6 +412,61 @@ def test_every_command_is_in_the_cli_table_and_the_readme() -> None:
     commands = _commands()
     assert commands - table == set(), "commands missing from docs/cli.md's table"
     assert commands - readme - {"demo"} == set(), "commands missing from the README's list"
+
+
+def _documented_command_lines() -> list[tuple[str, str]]:
+    """``(page:line, command)`` for each complete ``onnx-export ...`` line of a shell block.
+
+    Synopses (``[--opt X]``, ``a|b``, ``...``, ``<x>``) are left out: they are not commands.
+    """
+    from tests.test_docs import code_blocks, pages
+
+    found = []
+    for page in pages():
+        for language in ("bash", "sh", "console", "text", ""):
+            for start, code in code_blocks(page, language):
+                for offset, raw in enumerate(code.replace("\\\n", " ").splitlines()):
+                    line = re.sub(r"\s+#.*$", "", raw.strip().removeprefix("$ "))
+                    if line.startswith("onnx-export ") and not re.search(r"[\[|<]|\.\.\.", line):
+                        found.append((f"{page.name}:{start + offset}", line))
+    return found
+
+
+def test_every_documented_command_line_parses() -> None:
+    """A command copied from the docs is accepted by the parser as written (its options and
+    required arguments), as a new user copies it."""
+    import contextlib
+    import io
+    import shlex
+
+    from onnx_export.cli import _parser
+
+    lines = _documented_command_lines()
+    assert len(lines) > 20, lines
+    refused = []
+    for where, line in lines:
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                _parser().parse_args(shlex.split(line)[1:])
+        except SystemExit as e:
+            if e.code:
+                refused.append(f"{where}: {line}: {stderr.getvalue().strip()}")
+    assert refused == []
+
+
+def test_no_dockerfile_installs_onnx_export_from_the_index() -> None:
+    """onnx-export is not on PyPI: an image installs the wheel built in the clone."""
+    from tests.test_docs import code_blocks, pages
+
+    index = re.compile(r"pip install[^\n]*['\"\s]onnx-export\[")
+    offenders = [
+        f"{page.name}:{start}"
+        for page in pages()
+        for start, code in code_blocks(page, "dockerfile")
+        if index.search(code)
+    ]
+    assert offenders == []
 
 
 # --- 8. output paths are checked before any work --------------------------------------------

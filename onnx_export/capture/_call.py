@@ -28,7 +28,13 @@ from onnx_export.capture._dynamic import (
     named_inputs,
     resolve_dynamic_shapes,
 )
-from onnx_export.capture._habits import binding_hint, names_a_file, signature_text, tuple_hint
+from onnx_export.capture._habits import (
+    binding_hint,
+    names_a_file,
+    signature_text,
+    tuple_hint,
+    unsupported_input,
+)
 from onnx_export.capture._shape_fixes import Repair, StaticDim, dynamic_size_one, suggest_repair
 from onnx_export.capture._spec_containers import leaf_sources
 from onnx_export.capture._specialized import RangeGuard
@@ -215,6 +221,9 @@ def prepare_call(
         )
         hint = binding_hint(signature, args, kwargs)
         raise ExportInputError(f"{hint} {text}" if hint else text) from e
+    unsupported = unsupported_input(named_inputs(signature, args, kwargs))
+    if unsupported:
+        raise ExportInputError(unsupported)
     try:
         user = _user_dynamic_shapes(options, signature, args, kwargs)
         if user is not None:

@@ -19,7 +19,14 @@ import torch
 
 from onnx_export.capture._spec_containers import container, describe
 
-__all__ = ["binding_hint", "names_a_file", "signature_text", "tuple_hint", "tuple_of_inputs"]
+__all__ = [
+    "binding_hint",
+    "names_a_file",
+    "signature_text",
+    "tuple_hint",
+    "tuple_of_inputs",
+    "unsupported_input",
+]
 
 #: torch.onnx.export's options that ExportOptions takes under the same name.
 _SAME_NAME = ("opset_version", "input_names", "output_names", "dynamic_axes", "dynamic_shapes")
@@ -140,6 +147,37 @@ def binding_hint(
     inputs = [a for a in args if not isinstance(a, (str, os.PathLike))] if path else args
     hints = (_option_hint(signature, kwargs), path, tuple_hint(inputs, signature))
     return " ".join(h for h in hints if h)
+
+
+def unsupported_input(inputs: Mapping[str, Any]) -> str:
+    """The sentence that names an input torch.export refuses in every strategy, or ``""``.
+
+    A dataclass torch's pytree does not know and a numpy array ("Unsupported input type")
+    are refused before capture, with what to pass instead (numpy scalars pass: torch.export
+    takes them as constants).
+    """
+    pending = list(inputs.items())
+    while pending:
+        path, value = pending.pop(0)
+        node = container(value)
+        if node is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+            cls = type(value).__name__
+            return (
+                f"input {path!r} is {_describe_input(value)}, so torch.export cannot take it: "
+                f"call torch.export.register_dataclass({cls}) once before exporting (for the "
+                "command line, in the factory's module), or pass its fields as a dict."
+            )
+        if node is None and type(value).__module__ == "numpy" and type(value).__name__ == "ndarray":
+            return (
+                f"input {path!r} is a numpy array ({value.dtype}, shape {list(value.shape)}), "
+                "which torch.export cannot take: pass a torch tensor, torch.from_numpy(...) "
+                "(the exported model takes numpy arrays once saved and loaded)."
+            )
+        if node is not None:
+            pending.extend(
+                (f"{path}.{t}", c) for t, c in zip(node.texts, node.children, strict=True)
+            )
+    return ""
 
 
 def _describe_input(value: Any) -> str:

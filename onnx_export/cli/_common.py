@@ -129,9 +129,17 @@ class Status:
 def existing_file(path: str | os.PathLike[str], what: str) -> pathlib.Path:
     """``path`` as a ``Path``; a :class:`UsageError` naming ``what`` when it is no file."""
     result = pathlib.Path(path)
+    if result.is_dir():
+        inside = sorted(p.name for p in result.glob("*.onnx"))[:3]
+        hint = (
+            f"; name a file in it, e.g. {os.fspath(result / inside[0])!r} (it holds "
+            f"{', '.join(inside)})"
+            if inside
+            else ""
+        )
+        raise UsageError(f"{what} {os.fspath(path)!r} is a folder, not a file{hint}.")
     if not result.is_file():
-        reason = "is a folder" if result.is_dir() else "does not exist"
-        raise UsageError(f"{what} {os.fspath(path)!r} {reason}.")
+        raise UsageError(f"{what} {os.fspath(path)!r} does not exist.")
     if result.stat().st_size == 0:
         raise UsageError(f"{what} {os.fspath(path)!r} is empty (0 bytes).")
     return result

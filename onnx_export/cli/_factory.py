@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import pathlib
 import re
@@ -39,9 +40,34 @@ class ModelCall:
     kwargs: Mapping[str, Any]
 
 
+def _required_parameters(factory: Any) -> list[str]:
+    """The parameters ``factory()`` leaves without a value (none when it cannot tell)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return []
+    kinds = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return [
+        p.name
+        for p in signature.parameters.values()
+        if p.kind in kinds and p.default is inspect.Parameter.empty
+    ]
+
+
 def call_factory(reference: str) -> ModelCall:
     """Import ``MODULE:FACTORY``, call the factory and check what it returned."""
     factory = _resolve(reference)
+    required = _required_parameters(factory)
+    if required:
+        raise UsageError(
+            f"{reference} takes the arguments {required}, but a factory is called with none: "
+            f"give them defaults, or write a function without parameters that calls it "
+            f"(def make(): return {reference.rpartition(':')[2]}(...))."
+        )
     try:
         result = factory()
     except Exception as e:
@@ -58,7 +84,11 @@ def load_registry(reference: str) -> Any:
     from onnx_export._registry import OnnxRegistry
 
     example = "e.g. my_ops.py:make_registry, a function that returns an OnnxRegistry"
-    value = _attribute(reference, example, "an OnnxRegistry or a function that returns one")
+    try:
+        value = _attribute(reference, example, "an OnnxRegistry or a function that returns one")
+    except UsageError as e:  # the module's messages speak of factories: name the option
+        text = str(e).replace(_EXAMPLE, example).replace("MODULE:FACTORY", "MODULE:NAME")
+        raise UsageError(f"--registry {reference}: {text}") from e
     if not isinstance(value, OnnxRegistry) and callable(value):
         try:
             value = value()

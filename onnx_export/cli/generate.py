@@ -225,6 +225,11 @@ def _check_options(args: argparse.Namespace) -> None:
     """Options that cannot go together: exit 2 before anything loads."""
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
+    if args.stream and args.num_beams is not None and args.num_beams > 1:
+        raise UsageError(
+            f"--stream prints each token as it is chosen, but with --num-beams "
+            f"{args.num_beams} the beams change until the end: drop one of them."
+        )
     if args.prompt_lookup is not None:
         beams = args.num_beams is not None and args.num_beams > 1
         if beams or args.do_sample:

@@ -100,8 +100,27 @@ def register(commands: Subcommands) -> None:
     )  # fmt: skip
 
 
+def _int4_options(args: argparse.Namespace) -> list[str]:
+    """The int4 options given away from their defaults (they need ``--quantize int4``)."""
+    given = [
+        ("--quantize-block-size", args.quantize_block_size != 32),
+        ("--quantize-accuracy-level", args.quantize_accuracy_level != 4),
+        ("--quantize-embeddings", args.quantize_embeddings),
+        ("--no-quantize-head", not args.quantize_head),
+    ]
+    return [option for option, changed in given if changed]
+
+
 def _refuse_early(args: argparse.Namespace) -> None:
     """The checkpoint's architecture and task (and --lora's adapter) checked without torch."""
+    int4 = _int4_options(args)
+    if int4 and args.quantize != "int4":
+        now = f"--quantize {args.quantize}" if args.quantize else "no --quantize"
+        raise UsageError(
+            f"{', '.join(int4)} set{'s' if len(int4) == 1 else ''} int4 quantization, but "
+            f"the command has {now}: add --quantize int4, or leave "
+            f"{'it' if len(int4) == 1 else 'them'} out."
+        )
     try:
         checkpoint = read_checkpoint(args.checkpoint)
         resolve_task(checkpoint.model_type, checkpoint.architectures, args.task, checkpoint.config)

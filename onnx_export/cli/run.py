@@ -167,6 +167,13 @@ def _call(module: Any, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
         return _call_by_graph_names(module, spec, arrays)
     parameters = {p.name: p.kind for p in spec.parameters}
     unknown = sorted(set(arrays) - set(parameters))
+    if unknown and set(arrays) < tensor_names:
+        raise CommandError(
+            f"the inputs file lacks the graph inputs {sorted(tensor_names - set(arrays))}: "
+            f"the model takes one array for each of {sorted(tensor_names)} and the file has "
+            f"{sorted(arrays)}. Add the missing arrays to the .npz (`onnx-export info` lists "
+            "each input's dtype and shape)."
+        )
     if unknown:
         raise CommandError(
             f"the inputs file has arrays {unknown} that are neither graph inputs "

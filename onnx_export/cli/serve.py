@@ -8,6 +8,8 @@ Without ``--openai`` a real Triton server runs until Ctrl-C; with it, a folder t
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import pathlib
 import signal
 import sys
@@ -162,6 +164,7 @@ def _run_openai(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
             f"--max-batch-size must be >= 1 and --max-waiting >= 0, got {args.max_batch_size} "
             f"and {args.max_waiting}."
         )
+    _check_openai_folder(args.model)
     name = args.name or args.model.resolve().name
     if args.kserve is not None:
         from onnx_export.serving._kserve import openai_manifest_text
@@ -198,6 +201,31 @@ def _run_openai(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
         raise CommandError(str(e)) from e
     echo("stopped")
     return 0
+
+
+#: The folder tasks ``serve --openai`` serves.
+_OPENAI_TASKS = ("text-generation", "image-text-to-text")
+
+
+def _check_openai_folder(path: pathlib.Path) -> None:
+    """A file, or a folder ``onnx-export hf`` wrote for another task, is refused (exit 2)."""
+    if path.is_file():
+        raise UsageError(
+            f"--openai serves a folder that `onnx-export hf` wrote for text generation, got "
+            f"the file {os.fspath(path)!r}: serve a model file on Triton with `onnx-export "
+            f"serve {os.fspath(path)}` (without --openai)."
+        )
+    try:
+        task = json.loads((path / "onnx_export.json").read_text(encoding="utf-8")).get("task")
+    except (OSError, ValueError, AttributeError):
+        return  # missing or unreadable: the server's own check says so
+    if isinstance(task, str) and task not in _OPENAI_TASKS:
+        raise UsageError(
+            f"{os.fspath(path)!r} holds a {task!r} model; --openai serves "
+            f"{' and '.join(_OPENAI_TASKS)} folders. Serve it on Triton with `onnx-export "
+            f"serve {os.fspath(path)}` (without --openai), or run it with onnx_export.hf's "
+            "OrtModelFor... class for its task."
+        )
 
 
 def _flushed(echo: Callable[[str], None]) -> Callable[[str], None]:

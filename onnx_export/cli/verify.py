@@ -92,6 +92,16 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     _print_table(comparisons, echo)
     bad = [c.name for c in comparisons if not c.ok]
     if bad:
+        other = _other_weights(path, call.model)
+        if other:
+            raise CommandError(
+                f"{len(bad)} of {len(comparisons)} outputs differ beyond tolerance: {bad}, "
+                f"and the factory's model has other weights than {path} ({_names(other)}), as "
+                "when the factory builds its model with new random weights on each call or the "
+                "file was exported from another model. Make the factory return the same "
+                "weights every time (torch.manual_seed(0) before building the model, or load a "
+                "checkpoint), then export and verify again."
+            )
         raise CommandError(
             f"{len(bad)} of {len(comparisons)} outputs differ beyond tolerance: {bad}. "
             "Export with --report and read the report, or call ONNXProgram.verify in Python "
@@ -99,6 +109,47 @@ def _run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         )
     echo(f"All {len(comparisons)} outputs match.")
     return 0
+
+
+def _other_weights(path: Any, model: Any) -> list[str]:
+    """The state_dict entries whose values differ from the file's initializer of that name.
+
+    Only initializers named exactly as a ``state_dict`` entry, of the same shape and dtype,
+    are compared (weights the optimizer folded or transposed are not); a file that cannot
+    be read again gives an empty list, and the plain mismatch message stands.
+    """
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    if not isinstance(model, torch.nn.Module):
+        return []
+    state = model.state_dict(keep_vars=False)
+    try:
+        proto = onnx.load(str(path))
+    except Exception:  # protobuf's DecodeError, OSError, onnx's own errors
+        return []
+    other = []
+    for initializer in proto.graph.initializer:
+        tensor = state.get(initializer.name)
+        if tensor is None or tensor.is_complex() or tensor.dtype == torch.bfloat16:
+            continue
+        try:
+            saved = numpy_helper.to_array(initializer)
+        except (OSError, ValueError, TypeError):
+            continue
+        current = tensor.detach().cpu().numpy()
+        if saved.shape != current.shape or saved.dtype != current.dtype:
+            continue
+        if not np.array_equal(saved, current, equal_nan=saved.dtype.kind in "fc"):
+            other.append(initializer.name)
+    return other
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _load(path: Any, provider: str, upcast: list[str]) -> Any:

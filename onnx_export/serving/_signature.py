@@ -173,9 +173,10 @@ def _refuse_cache(path: pathlib.Path, inputs: tuple[ServedTensor, ...]) -> None:
             f"{len(cache)} inputs) whose length grows with every token. Triton's sequence "
             "batcher keeps implicit state of one shape per sequence and batches sequences "
             "only when their states have equal shapes, so it cannot hold this cache. Serve "
-            f"text generation with {runtimes}, `onnx-export serve` (an OpenAI-compatible "
-            "server) or a generation server (Triton's TensorRT-LLM or vLLM backend); serve a "
-            "graph without a cache (`onnx-export hf --task feature-extraction`) through Triton."
+            f"text generation with {runtimes}, `onnx-export serve FOLDER --openai` (an "
+            "OpenAI-compatible server) or a generation server (Triton's TensorRT-LLM or vLLM "
+            "backend); serve a graph without a cache (`onnx-export hf --task "
+            "feature-extraction`) through Triton."
         )
 
 

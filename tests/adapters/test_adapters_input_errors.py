@@ -63,6 +63,19 @@ def test_keywords_and_dict_order_do_not_matter() -> None:
     assert all(a is b for a, b in zip(reordered, adapter(x, past), strict=True))
 
 
+def test_a_numpy_scalar_equal_to_the_recorded_constant_passes() -> None:
+    """torch.export records np.float64(2.0) as 2.0: the call that exported is accepted."""
+    x, past = good_inputs()
+    adapter = make_adapter()
+    for scale in (np.float64(2.0), np.float32(2.0)):
+        flat = adapter(x, past, scale=scale)
+        assert all(a is b for a, b in zip(flat, adapter(x, past), strict=True))
+    with pytest.raises(ConstantMismatchError, match=r"got float64 np\.float64\(2\.5\)"):
+        adapter(x, past, scale=np.float64(2.5))
+    with pytest.raises(ConstantMismatchError, match=r"expected the constant 2\.0 \(float\)"):
+        adapter(x, past, scale=np.int64(2))  # an int is another constant than 2.0
+
+
 def test_dicts_with_several_keys_are_reordered() -> None:
     spec = build_adapter_spec(None, ({"a": np.zeros(1), "b": np.ones(1)},), {}, 0)
     a, b = np.zeros(1), np.ones(1)
@@ -100,7 +113,7 @@ def _with(path: str, value: object) -> tuple[tuple[Any, ...], dict[str, Any]]:
     elif path == "constant-type":
         kwargs["scale"] = 2
     elif path == "tensor-for-constant":
-        kwargs["scale"] = np.float32(2.0)
+        kwargs["scale"] = np.float32(3.0)  # np.float32(2.0) is the recorded 2.0, and passes
     return (x, past), kwargs
 
 

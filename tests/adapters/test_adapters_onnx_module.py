@@ -18,7 +18,10 @@ from onnx_export import adapters
 from onnx_export.adapters import (
     AdapterSpecError,
     ConstantMismatchError,
+    InputDtypeError,
+    InputShapeError,
     InputStructureError,
+    ModelRunError,
     OnnxModule,
     build_adapter_spec,
 )
@@ -203,6 +206,30 @@ def test_model_without_metadata_runs_flat(tmp_path: Path) -> None:
         module(a)
     with pytest.raises(InputStructureError, match="expected the graph inputs"):
         module(a, b, a)
+
+
+def test_flat_mode_checks_inputs_against_the_graph_before_onnxruntime() -> None:
+    """A file of another producer: its declared dtypes, ranks and fixed sizes are checked,
+    and ONNX Runtime's own failures come as ModelRunError, never its raw exception."""
+    model = make_model(
+        [("x", F, ("n", 3)), ("y", F, ("n", 3))],
+        [("z", F, ("n", 3))],
+        [helper.make_node("Add", ["x", "y"], ["z"])],
+    )
+    module = OnnxModule(model.SerializeToString())
+    ones = np.ones((2, 3), np.float32)
+    assert_tree_close(module(ones, ones), [2 * ones])
+    with pytest.raises(InputDtypeError, match="x: expected dtype float32, got float64"):
+        module(ones.astype(np.float64), ones)
+    with pytest.raises(InputShapeError, match=r"y: expected size 3 at axis 1"):
+        module(ones, np.ones((2, 4), np.float32))
+    with pytest.raises(InputShapeError, match="x: expected rank 2"):
+        module(np.ones(3, np.float32), ones)
+    # 'n' is shared by both inputs, so it is not tied: ONNX Runtime's broadcast error comes
+    # as a ModelRunError that says the file records no sizes.
+    with pytest.raises(ModelRunError, match="has no adapter metadata") as caught:
+        module(ones, np.ones((3, 3), np.float32))
+    assert "[ONNXRuntimeError]" not in str(caught.value)
 
 
 def test_flat_mode_accepts_torch() -> None:

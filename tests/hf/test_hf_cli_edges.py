@@ -143,6 +143,30 @@ def test_prompt_lookup_with_beams_or_sampling_is_a_usage_error(
     assert "--prompt-lookup" in err and "greedily" in err
 
 
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--quantize-block-size", "64"], "--quantize-block-size sets int4 quantization"),
+        (["--quantize", "int8", "--no-quantize-head"], "the command has --quantize int8"),
+    ],
+    ids=["no-quantize", "int8"],
+)
+def test_int4_options_without_int4_are_a_usage_error(
+    tmp_path: pathlib.Path, options: list[str], words: str
+) -> None:
+    """They were ignored without a word (a block size of 7 too)."""
+    code, _, err = _cli(["hf", str(tmp_path / "ckpt"), "-o", str(tmp_path / "out"), *options])
+    assert code == 2
+    assert words in err and "add --quantize int4" in err, err
+
+
+def test_stream_with_beams_is_a_usage_error(tmp_path: pathlib.Path) -> None:
+    """The CLI's --stream, refused at once (was: exit 1 naming the Python ``streamer``)."""
+    code, _, err = _cli(["generate", str(tmp_path), "hi", "--stream", "--num-beams", "2"])
+    assert code == 2
+    assert "--stream" in err and "--num-beams 2" in err and "streamer" not in err
+
+
 def test_triton_serves_what_a_llava_folder_can_serve(
     llava: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:

@@ -174,3 +174,28 @@ def test_speech_model_needs_features(exported: Callable[[str], Exported]) -> Non
         model.generate([[1, 2]], max_new_tokens=2)
     with pytest.raises(hf.GenerationError, match=r"input_features has shape \(1, 16, 30\)"):
         model.generate(input_features=np.zeros((1, 16, 30), np.float32), max_new_tokens=2)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        ({"input_ids": [[1, 2, 10**6]]}, "token ids [1000000] outside the model's vocabulary"),
+        ({"input_ids": [[1.5, 2.0]]}, "input_ids: expected integers (int64), got float64"),
+        (
+            {"input_ids": [1, 2, 3]},
+            "expected 2 dimensions [batch, sequence_length], got shape (3,)",
+        ),
+        ({"input_ids": [[1, 2], [3]]}, "input_ids: expected a rectangular array"),
+        ({"input_ids": [[1, 2]], "attention_mask": [[1.0, 1.0]]}, "attention_mask: expected"),
+    ],
+    ids=["out-of-vocab", "floats", "one-row", "ragged", "float-mask"],
+)
+def test_task_runtime_refuses_bad_inputs_before_onnxruntime(
+    exported: Callable[[str], Exported], inputs: dict[str, Any], words: str
+) -> None:
+    """A wrong call to an ``OrtModelFor<Task>`` is a GenerationError, never ORT's own error."""
+    model = hf.OrtModelForFeatureExtraction.from_pretrained(exported("bert").folder)
+    with pytest.raises(hf.GenerationError) as caught:
+        model(**inputs)
+    assert words in str(caught.value), caught.value
+    assert model(input_ids=[[1, 2, 3]]).last_hidden_state.shape[:2] == (1, 3)

@@ -304,3 +304,44 @@ def test_an_unregistered_dataclass_is_told_to_register() -> None:
     text = str(caught.value)
     assert "torch.export.register_dataclass(Unregistered)" in text
     assert "a dataclass Unregistered(ids), not registered with torch's pytree" in text
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["direct", "in-a-dict"])
+def test_an_unregistered_dataclass_is_refused_before_capture_without_dynamic_shapes(
+    nested: bool,
+) -> None:
+    """torch.export refuses it in every strategy: say so at once, with the registration."""
+    example = Unregistered(torch.randn(3, 4))
+    model, args, path = UnregisteredModel(), (example,), "'batch'"
+    if nested:
+
+        class DictModel(nn.Module):
+            def forward(self, inputs: dict[str, Any]) -> torch.Tensor:
+                return inputs["batch"].ids * 2
+
+        model, args, path = DictModel(), ({"batch": example},), "'inputs.batch'"
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(model, *args)
+    text = str(caught.value)
+    assert f"input {path} is a dataclass Unregistered(ids)" in text, text
+    assert "torch.export.register_dataclass(Unregistered)" in text
+    assert "every strategy failed" not in text
+
+
+def test_a_numpy_array_input_is_refused_before_capture_naming_torch_from_numpy() -> None:
+    model = nn.Linear(4, 2)
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(model, np.ones((3, 4), np.float32))
+    text = str(caught.value)
+    assert "input 'input' is a numpy array (float32, shape [3, 4])" in text, text
+    assert "torch.from_numpy" in text and "every strategy failed" not in text
+
+
+def test_a_numpy_scalar_input_still_exports_as_a_constant() -> None:
+    class Scale(nn.Module):
+        def forward(self, x: torch.Tensor, scale: Any) -> torch.Tensor:
+            return x * scale
+
+    x = torch.randn(2, 3)
+    program = onnx_export.dynamo_export(Scale(), x, np.float64(2.0))
+    torch.testing.assert_close(program(x, np.float64(2.0)), x * 2.0)

@@ -368,3 +368,30 @@ def test_requests_prefilled_together_get_their_alone_tokens(
 ) -> None:
     """The server's batcher: prompts of several lengths join in one left-padded prefill."""
     assert_prefilled_together_alone(model)
+
+
+@pytest.mark.parametrize("given", ["file", "classifier folder", "missing"])
+def test_openai_refuses_what_it_cannot_serve_in_one_line(
+    given: str, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A model file, another task's folder or no folder: exit 2, one line saying what to do."""
+    from onnx_export.cli import main
+
+    path = tmp_path / "classifier"
+    if given == "file":
+        path = tmp_path / "m.onnx"
+        path.write_bytes(b"")
+    elif given == "classifier folder":
+        path.mkdir()
+        (path / "onnx_export.json").write_text(json.dumps({"task": "text-classification"}))
+    assert main(["serve", str(path), "--openai", "--port", "0"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    words = {
+        "file": "got the file",
+        "classifier folder": "holds a 'text-classification' model; --openai serves",
+        "missing": "does not exist: give the folder",
+    }[given]
+    assert words in err, err
+    if given != "missing":
+        assert f"`onnx-export serve {path}` (without --openai)" in err, err

@@ -134,6 +134,7 @@ def test_a_decoder_with_a_cache_is_refused_with_what_to_use(tmp_path) -> None:
     with pytest.raises(RepositoryError, match="key/value cache") as caught:
         write_triton_repository(_decoder_step(tmp_path / "step.onnx"), tmp_path / "repo")
     assert "OrtModelForCausalLM" in str(caught.value)
+    assert "`onnx-export serve FOLDER --openai`" in str(caught.value)
     assert not (tmp_path / "repo" / "step").exists()
 
 

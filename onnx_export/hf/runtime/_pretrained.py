@@ -122,7 +122,11 @@ def read_exported_folder(path: str | os.PathLike[str], tasks: Sequence[str]) -> 
     """Read an exported folder and check that its task is one of ``tasks``."""
     folder = pathlib.Path(path)
     if not folder.is_dir():
-        raise CheckpointError(f"Exported folder {os.fspath(path)!r} does not exist.")
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise CheckpointError(
+            f"Exported folder {os.fspath(path)!r} {what}: give the folder that "
+            "onnx_export.hf.export_pretrained (or `onnx-export hf`) wrote."
+        )
     manifest = _read_json(folder / _MANIFEST, required=True)
     task = str(manifest.get("task"))
     if task not in tasks:

@@ -101,6 +101,7 @@ class OrtModel:
         self.input_names = tuple(i.name for i in session.get_inputs())
         self.output_names = tuple(o.name for o in session.get_outputs())
         self._dtypes = {i.name: _DTYPES.get(i.type, np.float32) for i in session.get_inputs()}
+        self._shapes = {i.name: tuple(i.shape) for i in session.get_inputs()}
 
     @classmethod
     def from_pretrained(
@@ -151,14 +152,12 @@ class OrtModel:
 
     def run(self, **inputs: Any) -> ModelOutput:
         """Run the graph on ``inputs`` (by name; ``None`` values are left out)."""
-        given = {
-            k: np.asarray(v, dtype=self._dtypes.get(k)) for k, v in inputs.items() if v is not None
-        }
-        unknown = sorted(set(given) - set(self.input_names))
+        unknown = sorted(k for k, v in inputs.items() if v is not None and k not in self._dtypes)
         if unknown:
             raise GenerationError(
                 f"{type(self).__name__} takes {', '.join(self.input_names)}; got {unknown}."
             )
+        given = {k: self._array(k, v) for k, v in inputs.items() if v is not None}
         feed = {}
         for name in self.input_names:
             value = given[name] if name in given else self._default(name, given)
@@ -168,7 +167,71 @@ class OrtModel:
                     f"{', '.join(self.input_names)})."
                 )
             feed[name] = value
-        return ModelOutput(dict(zip(self.output_names, self.session.run(None, feed), strict=True)))
+        try:
+            outputs = self.session.run(None, feed)
+        except Exception as e:
+            if not type(e).__module__.startswith("onnxruntime"):
+                raise
+            shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in feed.items())
+            reason = " ".join(str(e).split())
+            raise GenerationError(
+                f"ONNX Runtime could not run {os.fspath(self.folder.path)}/model.onnx on "
+                f"{shapes}: {reason}"
+            ) from e
+        return ModelOutput(dict(zip(self.output_names, outputs, strict=True)))
+
+    def _array(self, name: str, value: Any) -> np.ndarray:
+        """``value`` as the graph input ``name`` takes it: its dtype, rank and fixed sizes.
+
+        Refused with a :class:`GenerationError` rather than left to ONNX Runtime: ragged
+        rows, floats where the graph takes integers (they would be truncated), another
+        rank, another fixed size, and token ids outside the vocabulary.
+        """
+        try:
+            array = np.asarray(value)
+        except ValueError as e:
+            raise GenerationError(
+                f"{name}: expected a rectangular array, got rows of different lengths; pad "
+                "them to one length (attention_mask 0 on the padding)."
+            ) from e
+        if array.dtype == object:
+            raise GenerationError(
+                f"{name}: expected a rectangular array of numbers, got {type(value).__name__} "
+                "items numpy cannot stack; pad the rows to one length."
+            )
+        want = np.dtype(self._dtypes[name])
+        if want.kind in "iu" and array.dtype.kind in "fc":
+            raise GenerationError(
+                f"{name}: expected integers ({want.name}), got {array.dtype.name} values; "
+                "pass token ids and masks as ints (a float would be truncated)."
+            )
+        shape = self._shapes[name]
+        dims = "[" + ", ".join(str(d) for d in shape) + "]"
+        if array.ndim != len(shape):
+            hint = (
+                " (one sequence: wrap it in a list, [[...]])"
+                if array.ndim + 1 == len(shape)
+                else ""
+            )
+            raise GenerationError(
+                f"{name}: expected {len(shape)} dimensions {dims}, got shape "
+                f"{tuple(array.shape)}{hint}."
+            )
+        for axis, (size, got) in enumerate(zip(shape, array.shape, strict=True)):
+            if isinstance(size, int) and size != got:
+                raise GenerationError(
+                    f"{name}: expected size {size} at axis {axis} ({dims}, fixed at export), "
+                    f"got shape {tuple(array.shape)}."
+                )
+        vocab = self.folder.config.get("vocab_size")
+        if name == "input_ids" and isinstance(vocab, int) and array.size:
+            bad = np.unique(array[(array < 0) | (array >= vocab)])
+            if bad.size:
+                raise GenerationError(
+                    f"input_ids holds token ids {bad[:8].tolist()} outside the model's "
+                    f"vocabulary [0, {vocab}): pass ids from this model's tokenizer."
+                )
+        return array.astype(want, copy=False)
 
     def __call__(self, **inputs: Any) -> ModelOutput:
         """Run the model: the inputs transformers' model takes, its outputs by name."""
