@@ -76,11 +76,12 @@ def export_theirs(case: family_standins.Case, folder: Path) -> tuple[float, int]
     return time.perf_counter() - start, len(program.model.graph)
 
 
-def _child(who: str, name: str) -> None:
+def _child(who: str, name: str, threads: str) -> None:
     """One export in this fresh process (``--child``): the exporter imported, the model
     exported and saved; prints the seconds (and ours' stages) as JSON."""
     case = family_standins.build(name)
-    torch.set_num_threads(1)
+    if int(threads):
+        torch.set_num_threads(int(threads))
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -95,7 +96,7 @@ def _child(who: str, name: str) -> None:
 
 
 def _cold(who: str, name: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", who, name]
+    command = [sys.executable, __file__, "--child", who, name, str(torch.get_num_threads())]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
@@ -217,14 +218,24 @@ def main() -> None:
         action="store_true",
         help="each export in a fresh process (the exporter's import counted), as a user's script",
     )
-    parser.add_argument("--child", nargs=2, metavar=("WHO", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch's threads (1, steadier on a shared machine; 0 for torch's default, as a "
+        "user's process runs, where the checks' eager runs use every core)",
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("WHO", "MODEL", "THREADS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.child:
         _child(*args.child)
         return
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.profile:
         profile(args.profile)
         return
