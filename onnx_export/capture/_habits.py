@@ -152,9 +152,9 @@ def binding_hint(
 def unsupported_input(inputs: Mapping[str, Any]) -> str:
     """The sentence that names an input torch.export refuses in every strategy, or ``""``.
 
-    A dataclass torch's pytree does not know and a numpy array ("Unsupported input type")
-    are refused before capture, with what to pass instead (numpy scalars pass: torch.export
-    takes them as constants).
+    A dataclass torch's pytree does not know, a numpy array ("Unsupported input type") and a
+    sparse tensor are refused before capture, with what to pass instead (numpy scalars
+    pass: torch.export takes them as constants).
     """
     pending = list(inputs.items())
     while pending:
@@ -166,6 +166,14 @@ def unsupported_input(inputs: Mapping[str, Any]) -> str:
                 f"input {path!r} is {_describe_input(value)}, so torch.export cannot take it: "
                 f"call torch.export.register_dataclass({cls}) once before exporting (for the "
                 "command line, in the factory's module), or pass its fields as a dict."
+            )
+        if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            return (
+                f"input {path!r} is a {str(value.layout).removeprefix('torch.')} tensor of "
+                f"shape {list(value.shape)}; an ONNX graph's inputs are dense tensors (and "
+                "torch.export's support for sparse inputs is partial): pass a dense tensor "
+                "(.to_dense()), and build the sparse tensor inside forward if the model needs "
+                "one (torch.sparse.mm also takes a dense matrix)."
             )
         if node is None and type(value).__module__ == "numpy" and type(value).__name__ == "ndarray":
             return (

@@ -52,6 +52,8 @@ __all__ = [
     "aten_cholesky_inverse",
     "aten_cholesky_solve",
     "aten_linalg_matrix_exp",
+    "aten__sparse_mm",
+    "aten__sparse_addmm",
 ]
 
 _INT32 = ir.DataType.INT32
@@ -123,6 +125,33 @@ def _triangular(a: ir.Value, b: ir.Value, upper: bool, unit: bool) -> ir.Value:
     n = matrix_size(a)[0]
     solve = back_substitution if upper else forward_substitution
     return solve(a, b, n, unit)
+
+
+@onnx_op("aten::_sparse_mm")
+def aten__sparse_mm(sparse: ir.Value, dense: ir.Value) -> ir.Value:
+    """_sparse_mm(Tensor sparse, Tensor dense): ``torch.sparse.mm`` on dense matrices.
+
+    An ONNX graph takes dense inputs; sparse ones are refused at export (pass
+    ``.to_dense()``).
+    """
+    return op.MatMul(sparse, dense)
+
+
+@onnx_op("aten::_sparse_addmm")
+def aten__sparse_addmm(
+    self: ir.Value, mat1: ir.Value, mat2: ir.Value, beta: float = 1.0, alpha: float = 1.0
+) -> ir.Value:
+    """_sparse_addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1).
+
+    ``beta * self + alpha * (mat1 @ mat2)`` on dense matrices (``torch.sparse.addmm``).
+    """
+    product = op.MatMul(mat1, mat2)
+    if alpha != 1:
+        product = op.Mul(product, const(alpha, product))
+    if beta == 0:  # self is not read (a NaN in it stays out), as in torch
+        return product
+    scaled = self if beta == 1 else op.Mul(self, const(beta, self))
+    return op.Add(scaled, product)
 
 
 @onnx_op("aten::linalg_solve_triangular")

@@ -345,3 +345,21 @@ def test_a_numpy_scalar_input_still_exports_as_a_constant() -> None:
     x = torch.randn(2, 3)
     program = onnx_export.dynamo_export(Scale(), x, np.float64(2.0))
     torch.testing.assert_close(program(x, np.float64(2.0)), x * 2.0)
+
+
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr"])
+def test_a_sparse_input_is_refused_before_capture_naming_to_dense(layout: str) -> None:
+    class Dense(nn.Module):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(x, w)
+
+    x, w = torch.eye(3), torch.randn(3, 2)
+    sparse = x.to_sparse() if layout == "sparse_coo" else x.to_sparse_csr()
+    with pytest.raises(onnx_export.ExportInputError) as caught:
+        onnx_export.dynamo_export(Dense(), sparse, w)
+    text = str(caught.value)
+    assert f"input 'x' is a {layout} tensor of shape [3, 3]" in text, text
+    assert ".to_dense()" in text and "every strategy failed" not in text
+    # What the message says to do exports, and the file matches eager.
+    program = onnx_export.dynamo_export(Dense(), x, w)
+    torch.testing.assert_close(program(x, w), Dense()(x, w))

@@ -107,6 +107,12 @@ _CORE = [
     _case("aten::__or__.Tensor", aten.__or__.Tensor, _bools),
     _case("aten::__xor__.Tensor", aten.__xor__.Tensor, _bools),
     _case("aten::diff", lambda x, p: aten.diff(x, 2, -1, p), lambda: (_rand(3, 5), _rand(3, 1))),
+    _case("aten::_sparse_mm", torch.sparse.mm, lambda: (_rand(3, 4), _rand(4, 2, seed=1))),
+    _case(
+        "aten::_sparse_addmm",
+        lambda c, a, b: torch.sparse.addmm(c, a, b, beta=0.5, alpha=2.0),
+        lambda: (_rand(3, 2, seed=2), _rand(3, 4), _rand(4, 2, seed=1)),
+    ),
     _case("aten::var.correction", lambda x: aten.var.correction(x, [1], correction=2), _x),
     _case("aten::std_mean.correction", lambda x: aten.std_mean.correction(x, [0]), _x),
     _case("aten::to.dtype_layout", lambda x: aten.to.dtype_layout(x, dtype=torch.float64), _x),
