@@ -332,14 +332,26 @@ def swapped(*replacements: tuple[Any, str, Any]) -> Iterator[None]:
                 delattr(owner, name)
 
 
-def modules_holding(name: str, value: Any, library: str = "transformers") -> list[ModuleType]:
+def modules_holding(
+    name: str, value: Any, library: str | None = "transformers"
+) -> list[ModuleType]:
     """The loaded modules of ``library`` whose ``name`` is ``value`` (it or an import of it).
+
+    With ``library=None``, every loaded module (a model's own module that imported a torch
+    function by name, too), each read from its ``__dict__``: across every library, a lazy
+    module's ``__getattr__`` (which may import) is not called.
 
     Example:
         >>> import math
         >>> modules_holding("sqrt", math.sqrt, "math") == [math]
         True
     """
+    if library is None:
+        return [
+            module
+            for module in list(sys.modules.values())
+            if getattr(module, "__dict__", {}).get(name) is value
+        ]
     return [
         module
         for module_name, module in list(sys.modules.items())

@@ -27,14 +27,13 @@ Every call with a plain ``bool`` goes to PyTorch's function unchanged.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from onnx_export.capture.patches._registry import Patch, Target, swapped
+from onnx_export.capture.patches._registry import Patch, Target, modules_holding, swapped
 
 __all__ = ["PATCH", "sdpa_size_flag"]
 
@@ -83,19 +82,6 @@ def _passing(original: Callable[..., Any]) -> Callable[..., Any]:
     return scaled_dot_product_attention
 
 
-def _holders(original: Any) -> list[Any]:
-    """The loaded modules whose own ``scaled_dot_product_attention`` is ``original``.
-
-    Read from each module's ``__dict__``, so that a lazy module's ``__getattr__`` (which
-    may import) is never called.
-    """
-    return [
-        module
-        for module in list(sys.modules.values())
-        if getattr(module, "__dict__", {}).get(_NAME) is original
-    ]
-
-
 @contextlib.contextmanager
 def sdpa_size_flag() -> Iterator[None]:
     """PyTorch's SDPA takes an ``is_causal`` computed from sizes, while active.
@@ -108,7 +94,8 @@ def sdpa_size_flag() -> Iterator[None]:
     """
     original = torch.nn.functional.scaled_dot_product_attention
     replacement = _passing(original)
-    with swapped(*((module, _NAME, replacement) for module in _holders(original))):
+    holders = modules_holding(_NAME, original, library=None)  # whisper imports it by name
+    with swapped(*((module, _NAME, replacement) for module in holders)):
         yield
 
 
