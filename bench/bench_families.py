@@ -105,51 +105,35 @@ def _cold(who: str, name: str) -> dict[str, Any]:
     return found
 
 
-def measure_cold(name: str, repeat: int, theirs: bool) -> dict[str, Any]:
-    """As :func:`measure`, each export in a fresh process: a user's script, which imports
-    the exporter and exports once. Ours' time is the import, the export and the save."""
+def measure(name: str, repeat: int, theirs: bool, cold: bool = False) -> dict[str, Any]:
+    """Median stages of ours and median total of theirs, alternated (order flipped per round).
+
+    ``cold``: each export in a fresh process (:func:`_cold`), a user's script, which imports
+    the exporter and exports once; ours' time is then the import, the export and the save.
+    """
     from bench_stages import medians
 
+    case = None if cold else family_standins.build(name)
     ours: list[dict[str, float]] = []
     their_times: list[float] = []
     row: dict[str, Any] = {"nodes": 0}
-    for round_ in range(repeat):
-        for who in ["ours", "theirs"] if round_ % 2 == 0 else ["theirs", "ours"]:
-            if who == "theirs" and not theirs:
-                continue
-            try:
-                found = _cold(who, name)
-            except RuntimeError as e:
-                if who == "ours":
-                    raise
-                row["their_error"] = str(e)[:100]
-                continue
-            if who == "ours":
-                ours.append({**found["stages"], "total": found["seconds"]})
-            else:
-                their_times.append(found["seconds"])
-    return medians(row, ours, their_times)
-
-
-def measure(name: str, repeat: int, theirs: bool) -> dict[str, Any]:
-    """Median stages of ours and median total of theirs, alternated (order flipped per round)."""
-    from bench_stages import medians
-
-    case = family_standins.build(name)
-    ours: list[dict[str, float]] = []
-    their_times: list[float] = []
-    row: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         folder = Path(tmp)
         for round_ in range(repeat):
             order = ["ours", "theirs"] if round_ % 2 == 0 else ["theirs", "ours"]
             for who in order:
-                if who == "ours":
+                if who == "ours" and cold:
+                    found = _cold("ours", name)
+                    ours.append({**found["stages"], "total": found["seconds"]})
+                elif who == "ours":
                     times, row["nodes"] = export_ours(copy.deepcopy(case), folder)
                     ours.append(times)
                 elif theirs:
                     try:
-                        seconds, row["their_nodes"] = export_theirs(copy.deepcopy(case), folder)
+                        if cold:
+                            seconds = _cold("theirs", name)["seconds"]
+                        else:
+                            seconds, row["their_nodes"] = export_theirs(copy.deepcopy(case), folder)
                         their_times.append(seconds)
                     except Exception as e:
                         row["their_error"] = f"{type(e).__name__}: {str(e)[:100]}"
@@ -240,13 +224,12 @@ def main() -> None:
         profile(args.profile)
         return
     names = args.models.split(",") if args.models else list(family_standins.FAMILIES)
-    run = measure_cold if args.cold else measure
     if not args.cold:  # warm-up of both exporters: imports, registries, decomposition tables
         measure("graph/gnn", 1, not args.no_theirs)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         try:
-            rows[name] = run(name, args.repeat, not args.no_theirs)
+            rows[name] = measure(name, args.repeat, not args.no_theirs, cold=args.cold)
         except Exception as e:
             print(f"# {name}: ours failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
             continue
