@@ -60,7 +60,7 @@ class InputAdapter:
         self.check_constants = CheckConstants(spec.inputs)
         self.ints_to_arrays = IntsToArrays(tensors)
         self.cast_inputs = CastInputs(tensors)
-        self.check_tensors = CheckTensors(tensors, spec.relations)
+        self.check_tensors = CheckTensors(tensors, spec.relations, spec.conditions)
         self.to_real = ComplexToRealView(tensors)
 
     @property

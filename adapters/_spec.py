@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ._dim_conditions import ConditionSyntaxError, DimCondition
 from ._dtypes import DTYPE_NAMES
 from ._json import Constant, is_constant, spec_error
 from ._spec_json import spec_fields_from_json_text, spec_to_json_obj
@@ -38,6 +39,7 @@ __all__ = [
     "Dim",
     "AxisRange",
     "DimRelation",
+    "DimCondition",
     "TensorSpec",
     "LeafSpec",
     "ParameterSpec",
@@ -61,6 +63,8 @@ class AdapterSpec:
         outputs: One leaf spec per leaf of ``output_tree``.
         relations: Dynamic dimensions the model ties to others (``c = 32 - t``), checked
             on each call.
+        conditions: Comparisons of dynamic dimensions the file holds only under
+            (``total >= past + seq``: the branch the example took), checked on each call.
 
     Example:
         >>> import numpy as np
@@ -77,6 +81,7 @@ class AdapterSpec:
     output_tree: TreeSpec
     outputs: tuple[LeafSpec, ...]
     relations: tuple[DimRelation, ...] = ()
+    conditions: tuple[DimCondition, ...] = ()
 
     def __post_init__(self) -> None:
         _check_adapter_spec(self)
@@ -251,6 +256,8 @@ def _check_adapter_spec(spec: AdapterSpec) -> None:
     _check_input_tree(spec.input_tree, spec.parameters)
     for i, relation in enumerate(spec.relations):
         _check_relation(relation, f"relations[{i}]")
+    for i, condition in enumerate(spec.conditions):
+        _check_condition(condition, f"conditions[{i}]")
     for name, tree, leaves in (
         ("inputs", spec.input_tree, spec.inputs),
         ("outputs", spec.output_tree, spec.outputs),
@@ -259,6 +266,19 @@ def _check_adapter_spec(spec: AdapterSpec) -> None:
             count = len(leaves) if isinstance(leaves, tuple) else leaves
             raise spec_error(name, f"{tree.num_leaves} leaf specs (one per tree leaf)", count)
         _check_leaves(leaves, name)
+
+
+def _check_condition(condition: object, where: str) -> None:
+    if not isinstance(condition, DimCondition):
+        raise spec_error(where, "a DimCondition", condition)
+    if not isinstance(condition.origin, str):
+        raise spec_error(f"{where}.origin", "a str", condition.origin)
+    try:
+        condition.names  # noqa: B018  # parses the expression
+    except ConditionSyntaxError as e:
+        raise spec_error(
+            f"{where}.expression", "one comparison of dimension sizes", str(e)
+        ) from None
 
 
 def _check_parameters(parameters: tuple[ParameterSpec, ...]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, cast
 
+from ._dim_conditions import ConditionSyntaxError, DimCondition
 from ._errors import AdapterSpecError
 from ._json import (
     read_constant,
@@ -86,6 +87,9 @@ def spec_to_json_obj(spec: SpecFields) -> dict[str, object]:
             }
             for r in relations
         ]
+    conditions = getattr(spec, "conditions", ())
+    if conditions:  # likewise: only then
+        obj["conditions"] = [{"expression": c.expression, "origin": c.origin} for c in conditions]
     return obj
 
 
@@ -155,7 +159,7 @@ def spec_fields_from_json_text(text: str) -> dict[str, Any]:
     version = read_int(obj.get("version") if isinstance(obj, dict) else None, "version")
     if version != FORMAT_VERSION:  # checked first: another version may have other fields
         raise spec_error("version", f"{FORMAT_VERSION}, the format this code reads", version)
-    data = read_object(obj, "spec", _TOP_FIELDS, ("relations",))
+    data = read_object(obj, "spec", _TOP_FIELDS, ("relations", "conditions"))
     parameters = tuple(
         _read_parameter(p, f"parameters[{i}]")
         for i, p in enumerate(read_list(data["parameters"], "parameters"))
@@ -171,7 +175,23 @@ def spec_fields_from_json_text(text: str) -> dict[str, Any]:
             _read_relation(r, f"relations[{i}]")
             for i, r in enumerate(read_list(data.get("relations", []), "relations"))
         ),
+        "conditions": tuple(
+            _read_condition(c, f"conditions[{i}]")
+            for i, c in enumerate(read_list(data.get("conditions", []), "conditions"))
+        ),
     }
+
+
+def _read_condition(obj: object, where: str) -> DimCondition:
+    data = read_object(obj, where, ("expression",), ("origin",))
+    expression = read_str(data["expression"], f"{where}.expression")
+    origin = read_str(data.get("origin", ""), f"{where}.origin", nonempty=False)
+    try:
+        return DimCondition(expression, origin)
+    except ConditionSyntaxError as e:
+        raise spec_error(
+            f"{where}.expression", "one comparison of dimension sizes", str(e)
+        ) from None
 
 
 def _read_relation(obj: object, where: str) -> DimRelation:

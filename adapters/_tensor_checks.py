@@ -15,7 +15,7 @@ import numpy as np
 from ._dtypes import ONNX_ELEMENT_TYPES, REAL_OF_COMPLEX, numpy_dtype, torch_dtype
 from ._errors import InputDtypeError, InputShapeError, InputStructureError
 from ._mismatch import describe_value
-from ._spec import AxisRange, Dim, DimRelation, LeafSpec, TensorSpec
+from ._spec import AxisRange, Dim, DimCondition, DimRelation, LeafSpec, TensorSpec
 from ._torch import torch_module
 
 __all__ = ["CheckTensors", "ComplexToRealView", "complex_to_real", "real_to_complex"]
@@ -84,9 +84,15 @@ class CheckTensors:
         x: expected dtype float32, got float64. ...
     """
 
-    def __init__(self, tensors: Sequence[LeafSpec], relations: Sequence[DimRelation] = ()) -> None:
+    def __init__(
+        self,
+        tensors: Sequence[LeafSpec],
+        relations: Sequence[DimRelation] = (),
+        conditions: Sequence[DimCondition] = (),
+    ) -> None:
         self._expected = tuple(_expected(leaf.path, _tensor_of(leaf)) for leaf in tensors)
         self._relations = tuple(relations)
+        self._conditions = tuple(conditions)
         self._plan = tuple((e, e.np_dtype, e.static_shape) for e in self._expected)
         self._torch_dtypes: dict[str, object] = {}
 
@@ -103,6 +109,11 @@ class CheckTensors:
                 raise _static_shape_error(exp, tuple(shape))
         for relation in self._relations:
             _check_relation(relation, dims)
+        if self._conditions:
+            sizes = {name: size for name, (size, _, _) in dims.items()}
+            for condition in self._conditions:
+                if condition.holds(sizes) is False:
+                    raise _condition_error(condition, dims)
 
     def _check_type_and_dtype(self, value: object, exp: _Expected) -> None:
         """Check a value that is not an ndarray of the very dtype object expected."""
@@ -280,6 +291,25 @@ def _check_relation(relation: DimRelation, dims: dict[str, tuple[int, str, int]]
         f"= {expected} for {given}, got {size}. The exported model ties these dimensions: "
         f"{relation.text()}{origin}; pass sizes that keep it (e.g. {relation.dim} = "
         f"{expected}), or change the model so the sizes are independent and export again."
+    )
+
+
+def _condition_error(
+    condition: DimCondition, dims: dict[str, tuple[int, str, int]]
+) -> InputShapeError:
+    """A call whose sizes break a comparison the file holds only under."""
+    given = ", ".join(
+        f"{name} = {dims[name][0]} ({dims[name][1]} axis {dims[name][2]})"
+        for name in condition.names
+        if name in dims
+    )
+    origin = condition.origin or "the model's code"
+    return InputShapeError(
+        f"expected dimensions where {condition.expression}, got {given}. The exported model "
+        f"holds only under this condition: {origin} compared these sizes when the model "
+        "was captured, and the file has only the branch the example took. Pass "
+        "sizes that keep it, or export again with an example on the branch you need (or "
+        "that branch written with torch.cond to keep both)."
     )
 
 

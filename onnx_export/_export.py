@@ -49,6 +49,7 @@ from onnx_export.program._adapter import (
     with_cast_from,
     with_made_static,
 )
+from onnx_export.program._conditions import with_conditions
 from onnx_export.program._parity import (
     ParityOutcome,
     check_parity,
@@ -75,6 +76,7 @@ from onnx_export.program._relations import (
     with_relations,
 )
 from onnx_export.program._serve import serve_dynamic_axes
+from onnx_export.program._served_axes import example_sizes
 from onnx_export.reporting import _records as _report
 from onnx_export.reporting._timing import StageTimer, record_stage_times
 from onnx_export.reporting._torch_output import record_torch_output
@@ -213,8 +215,14 @@ def _build(
                 result.user_outputs,
             )
             spec = with_made_static(spec, made_static(attempts))
+            example_dims = {n: size for n, (size, _) in example_sizes(spec, call).items()}
+            spec, checked = with_conditions(
+                spec, result.model, range_guards(attempts), example_dims
+            )
             names = call.shapes.names if call.shapes is not None else None
-            spec, guarded = with_axis_ranges(spec, result.model, names, range_guards(attempts))
+            spec, guarded = with_axis_ranges(
+                spec, result.model, names, range_guards(attempts), checked
+            )
             size_one = size_one_candidates(result.model, range_guards(attempts), spec)
             spec = with_cast_from(spec, options.dtype)
             spec = with_relations(spec, relations)

@@ -23,11 +23,12 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from onnx_export.adapters import DimCondition
 from onnx_export.capture._call import AxisTie, Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
-from onnx_export.capture._shape_fixes import user_dims
+from onnx_export.capture._shape_fixes import _is_axes_spec, user_dims
 
-__all__ = ["Resized", "resized_call"]
+__all__ = ["Kept", "Resized", "resized_call"]
 
 #: Sizes tried first: odd primes, unlikely to equal a size of the model.
 _SIZES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43)
@@ -85,18 +86,90 @@ def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
                 yield path, leaf
 
 
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """Comparisons of sizes the new sizes keep as the example has them (``total = past + seq``).
+
+    Attributes:
+        conditions: The file's conditions (:class:`~onnx_export.adapters.DimCondition`); the
+            linear ones are kept: each side stays larger, smaller or equal as at the example.
+        axes: Each dimension a condition reads -> an ``(input path, axis)`` that has it.
+    """
+
+    conditions: tuple[DimCondition, ...] = ()
+    axes: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+
+    def keeps(
+        self,
+        example: Mapping[tuple[str, int], int],
+        new: Mapping[tuple[str, int], int],
+    ) -> bool:
+        """Whether ``new`` sizes keep each decided comparison's sign as at ``example``."""
+        for condition in self.conditions:
+            if not condition.linear:
+                continue  # a product of sizes: what the example's special sizes made
+            keys = [self.axes.get(name) for name in condition.names]
+            if any(k is None or k not in new or k not in example for k in keys):
+                continue  # not decided yet
+            pairs = list(zip(condition.names, keys, strict=True))
+            before = condition.difference({n: example[k] for n, k in pairs if k is not None})
+            after = condition.difference({n: new[k] for n, k in pairs if k is not None})
+            if before is None or after is None:
+                continue
+            if (before > 0) != (after > 0) or (before < 0) != (after < 0):
+                return False
+        return True
+
+
+def _candidates(
+    taken: set[int], low: int, high: float, multiple: int, first: int | None
+) -> Iterator[int]:
+    """Sizes to try for a group: ``first``, then new sizes, then sizes already taken."""
+    if first is not None:
+        yield first
+    step = multiple if multiple > 1 else 1
+    spare = itertools.chain(_SIZES, range(1 if step > 1 else 2, 10_000))
+    tried = [step * s for s in spare]
+    for size in tried:
+        if size not in taken and low <= size <= high:
+            yield size
+    for size in range(max(low, 1), int(min(high, 10_000)) + 1):
+        if size % step == 0 and size in taken:
+            yield size
+
+
+def _kept_size(
+    kept: Kept | None,
+    example: Mapping[tuple[str, int], int],
+    sizes: Mapping[tuple[str, int], tuple[int, int]],
+    axes: list[tuple[str, int]],
+    space: tuple[set[int], int, float, int],
+    small: bool,
+) -> int | None:
+    """A new size for one group of axes that keeps the file's comparisons of sizes."""
+    taken, low, high, multiple = space
+    if kept is None or not kept.conditions:
+        return 2 if small else _pick(taken, low, high, multiple)
+    decided = {k: v[1] for k, v in sizes.items()}
+    for size in _candidates(taken, low, high, multiple, 2 if small else None):
+        if kept.keeps(example, {**decided, **dict.fromkeys(axes, size)}):
+            return size
+    return None
+
+
 def _new_sizes(
     call: Call,
     avoid: set[int],
     ranges: Mapping[tuple[str, int], tuple[int, float]],
     smallest: bool = False,
     multiples: Mapping[tuple[str, int], int] | None = None,
+    kept: Kept | None = None,
 ) -> dict[tuple[str, int], tuple[int, int]] | None:
     """``(path, axis) -> (example size, new size)`` for each dynamic axis; None when none."""
     if call.shapes is None:
         return None
     tensors = dict(_tensors(call))
-    dims = {k: d for k, d in user_dims(call.shapes.names).items() if k[0] in tensors}
+    dims = {k: d for k, d in _aligned_dims(call).items() if k[0] in tensors}
     tied = {tie.axis: tie for tie in call.ties if tie.axis in dims}
     if not dims:
         return None
@@ -104,12 +177,16 @@ def _new_sizes(
     for path, tensor in tensors.items():
         taken.update(s for a, s in enumerate(tensor.shape) if (path, a) not in dims)
     taken.update(int(tensors[p].shape[a]) for p, a in dims)
+    example = {(p, a): int(t.shape[a]) for p, t in tensors.items() for a in range(t.dim())}
     chosen: dict[Any, int] = {}
     sizes: dict[tuple[str, int], tuple[int, int]] = {}
     # Derived dims (``2 * Dim("h")``) first take their root's size, so an axis the user
     # tied to another by a formula keeps that formula at the new size (an even height
     # stays even), and the root's own axes then share it.
     ordered = sorted(dims.items(), key=lambda item: _derived(item[1]) is None)
+    groups: dict[Any, list[tuple[str, int]]] = {}
+    for key_axis, dim in ((k, d) for k, d in ordered if k not in tied and _derived(d) is None):
+        groups.setdefault(_group(dim, example[key_axis]), []).append(key_axis)
     for (path, axis), dim in ordered:
         if (path, axis) in tied:
             continue  # its size follows from the others' (below)
@@ -138,13 +215,46 @@ def _new_sizes(
             multiple = (multiples or {}).get((path, axis), 1)
             small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
             small = small and multiple in (1, 2)
-            new = 2 if small else _pick(taken, low, high, multiple)
+            new = _kept_size(kept, example, sizes, groups[key], (taken, low, high, multiple), small)
             if new is None:
                 return None
             chosen[key] = new
             taken.add(new)
         sizes[(path, axis)] = (old, chosen[key])
     return _with_ties(sizes, tied, tensors)
+
+
+def _spec_leaves(spec: Any, path: str) -> Iterator[str]:
+    """The dotted path of each leaf of a nested dynamic-shapes spec, ``None`` leaves too."""
+    if spec is None or _is_axes_spec(spec):
+        yield path
+    elif isinstance(spec, (list, tuple)):
+        for i, inner in enumerate(spec):
+            yield from _spec_leaves(inner, f"{path}.{i}")
+    elif isinstance(spec, dict):
+        for key, inner in spec.items():
+            yield from _spec_leaves(inner, f"{path}.{key}")
+
+
+def _aligned_dims(call: Call) -> dict[tuple[str, Any], Any]:
+    """The user's dims by the call's own leaf paths.
+
+    A container given in the dynamic shapes by position (a ``DynamicCache`` as its lists of
+    key and value tensors: ``cache.0.1``) has other paths than its flattened leaves
+    (``cache.key_cache.1``); leaves are matched by position when the counts agree.
+    """
+    assert call.shapes is not None
+    dims = user_dims(call.shapes.names)
+    inputs = named_inputs(call.signature, call.args, call.kwargs)
+    renamed: dict[str, str] = {}
+    for name, spec in call.shapes.names.items():
+        if name not in inputs:
+            continue
+        ours = [p for p, _ in leaf_items(name, inputs[name])]
+        theirs = list(_spec_leaves(spec, name))
+        if len(ours) == len(theirs) and not set(theirs) <= set(ours):
+            renamed.update(zip(theirs, ours, strict=True))
+    return {(renamed.get(path, path), axis): dim for (path, axis), dim in dims.items()}
 
 
 def _with_ties(
@@ -199,6 +309,7 @@ def resized_call(
     *,
     smallest: bool = False,
     multiples: Mapping[tuple[str, int], int] | None = None,
+    kept: Kept | None = None,
 ) -> Resized | None:
     """``call`` with every dynamic axis of its tensors at another size, or ``None``.
 
@@ -212,6 +323,8 @@ def resized_call(
             whose cost grows with the size (a batch of 1 made 3 runs three rows).
         multiples: ``(input path, axis) -> n``: that axis takes a multiple of ``n`` (a
             file that refuses other sizes, a patch size the model's code checks).
+        kept: Comparisons of sizes the new sizes keep as the example has them (the
+            file's conditions: a mask as long as the past plus the new tokens stays so).
 
     Returns ``None`` when there is nothing to resize (no dynamic tensor axis, an empty
     axis, no signature to rebuild the call with, no size left in a range).
@@ -228,7 +341,7 @@ def resized_call(
     """
     if call.signature is None:
         return None
-    sizes = _new_sizes(call, avoid or set(), ranges or {}, smallest, multiples)
+    sizes = _new_sizes(call, avoid or set(), ranges or {}, smallest, multiples, kept)
     if not sizes:
         return None
     per_path: dict[str, dict[int, int]] = {}

@@ -142,12 +142,16 @@ class RangeGuard:
 #: ``narrowing`` (a guard of torch's own code, ``max_pool2d``'s kernel, that raised the
 #: size's lower bound), or an ``interval`` (a guard of the model's on one size, such as
 #: ``(s77//8) <= 4``, that holds only for the sizes in ``hinted``: ``"s77 <= 39"``).
-GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing", "interval"]
+#: A ``joint`` guard compares several sizes (``s53 > s31 + s70``: a mask longer than the past
+#: plus the new tokens); its ``symbol`` lists them, comma-separated.
+GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing", "interval", "joint"]
 #: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
 _NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
 _MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")
 #: Guards of torch's own code kept per size as candidates for what narrowed its range.
 _NARROWING_CANDIDATES = 16
+#: Guards over several sizes kept per capture (each a call-time condition of the file).
+_JOINT_GUARDS = 64
 #: A guard torch's own code added that bounds sizes (``(s0//5) >= 1``).
 _COMPARES = re.compile(r"[<>]=?")
 
@@ -238,6 +242,8 @@ class _Recorder(logging.Handler):
         symbols = sorted(set(re.findall(r"s\d+", guard)))
         if len(symbols) == 1 and _own(where, sloc) and _EQ.match(guard) is None:
             self._interval(symbols[0], guard, sloc)
+        if len(symbols) > 1:
+            self._joint(symbols, guard, sloc)
         if not _COMPARES.search(guard):
             return
         symbols = sorted(set(re.findall(r"s\d+", guard)))
@@ -252,6 +258,16 @@ class _Recorder(logging.Handler):
                     hinted = re.sub(rf"\b{other}\b", str(self.hints[other]), hinted)
             location, code = self._where(sloc)
             self._add(RangeGuard(symbol, source, guard, location, code, "narrowing", hinted))
+
+    def _joint(self, symbols: list[str], guard: str, sloc: re.Match[str] | None) -> None:
+        """Record a guard that compares several input sizes: the file holds only under it."""
+        sources = [self.sources.get(s) for s in symbols]
+        joint = sum(g.kind == "joint" for g in self.guards.values())
+        if None in sources or joint >= _JOINT_GUARDS or re.search(r"\b[a-rt-z]\d+\b", guard):
+            return  # a size not of the inputs (an unbacked one): nothing to check it with
+        location, code = self._where(sloc)
+        source = ";".join(str(s) for s in sources)
+        self._add(RangeGuard(",".join(symbols), source, guard, location, code, "joint"))
 
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)

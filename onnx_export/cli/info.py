@@ -193,6 +193,9 @@ def _adapter_lines(model: Any) -> Iterator[str]:
     if spec.relations:
         relations = "; ".join(r.text() for r in spec.relations)
         yield f"  related dimensions (calls that break them are refused): {relations}"
+    if spec.conditions:
+        conditions = "; ".join(c.expression for c in spec.conditions)
+        yield f"  conditions between dimensions (calls that break them are refused): {conditions}"
     yield f"  output structure: {_tree(spec.output_tree)}"
     yield "  outputs: " + ", ".join(_leaf(leaf, "<-") for leaf in spec.outputs)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -337,6 +337,7 @@ def with_axis_ranges(
     model: ir.Model,
     names: Any,
     guards: Sequence[RangeGuard],
+    checked: Collection[str] = (),
 ) -> tuple[AdapterSpec, list[tuple[str, str, RangeGuard]]]:
     """``spec`` with each bounded dynamic axis's range, checked by the adapter on each call.
 
@@ -349,6 +350,9 @@ def with_axis_ranges(
         names: The user's dynamic shapes keyed by input name (``DynamicShapes.names``), to
             tell the user's ``Dim`` bounds from guards.
         guards: The guards of the model's code that bounded a size, by torch symbol.
+        checked: Texts of guards over several sizes the spec checks as conditions: a
+            lower bound torch derived from one of them (``total >= past + seq`` with the
+            past and the new tokens traced as 2 or more) is left to the condition.
     """
     by_symbol = {g.symbol: g for g in guards if g.kind == "bound"}
     narrowing = [g for g in guards if g.kind == "narrowing"]
@@ -357,10 +361,14 @@ def with_axis_ranges(
     guarded: list[tuple[str, str, RangeGuard]] = []
     for value in model.graph.inputs:
         ranges = []
-        for axis, symbol, low, high in value.meta.get(AXIS_RANGES_KEY, ()):
+        for axis, symbol, torch_low, high in value.meta.get(AXIS_RANGES_KEY, ()):
+            low = torch_low
             dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
             if guard is None and low is not None and low > 2:
                 guard = narrowing_guard(symbol, low, narrowing)  # torch's code raised it
+                mine = guard is not None and guard.guard in checked
+                if mine and high is None and _user_bounds(dim)[0] is None:
+                    low = None  # the condition checks what this bound was derived from
             made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
             if made is not None:
                 ranges.append(made)

@@ -20,6 +20,7 @@ A probe that eager itself refuses proves nothing and is dropped.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from onnx_export.adapters import AdapterSpec, AxisRange, InputError
+from onnx_export.adapters import AdapterSpec, AxisRange, DimCondition, InputError
 from onnx_export.capture._call import Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
 from onnx_export.capture._specialized import RangeGuard
@@ -133,7 +134,37 @@ def _smallest_sizes(spec: AdapterSpec) -> dict[str, int]:
                 ranges.setdefault(dim, []).extend(r for r in tensor.axis_ranges if r.axis == axis)
     if any(not name.isidentifier() for name in ranges):
         return {}  # a derived dimension (``2*h``): its root's sizes are not ours to pick
-    return {name: _smallest(found) for name, found in ranges.items()}
+    sizes = {name: _smallest(found) for name, found in ranges.items()}
+    return _keeping_conditions(spec.conditions, sizes, ranges)
+
+
+#: How far above its smallest size a dimension a condition reads is searched, and how
+#: many such dimensions are searched together.
+_CONDITION_REACH, _CONDITION_DIMS = 9, 4
+
+
+def _keeping_conditions(
+    conditions: Sequence[DimCondition],
+    sizes: dict[str, int],
+    ranges: Mapping[str, list[AxisRange]],
+) -> dict[str, int]:
+    """The smallest sizes that keep the file's conditions (``total = past + seq``: 1, 1, 2).
+
+    Sizes the file refuses prove nothing; the sizes with the smallest sum that keep every
+    condition are probed instead (``sizes`` unchanged when none is found nearby).
+    """
+    if all(c.holds(sizes) is not False for c in conditions):
+        return sizes
+    names = sorted({n for c in conditions for n in c.names if n in sizes})
+    if len(names) > _CONDITION_DIMS:
+        return sizes
+    reach = {n: range(sizes[n], sizes[n] + _CONDITION_REACH) for n in names}
+    steps = [[v for v in reach[n] if all(r.holds(v) for r in ranges[n])] for n in names]
+    for values in sorted(itertools.product(*steps), key=sum):
+        trial = {**sizes, **dict(zip(names, values, strict=True))}
+        if all(c.holds(trial) is not False for c in conditions):
+            return trial
+    return sizes
 
 
 def _resize(tensor: torch.Tensor, sizes: Mapping[int, int]) -> torch.Tensor:

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from onnx_export.adapters import AdapterSpec
 from onnx_export.capture._call import Call
-from onnx_export.capture._resize import Resized, resized_call
+from onnx_export.capture._resize import Kept, Resized, resized_call
 from onnx_export.diagnostics import DiagnosticContext
+from onnx_export.program._conditions import condition_axes
 from onnx_export.program._parity import skip_reason
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._serialize import initializer_bytes
 from onnx_export.program._served_axes import (
     CHEAP_BYTES,
     HeldSize,
+    capped_range,
     declared_multiples,
     declared_ranges,
     example_sizes,
@@ -67,16 +70,18 @@ def serve_dynamic_axes(
     if found is None:
         return built
     problem, _, held = found
-    ranges = declared_ranges(program_of(built).adapter_spec)
+    ranges = declared_ranges(program_of(built).adapter_spec, widen=True)
     multiples = declared_multiples(program_of(built).adapter_spec)
+    kept = kept_conditions(program_of(built).adapter_spec)
     # The capture again at sizes nothing is special about (odd primes, not the check's
-    # cheapest second size), proved at a third.
-    other = resized_call(call, ranges=ranges, multiples=multiples)
-    rebuilt = _proved_recapture(program_of, call, other, ranges, multiples, recapture)
+    # cheapest second size), proved at a third; comparisons of sizes stay as the example
+    # has them (a mask as long as the past plus the new tokens).
+    other = resized_call(call, ranges=ranges, multiples=multiples, kept=kept)
+    rebuilt = _proved_recapture(program_of, call, other, ranges, multiples, recapture, kept)
     if rebuilt is not None and other is not None:
         _report.record_resized_capture(context, other.text(), problem)
         return rebuilt
-    if narrowed_range(program_of(built).adapter_spec) is not None:
+    if _narrow(program_of(built).adapter_spec) is not None:
         return built  # the file declares the narrow range: it tells the truth
     if held or "ONNX Runtime failed" in problem:
         raise unserved_axes_error(problem, held)
@@ -86,9 +91,16 @@ def serve_dynamic_axes(
     return built
 
 
+def kept_conditions(spec: AdapterSpec | None) -> Kept | None:
+    """The file's conditions between sizes, for other sizes to keep; ``None`` when it has none."""
+    if spec is None or not spec.conditions:
+        return None
+    return Kept(spec.conditions, condition_axes(spec))
+
+
 def _problem(
     program: ONNXProgram, call: Call, context: DiagnosticContext
-) -> tuple[str, Resized, list[HeldSize]] | None:
+) -> tuple[str, Resized | None, list[HeldSize]] | None:
     """What is wrong with ``program``'s dynamic axes, the second size, the held sizes."""
     spec = program.adapter_spec
     if spec is None:
@@ -104,11 +116,16 @@ def _problem(
     # Sizes the file accepts: one it refuses (off a multiple the model's code checks)
     # proves nothing.
     second = resized_call(
-        call, ranges=declared_ranges(spec), smallest=True, multiples=declared_multiples(spec)
+        call,
+        ranges=declared_ranges(spec),
+        smallest=True,
+        multiples=declared_multiples(spec),
+        kept=kept_conditions(spec),
     )
+    narrow = _narrow(spec)  # widened by a capture at other sizes, even with no second size
     if second is None:
-        return None
-    problem = narrowed_range(spec) or second_size_problem(program, call, second)
+        return None if narrow is None else (narrow, None, held)
+    problem = narrow or second_size_problem(program, call, second)
     return None if problem is None else (problem, second, held)
 
 
@@ -119,6 +136,7 @@ def _proved_recapture(
     ranges: Mapping[tuple[str, int], tuple[int, float]],
     multiples: Mapping[tuple[str, int], int],
     recapture: Callable[[Call], Built | None],
+    kept: Kept | None = None,
 ) -> Built | None:
     """A capture at ``second``'s sizes, right at the example and at a third size, or ``None``.
 
@@ -130,7 +148,7 @@ def _proved_recapture(
     if second is None:
         return None
     avoid = {size for *_, size in second.sizes}
-    third = resized_call(call, avoid=avoid, ranges=ranges, multiples=multiples)
+    third = resized_call(call, avoid=avoid, ranges=ranges, multiples=multiples, kept=kept)
     rebuilt = recapture(second.call) if third is not None else None
     if rebuilt is None or third is None:
         return None
@@ -139,4 +157,9 @@ def _proved_recapture(
         return None
     if second_size_problem(again, call, third) is not None:
         return None
-    return rebuilt if narrowed_range(again.adapter_spec) is None else None
+    return rebuilt if _narrow(again.adapter_spec) is None else None
+
+
+def _narrow(spec: AdapterSpec | None) -> str | None:
+    """A range another capture may widen: torch's for no reason, or a cap a size 1 made."""
+    return narrowed_range(spec) or capped_range(spec)

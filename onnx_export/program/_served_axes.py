@@ -28,7 +28,7 @@ import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
 
-from onnx_export.adapters import AdapterSpec, InputError
+from onnx_export.adapters import AdapterSpec, AxisRange, InputError
 from onnx_export.capture._call import Call
 from onnx_export.capture._resize import Resized
 from onnx_export.errors import ConversionError
@@ -38,6 +38,7 @@ from onnx_export.program._modes import kept
 __all__ = [
     "CHEAP_BYTES",
     "HeldSize",
+    "capped_range",
     "declared_multiples",
     "declared_ranges",
     "example_sizes",
@@ -249,16 +250,19 @@ def _second_size_problem(run: Any, call: Call, second: Resized) -> str | None:
     return f"at {shapes} the outputs differ from PyTorch's ({what})"
 
 
-def declared_ranges(spec: AdapterSpec | None) -> dict[tuple[str, int], tuple[int, float]]:
+def declared_ranges(
+    spec: AdapterSpec | None, widen: bool = False
+) -> dict[tuple[str, int], tuple[int, float]]:
     """``(input, axis) -> (low, high)`` of the user's and the model's ranges (for second sizes).
 
     Ranges torch gave for no reason of the model's (:func:`narrowed_range`) are left out:
-    they are what another capture may widen.
+    they are what another capture may widen. With ``widen``, so are the model's caps at 2
+    or below (:func:`capped_range`): the capture again is at sizes past them.
     """
     found: dict[tuple[str, int], tuple[int, float]] = {}
     for leaf in spec.inputs if spec is not None else ():
         for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
-            if bounds.origin == TORCH_RANGE:
+            if bounds.origin == TORCH_RANGE or (widen and _capped(bounds)):
                 continue
             high = math.inf if bounds.high is None else bounds.high
             key = (leaf.tensor.name, bounds.axis)  # type: ignore[union-attr]  # a tensor leaf
@@ -266,6 +270,10 @@ def declared_ranges(spec: AdapterSpec | None) -> dict[tuple[str, int], tuple[int
             low0, high0 = found.get(key, (0, math.inf))
             found[key] = (max(low0, bounds.low or 0), min(high0, high))
     return found
+
+
+#: How a range's origin starts when a guard of the model's code set it.
+_MODEL_CODE = "the model's code"
 
 
 def declared_multiples(spec: AdapterSpec | None) -> dict[tuple[str, int], int]:
@@ -281,6 +289,30 @@ def declared_multiples(spec: AdapterSpec | None) -> dict[tuple[str, int], int]:
                 key = (leaf.tensor.name, bounds.axis)  # type: ignore[union-attr]  # a tensor leaf
                 found[key] = math.lcm(found.get(key, 1), bounds.multiple_of)
     return found
+
+
+def _capped(bounds: AxisRange) -> bool:
+    return (
+        bounds.origin.startswith(_MODEL_CODE)
+        and bounds.high is not None
+        and bounds.high <= 2
+        and (bounds.low or 0) <= 1
+    )
+
+
+def capped_range(spec: AdapterSpec | None) -> str | None:
+    """A dynamic axis the model's code caps at 2 or below: what a size-1 example makes.
+
+    ``is_causal = q_length > 1 and ...`` traced at one token bounds the tokens to 1 though
+    both outcomes agree there; a capture at other sizes may serve every size (it is kept
+    only where it is right at the example and at a third size).
+    """
+    for leaf in spec.inputs if spec is not None else ():
+        for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
+            if _capped(bounds):
+                where = f"{leaf.tensor.name}[{bounds.axis}]"  # type: ignore[union-attr]  # a tensor leaf
+                return f"{bounds.origin} bounds {where} to {bounds.text()} at the example's sizes"
+    return None
 
 
 def narrowed_range(spec: AdapterSpec | None) -> str | None:
