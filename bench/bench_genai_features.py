@@ -16,13 +16,16 @@ one (``fused``, GroupQueryAttention as genai's) and the fused one with int4 weig
   included), and the mask's cost per token (the difference); every document is checked to
   parse and validate.
 - **speculation**: a repetitive prompt (a 7-token phrase 8 times, as a summary quoting its
-  source), 64 new tokens, greedy: ours timed as the user's whole
+  source), 64 and 128 new tokens (``--new``), greedy: ours timed as the user's whole
   ``generate(prompt_lookup_num_tokens=16)`` call (n-grams up to 2; each step verifies as
   many of the drafts as pay off, ``DraftLength``; the acceptance from an untimed rerun)
   against genai's n-gram decoding (``ngram_size=2, max_draft_tokens=16``); each round runs
   plain and n-gram decoding for each tool, and the table gives the medians over
   ``--rounds`` (tokens/s), the median of each round's speed-up and their range, the
-  acceptance and whether the tokens equal plain greedy's. A random model falls into a
+  acceptance and whether the tokens equal plain greedy's. Besides the whole call, each
+  round times the decoding phase (the tokens after the first, over the seconds after the
+  prompt's step: what a streaming user sees after the first token) in a second pair of
+  runs, with its own speed-up column (``decode``). A random model falls into a
   loop of a few tokens, which prompt lookup then drafts well: the acceptance here is an
   upper end, not a trained model's. The fused decoders verify the drafts on their shared
   cache (their logits hold every new token's in a step after a past).
@@ -34,7 +37,8 @@ one (``fused``, GroupQueryAttention as genai's) and the fused one with int4 weig
   (``engine.static_batching.max_batch_size`` 16) against its ``Generator``.
 
     python bench/bench_genai_features.py [--repeat 5] [--rounds 7] [--clock wall|cpu]
-        [--only structured speculation batching] [--int4-block-size 64 128] [--genai-path DIR]
+        [--only structured speculation batching] [--int4-block-size 64 128] [--new 64 128]
+        [--genai-path DIR]
 """
 
 from __future__ import annotations
@@ -125,6 +129,10 @@ def build_genai(
 
 #: A tool's run: (prompt, new tokens) -> (new tokens, seconds, acceptance or None).
 Run = Callable[[np.ndarray, int], tuple[np.ndarray, float, float | None]]
+#: A tool's run timed after its first new token: (prompt, new tokens) -> (new tokens, the
+#: seconds from the first new token to the last; the decoding phase, the prompt's step left
+#: out), acceptance ``None``.
+Phase = Run
 #: Which clock the runs read: "wall" (perf_counter) or "cpu" (this process's CPU seconds,
 #: less moved by other processes on a shared machine; one thread each).
 CLOCK = {"name": "wall"}
@@ -173,10 +181,27 @@ def ours(folder: pathlib.Path) -> dict[str, Run]:
             raise AssertionError("generate(prompt_lookup_num_tokens=) and its loop differ")
         return out[0, ids.shape[1] :], seconds, stats.acceptance
 
+    def phased(**kwargs: Any) -> Phase:
+        def run(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
+            # a streamer hears of each new token; its first call comes after the prompt's
+            # step (it reads the clock once, then only returns)
+            first: list[float] = []
+
+            def heard(tokens: np.ndarray) -> None:
+                if not first:
+                    first.append(_now())
+
+            out = model.generate(ids, max_new_tokens=new, eos_token_id=[], streamer=heard, **kwargs)
+            return out[0, ids.shape[1] :], _since(first[0]), None
+
+        return run
+
     return {
         "plain": timed(eos_token_id=[]),
         "json": timed(json_schema=SCHEMA),
         "lookup": lookup,
+        "plain-decode": phased(),
+        "lookup-decode": phased(prompt_lookup_num_tokens=LOOKUP["tokens"]),
     }
 
 
@@ -186,7 +211,9 @@ def genai(folder: pathlib.Path) -> dict[str, Run]:
     model = og.Model(str(folder))
     guided = json.dumps({**SCHEMA, "x-guidance": {"whitespace_flexible": False}})
 
-    def timed(guidance: bool = False, ngram: bool = False) -> Run:
+    def timed(guidance: bool = False, ngram: bool = False, decode: bool = False) -> Run:
+        """``decode``: the seconds after the first new token (its prompt's step left out)."""
+
         def run(ids: np.ndarray, new: int) -> tuple[np.ndarray, float, float | None]:
             start = _now()
             params = og.GeneratorParams(model)
@@ -199,7 +226,10 @@ def genai(folder: pathlib.Path) -> dict[str, Run]:
             if ngram:
                 params.set_speculative_options(ngram_size=2, max_draft_tokens=LOOKUP["tokens"])
             generator = og.Generator(model, params)
-            generator.append_tokens(ids.astype(np.int32))
+            generator.append_tokens(ids.astype(np.int32))  # runs the prompt
+            generator.generate_next_token()  # the first new token, from the prompt's logits
+            if decode:
+                start = _now()
             while not generator.is_done():
                 generator.generate_next_token()
             seconds = _since(start)
@@ -209,7 +239,13 @@ def genai(folder: pathlib.Path) -> dict[str, Run]:
 
         return run
 
-    return {"plain": timed(), "json": timed(guidance=True), "lookup": timed(ngram=True)}
+    return {
+        "plain": timed(),
+        "json": timed(guidance=True),
+        "lookup": timed(ngram=True),
+        "plain-decode": timed(decode=True),
+        "lookup-decode": timed(ngram=True, decode=True),
+    }
 
 
 def best(
@@ -345,39 +381,50 @@ def structured_output(tools: dict[str, dict[str, Run]], repeat: int, tokenizer: 
         )
 
 
-def speculation(tools: dict[str, dict[str, Run]], rounds: int) -> None:
+def speculation(tools: dict[str, dict[str, Run]], rounds: int, news: list[int]) -> None:
     """Plain and n-gram decoding of the repetitive prompt, each round both for each tool.
 
     Each round's speed-up is its plain time over its speculative time (the same moment of
     a shared machine); the table gives the medians over the rounds and the speed-ups' range.
+    Two timings per decoding: the user's whole call (``whole``: set-up, the prompt's step,
+    every new token), and, from a second pair of runs in the same round, the decoding phase
+    (``decode``: the seconds after the first new token, for the tokens after it; ours hears
+    of the first token through a streamer, genai's after its first ``generate_next_token``).
     """
     print(
-        f"\nn-gram speculation on a repetitive prompt, {NEW} new tokens, greedy, drafts up to "
-        f"{LOOKUP['tokens']}: medians of {rounds} rounds ({CLOCK['name']} clock)"
+        f"\nn-gram speculation on a repetitive prompt ({REPEATING.shape[1]} tokens), greedy, "
+        f"drafts up to {LOOKUP['tokens']}: medians of {rounds} rounds ({CLOCK['name']} clock), "
+        f"load {os.getloadavg()[0]:.1f}"
     )
-    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
-    last: dict[str, tuple[Any, Any]] = {}
-    for _ in range(rounds):
-        for name, runs in tools.items():
-            plain = runs["plain"](REPEATING, NEW)
-            spec = runs["lookup"](REPEATING, NEW)
-            seconds[name].append((plain[1], spec[1]))
-            last[name] = plain, spec
     print(
-        f"{'tool':<10} {'plain tok/s':>11} {'ngram tok/s':>11} {'speed-up':>8} "
-        f"{'range':>11} {'accepted':>8} same-tokens"
+        f"{'tool':<10} {'new':>3} {'plain tok/s':>11} {'ngram tok/s':>11} {'whole':>6} "
+        f"{'range':>11} {'decode':>6} {'range':>11} {'accepted':>8} same-tokens"
     )
-    for name in tools:
-        plain_s = float(np.median([p for p, _ in seconds[name]]))
-        spec_s = float(np.median([q for _, q in seconds[name]]))
-        ratios = sorted(p / q for p, q in seconds[name])
-        plain, spec = last[name]
-        same = np.array_equal(plain[0], spec[0])
-        print(
-            f"{name:<10} {NEW / plain_s:>11.0f} {NEW / spec_s:>11.0f} "
-            f"{float(np.median(ratios)):>7.2f}x {ratios[0]:>5.2f}-{ratios[-1]:.2f}x "
-            f"{spec[2] or 0.0:>8.2f} {same}"
-        )
+    for new in news:
+        seconds: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n in tools}
+        last: dict[str, tuple[Any, ...]] = {}
+        for _ in range(rounds):
+            for name, runs in tools.items():
+                plain = runs["plain"](REPEATING, new)
+                spec = runs["lookup"](REPEATING, new)
+                plain_d = runs["plain-decode"](REPEATING, new)
+                spec_d = runs["lookup-decode"](REPEATING, new)
+                seconds[name].append((plain[1], spec[1], plain_d[1], spec_d[1]))
+                last[name] = plain, spec, plain_d, spec_d
+        for name in tools:
+            rows = np.array(seconds[name])
+            plain_s, spec_s = np.median(rows[:, 0]), np.median(rows[:, 1])
+            whole = np.sort(rows[:, 0] / rows[:, 1])
+            decode = np.sort(rows[:, 2] / rows[:, 3])
+            plain, spec, plain_d, spec_d = last[name]
+            same = all(np.array_equal(plain[0], o[0]) for o in (spec, plain_d, spec_d))
+            print(
+                f"{name:<10} {new:>3} {new / plain_s:>11.0f} {new / spec_s:>11.0f} "
+                f"{np.median(whole):>5.2f}x {whole[0]:>5.2f}-{whole[-1]:.2f}x "
+                f"{np.median(decode):>5.2f}x {decode[0]:>5.2f}-{decode[-1]:.2f}x "
+                f"{spec[2] or 0.0:>8.2f} {same}"
+            )
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 
 def valid(tokens: np.ndarray, tokenizer: Any) -> bool:
@@ -398,6 +445,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--rounds", type=int, default=7, help="speculation rounds (medians)")
     parser.add_argument("--lookup-tokens", type=int, default=LOOKUP["tokens"])
+    parser.add_argument(
+        "--new", type=int, nargs="+", default=[NEW, 2 * NEW], help="speculation: new tokens"
+    )
     parser.add_argument(
         "--int4-block-size", type=int, nargs="*", default=[], help="more fused int4 rows"
     )
@@ -449,7 +499,7 @@ def main() -> None:
         if "structured" in sections:
             structured_output(tools, args.repeat, tokenizer)
         if "speculation" in sections:
-            speculation(tools, args.rounds)
+            speculation(tools, args.rounds, args.new)
         if "batching" in sections:
             print("\ncontinuous batching: prompts of 8-40, 16-48 new tokens, greedy")
             batched = {name: our_batching(root / name) for name in ("ours", "fused", "int4")}

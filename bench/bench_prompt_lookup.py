@@ -17,6 +17,12 @@ and accuracy level 4) and, 1 thread:
   with ours (the latest), each with ``DraftLength`` choosing how many drafts a step
   verifies, against the best choice knowing the tokens ahead (a dynamic programme); the
   speed-up is a modelled plain decoding's time over each.
+- **ceiling** (issue #40's third round): the whole ``generate()`` call on the fused int4
+  decoder, plain, with ``DraftLength`` and with the best choice's lengths (each step
+  verifies what the dynamic programme, knowing the plain tokens, chose for that point:
+  what no schedule can beat with these drafts and costs), rounds alternating, 64 and 128
+  new tokens; and the bound if every token after the first came in steps of 17 (all 16
+  drafts right from the first step on), from the measured step costs.
 
     python bench/bench_prompt_lookup.py [--rounds 15]
 """
@@ -41,7 +47,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench.bench_genai_features import NEW, PLAIN_PROMPT, REPEATING, checkpoint
 from onnx_export import hf
-from onnx_export.hf.runtime.generation import _shared_cache
+from onnx_export.hf.runtime.generation import _causal, _shared_cache
 from onnx_export.hf.runtime.generation._speculative import ChunkRunner, DraftLength, PromptLookup
 
 LOOKUP = 16
@@ -55,6 +61,7 @@ class Probe:
     def __init__(self) -> None:
         self.runs: list[float] = []
         self.offered: list[int] = []
+        self.where = [0]  # the sequence's length at the last proposal
         self.on = False
         make, propose = _shared_cache.SharedCache.__init__, PromptLookup.propose
         probe = self
@@ -72,6 +79,7 @@ class Probe:
             cache._run = timed
 
         def proposed(lookup: PromptLookup, sequence: list[int], count: int) -> list[int]:
+            probe.where[0] = len(sequence)
             drafts = propose(lookup, sequence, count)
             if probe.on:
                 probe.offered.append(len(drafts))
@@ -224,6 +232,85 @@ def best_choice(prompt: list[int], new: list[int], costs: tuple[float, float, fl
     return first + rest(1)
 
 
+def best_plan(
+    prompt: list[int], new: list[int], costs: tuple[float, float, float]
+) -> dict[int, int]:
+    """The best choice's drafts to verify at each sequence length it reaches (knowing ``new``)."""
+    _, single, extra = costs
+    sequence = prompt + new
+
+    @functools.cache
+    def rest(made: int) -> tuple[float, int]:
+        if made >= len(new):
+            return 0.0, 0
+        drafts = PromptLookup(LOOKUP).propose(sequence[: len(prompt) + made], len(new) - made - 1)
+        run = 0
+        while run < len(drafts) and drafts[run] == new[made + run]:
+            run += 1
+        return min((single + extra * d + rest(made + d + 1)[0], d) for d in range(run + 1))
+
+    plan, made = {}, 1
+    while made < len(new):
+        plan[len(prompt) + made] = rest(made)[1]
+        made += plan[len(prompt) + made] + 1
+    return plan
+
+
+class BestChoice:
+    """A schedule verifying the best choice's drafts: ``plan`` by the sequence's length,
+    which ``where`` holds (the length at the last proposal, set by :class:`Probe`)."""
+
+    def __init__(self, plan: dict[int, int], where: list[int]) -> None:
+        self.plan, self.where = plan, where
+
+    def length(self, available: int) -> int:
+        return min(available, self.plan.get(self.where[0], 0))
+
+    def record(self, tokens: int, seconds: float, matched: int, missed: bool) -> None:
+        """The plan does not learn."""
+
+
+def ceiling(model: Any, costs: tuple[float, float, float], probe: Probe, rounds: int) -> None:
+    """Whole calls: plain, DraftLength and the best choice's lengths; the all-right bound."""
+    first, single, extra = costs
+    print(
+        f"\nceiling: int4 generate(), whole call, medians of {rounds} rounds (wall clock), "
+        f"speed-up: the median of the rounds' plain time over each; load {os.getloadavg()[0]:.1f}"
+    )
+    header = f"{'new':>4} {'plain ms':>8} {'ours ms':>7} {'best ms':>7} {'ours':>6} {'best':>6}"
+    print(header, f"{'bound':>6}")
+    ids = REPEATING[0].tolist()
+    for new in (NEW, 2 * NEW):
+        tokens = model.generate(REPEATING, max_new_tokens=new, eos_token_id=[])
+        plan = best_plan(ids, tokens[0, len(ids) :].tolist(), costs)
+        times: list[tuple[float, float, float]] = []
+        schedule = _causal.DraftLength
+        for _ in range(rounds):
+            row = []
+            for mode in ("plain", "ours", "best"):
+                extra_args = {} if mode == "plain" else {"prompt_lookup_num_tokens": LOOKUP}
+                if mode == "best":
+                    _causal.DraftLength = functools.partial(BestChoice, plan, probe.where)  # type: ignore[assignment,misc]
+                start = time.perf_counter()
+                out = model.generate(REPEATING, max_new_tokens=new, eos_token_id=[], **extra_args)
+                row.append(time.perf_counter() - start)
+                _causal.DraftLength = schedule  # type: ignore[misc]
+                if not np.array_equal(out, tokens):
+                    raise AssertionError(f"{mode} decoding gave other tokens")
+            times.append((row[0], row[1], row[2]))
+        t = np.array(times)
+        ours = np.median(t[:, 0] / t[:, 1])
+        best = np.median(t[:, 0] / t[:, 2])
+        plain = first + (new - 1) * single
+        steps = -(-(new - 1) // (LOOKUP + 1))  # every draft right: steps of LOOKUP + 1 tokens
+        bound = plain / (first + steps * single + (new - 1 - steps) * extra)
+        m = np.median(t, axis=0) * 1e3
+        print(
+            f"{new:>4} {m[0]:>8.2f} {m[1]:>7.2f} {m[2]:>7.2f} {ours:>5.2f}x {best:>5.2f}x "
+            f"{bound:>5.2f}x"
+        )
+
+
 def draft_choice(
     models: dict[str, Any], costs: tuple[float, float, float], python: dict[str, float]
 ) -> None:
@@ -278,6 +365,7 @@ def main() -> None:
             f"us, a draft adds {costs[2] * 1e6:.0f} us"
         )
         draft_choice(models, costs, python)
+        ceiling(models["int4"], costs, probe, args.rounds)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from onnx_export.hf.runtime.generation._logits import TokenChooser
 from onnx_export.hf.runtime.generation._speculative import (
     ChunkRunner,
     DraftLength,
+    DraftModel,
     PromptLookup,
     speculative_decode,
 )
@@ -194,3 +195,46 @@ def test_chunks_of_one_length_reuse_the_bound_ids_and_give_fresh_logits(
     got = runner.run([6], 1).copy()
     want = fresh([3, 4, 5, 6], 4)[-1:]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["fused", "int4"])
+def test_edges_give_plain_greedy_tokens(folders: dict[str, pathlib.Path], kind: str) -> None:
+    """No n-gram to draft from, a budget that caps the drafts, an EOS among kept drafts."""
+    ours = hf.OrtModelForCausalLM.from_pretrained(folders[kind])
+    # a prompt of distinct tokens: nothing to draft from at first (then what it makes)
+    distinct = [list(range(1, 12))]
+    assert PromptLookup(4).propose(distinct[0], 4) == []
+    for budget in (1, 2, 9):
+        got = ours.generate(distinct, max_new_tokens=budget, prompt_lookup_num_tokens=4)
+        np.testing.assert_array_equal(got, ours.generate(distinct, max_new_tokens=budget))
+    # every offered draft verified (no schedule): the drafts offered never run past the
+    # budget, which may end anywhere in a step
+    ids = np.array(REPEATING)
+    plain = ours.generate(ids, max_new_tokens=30, eos_token_id=[])
+    for budget in (3, 11, 30):
+        tokens, stats = speculative_decode(
+            ChunkRunner(ours.session, uses_positions=True),
+            PromptLookup(8),
+            ids,
+            TokenChooser(),
+            Stopping.resolve(budget, [], None),
+        )
+        np.testing.assert_array_equal(tokens, plain[:, : ids.shape[1] + budget])
+        assert stats.steps + stats.accepted == budget
+    # the model as its own draft keeps every draft (the first step after the prompt's
+    # verifies 4, kept as new tokens 1-4): an EOS first made there, as a kept draft with
+    # drafts after it, ends the row there
+    new = plain[0, ids.shape[1] :].tolist()
+    inside = [i for i in range(1, 4) if new[i] not in new[:i]]
+    assert inside, new
+    eos, end = new[inside[0]], inside[0] + 1
+    tokens, stats = speculative_decode(
+        ChunkRunner(ours.session, uses_positions=True),
+        DraftModel(ours.session, uses_positions=True, num_tokens=4),
+        ids,
+        TokenChooser(),
+        Stopping.resolve(30, [eos], None),
+    )
+    np.testing.assert_array_equal(tokens, plain[:, : ids.shape[1] + end])
+    np.testing.assert_array_equal(tokens, ours.generate(ids, max_new_tokens=30, eos_token_id=eos))
+    assert stats.steps + stats.accepted == end and stats.proposed > stats.accepted
