@@ -124,3 +124,51 @@ def test_target_onnxruntime_generates_the_same_tokens(
         expected = model.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
     got = ort_model.generate(ids.numpy(), mask.numpy(), max_new_tokens=20)
     np.testing.assert_array_equal(got, expected.numpy())
+
+
+def test_max_length_and_the_default_length_as_transformers(
+    exported: Callable[[str], Exported],
+) -> None:
+    """``max_length`` counts the prompt; with neither, generation_config's (20 by default)."""
+    case = exported("llama")
+    model = hf.OrtModelForCausalLM.from_pretrained(case.folder)
+    ids, mask = _prompts()
+    ours = model.generate(ids.numpy(), mask.numpy(), max_length=11, pad_token_id=0)
+    with torch.no_grad():
+        theirs = case.model.generate(ids, attention_mask=mask, max_length=11, pad_token_id=0)
+    np.testing.assert_array_equal(ours, theirs.numpy())
+    assert ours.shape == (2, 11)
+    both = model.generate(ids.numpy(), mask.numpy(), max_length=11, max_new_tokens=2)
+    assert both.shape == (2, 8)  # max_new_tokens wins, as in transformers
+    default = model.generate(ids.numpy(), mask.numpy(), pad_token_id=0)
+    with torch.no_grad():
+        expected = case.model.generate(ids, attention_mask=mask, pad_token_id=0)
+    np.testing.assert_array_equal(default, expected.numpy())
+    streamed = list(model.stream(ids.numpy(), mask.numpy(), max_length=9))
+    assert len(streamed) <= 3
+    with pytest.raises(hf.GenerationError, match=r"no room for new tokens.*max_new_tokens=N"):
+        model.generate(ids.numpy(), mask.numpy(), max_length=6)
+
+
+def test_seq2seq_max_length_counts_the_decoder_start(exported: Callable[[str], Exported]) -> None:
+    case = exported("t5")
+    model = hf.OrtModelForSeq2SeqLM.from_pretrained(case.folder)
+    ids = torch.randint(3, 90, (1, 7), generator=torch.Generator().manual_seed(2))
+    ours = model.generate(ids.numpy(), max_length=6)
+    with torch.no_grad():
+        theirs = case.model.generate(ids, max_length=6)
+    np.testing.assert_array_equal(ours, theirs.numpy())
+
+
+def test_a_task_model_takes_its_inputs_by_position(exported: Callable[[str], Exported]) -> None:
+    """``model(ids, mask)`` as transformers' ``forward``: the graph's inputs in order."""
+    model = hf.OrtModelForFeatureExtraction.from_pretrained(exported("bert").folder)
+    ids, mask = _prompts()
+    by_name = model(input_ids=ids.numpy(), attention_mask=mask.numpy())
+    by_position = model(ids.numpy(), mask.numpy())
+    name = model.output_names[0]
+    np.testing.assert_array_equal(by_position[name], by_name[name])
+    with pytest.raises(hf.GenerationError, match="both by position and by name"):
+        model(ids.numpy(), input_ids=ids.numpy())
+    with pytest.raises(hf.GenerationError, match="positional arguments"):
+        model(*([ids.numpy()] * (len(model.input_names) + 1)))

@@ -25,10 +25,10 @@ from onnx_export.hf.runtime.generation._generate import (
     as_ids,
     as_mask,
     as_rng,
-    check_max_new_tokens,
     check_vocab,
     decode,
     decode_steps,
+    new_token_budget,
 )
 from onnx_export.hf.runtime.generation._live import LiveSequence
 from onnx_export.hf.runtime.generation._logits import TokenChooser
@@ -288,7 +288,7 @@ class OrtModelForCausalLM:
         input_ids: Any,
         attention_mask: Any = None,
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
         seed: int | np.random.Generator | None = None,
@@ -315,7 +315,9 @@ class OrtModelForCausalLM:
                 list of texts, or chat messages) goes to :meth:`generate_text` and the
                 result is text.
             attention_mask: 1 for tokens, 0 for padding; all ones when ``None``.
-            max_new_tokens: How many tokens to add at most.
+            max_new_tokens: How many tokens to add at most. By default, as transformers:
+                ``max_length`` (the prompt included) less the prompt's length, else
+                generation_config.json's ``max_new_tokens``, else its ``max_length`` (20).
             eos_token_id: Token(s) that end a row; generation_config.json's by default.
             pad_token_id: Written after a row ended; the config's, else the first EOS.
             seed: Seed of the sampling generator, or a ``numpy.random.Generator``.
@@ -510,7 +512,7 @@ class OrtModelForCausalLM:
         input_ids: Any,
         attention_mask: Any = None,
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
         seed: int | np.random.Generator | None = None,
@@ -561,13 +563,14 @@ class OrtModelForCausalLM:
         self,
         input_ids: Any,
         attention_mask: Any,
-        max_new_tokens: int,
+        max_new_tokens: int | None,
         eos_token_id: Any,
         pad_token_id: int | None,
         given: dict[str, Any],
     ) -> _Plan:
-        max_new_tokens = check_max_new_tokens(max_new_tokens)
         ids = self._ids(input_ids)
+        max_length = given.pop("max_length", None)
+        max_new_tokens = new_token_budget(max_new_tokens, max_length, ids.shape[1], self.folder)
         mask = as_mask(attention_mask, ids)
         limit = self.folder.max_positions(*_POSITION_LIMITS)
         check_length("The prompt length", ids.shape[1], limit, "Shorten the prompt.")
@@ -707,7 +710,7 @@ class OrtModelForCausalLM:
         self,
         prompt: str | Sequence[str] | Sequence[Mapping[str, Any]],
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         skip_special_tokens: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
@@ -722,7 +725,9 @@ class OrtModelForCausalLM:
             prompt: A text, a list of texts (left-padded into one batch), or chat messages
                 (``[{"role": "user", "content": "..."}]``) put through the chat template
                 with the generation prompt added.
-            max_new_tokens: How many tokens to add at most.
+            max_new_tokens: How many tokens to add at most. By default, as transformers:
+                ``max_length`` (the prompt included) less the prompt's length, else
+                generation_config.json's ``max_new_tokens``, else its ``max_length`` (20).
             skip_special_tokens: Leave special tokens (EOS, padding) out of the text.
             tools: With chat messages: the functions the model may call, as JSON schemas
                 (``{"type": "function", "function": {...}}``), given to the chat template

@@ -68,6 +68,46 @@ def check_max_new_tokens(value: object) -> int:
     return int(value)
 
 
+def new_token_budget(max_new_tokens: object, max_length: object, prompt: int, folder: Any) -> int:
+    """How many tokens to add, by transformers' rule.
+
+    ``max_new_tokens`` when given; else ``max_length`` (the prompt included) less the
+    prompt's ``prompt`` tokens; else generation_config.json's ``max_new_tokens``, else its
+    ``max_length``. Its default (20, unset) means 20 new tokens, as long as the model's
+    positions hold them (transformers adds the prompt's length to a default max_length).
+    ``folder.setting(name)`` reads the configs.
+    """
+    if max_new_tokens is not None:
+        return check_max_new_tokens(max_new_tokens)
+    given = max_length is not None
+    if not given:
+        configured = folder.setting("max_new_tokens")
+        if configured is not None:
+            return check_max_new_tokens(configured)
+        max_length = folder.setting("max_length")
+        if max_length in (None, _DEFAULT_MAX_LENGTH):  # transformers: 20 new, in the positions
+            limit = folder.config.get("max_position_embeddings")
+            new = _DEFAULT_MAX_LENGTH
+            if isinstance(limit, int) and prompt + new > limit:
+                new = limit - prompt
+            return check_max_new_tokens(max(new, 1))
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral):
+        raise GenerationError(f"max_length must be an int, got {max_length!r}.")
+    total = int(max_length)
+    if total - prompt < 1:
+        where = "" if given else " (generation_config.json's, or transformers' default)"
+        raise GenerationError(
+            f"max_length={total}{where} counts the prompt, which has {prompt} tokens: "
+            "no room for new tokens. Pass max_new_tokens=N (the tokens to add), or a "
+            "max_length above the prompt's length."
+        )
+    return total - prompt
+
+
+#: transformers' ``GenerationConfig.max_length`` when nothing sets it.
+_DEFAULT_MAX_LENGTH = 20
+
+
 def _ragged(input_ids: Any) -> list[int] | None:
     """The row lengths when ``input_ids`` is a list of rows of different lengths."""
     if isinstance(input_ids, np.ndarray) or not isinstance(input_ids, list | tuple):

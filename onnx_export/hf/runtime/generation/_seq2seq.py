@@ -20,8 +20,8 @@ from onnx_export.hf.runtime.generation._generate import (
     Stopping,
     as_ids,
     as_mask,
-    check_max_new_tokens,
     decode,
+    new_token_budget,
 )
 
 __all__ = ["OrtModelForSeq2SeqLM"]
@@ -174,7 +174,8 @@ class OrtModelForSeq2SeqLM:
         input_features: Any = None,
         pixel_values: Any = None,
         decoder_input_ids: Any = None,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
+        max_length: int | None = None,
         do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int | None = None,
@@ -197,7 +198,11 @@ class OrtModelForSeq2SeqLM:
             decoder_input_ids: The decoder's first tokens (batch, length), e.g. Whisper's
                 language and task tokens; the config's ``decoder_start_token_id`` alone
                 when ``None``.
-            max_new_tokens: How many tokens to add at most.
+            max_new_tokens: How many tokens to add at most. By default, as transformers:
+                ``max_length`` (the prompt included) less the prompt's length, else
+                generation_config.json's ``max_new_tokens``, else its ``max_length`` (20).
+            max_length: The decoder's length at most, its start included (transformers'
+                name); ``max_new_tokens`` wins when both are given.
             do_sample: Sample instead of taking the most likely token.
             temperature: Divides the logits before sampling.
             top_k: Sample among the ``top_k`` most likely tokens.
@@ -225,16 +230,17 @@ class OrtModelForSeq2SeqLM:
             return self.generate_text(  # type: ignore[return-value]  # text for text
                 input_ids,
                 max_new_tokens=max_new_tokens,
+                max_length=max_length,
                 do_sample=do_sample,
                 temperature=temperature,
                 top_k=top_k,
                 top_p=top_p,
                 seed=seed,
             )
-        max_new_tokens = check_max_new_tokens(max_new_tokens)
         encoded = self._encode(input_ids, attention_mask, input_features, pixel_values)
         batch = int(encoded.pop("batch"))
         start = self._start(decoder_input_ids, batch)
+        max_new_tokens = new_token_budget(max_new_tokens, max_length, start.shape[1], self.folder)
         limit = self.folder.max_positions("max_target_positions", "max_position_embeddings")
         length = start.shape[1] + max_new_tokens
         check_length("Decoder start length plus max_new_tokens", length, limit, "Generate less.")
@@ -273,7 +279,7 @@ class OrtModelForSeq2SeqLM:
         self,
         prompt: str | Sequence[str],
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         skip_special_tokens: bool = True,
         **kwargs: Any,
     ) -> str | list[str]:
@@ -281,7 +287,9 @@ class OrtModelForSeq2SeqLM:
 
         Args:
             prompt: The encoder's text, or a list of texts (one batch).
-            max_new_tokens: How many tokens to add at most.
+            max_new_tokens: How many tokens to add at most. By default, as transformers:
+                ``max_length`` (the prompt included) less the prompt's length, else
+                generation_config.json's ``max_new_tokens``, else its ``max_length`` (20).
             skip_special_tokens: Leave special tokens (start, EOS, padding) out of the text.
             **kwargs: :meth:`generate`'s other keyword arguments (``do_sample``, ``seed``...).
 

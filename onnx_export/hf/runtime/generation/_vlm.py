@@ -222,7 +222,7 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
         image_features: Any = None,
         image_grid_thw: Any = None,
         image_sizes: Any = None,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         **kwargs: Any,
     ) -> npt.NDArray[np.int64]:
         """Continue each prompt, its image tokens standing for the images' features.
@@ -239,7 +239,9 @@ class OrtModelForImageTextToText(OrtModelForCausalLM):
                 tokens' M-RoPE positions.
             image_sizes: Mistral 3's (images, 2) sizes in the padded ``pixel_values``;
                 LLaVA-NeXT's sizes of the images before processing.
-            max_new_tokens: How many tokens to add at most.
+            max_new_tokens: How many tokens to add at most. By default, as transformers:
+                ``max_length`` (the prompt included) less the prompt's length, else
+                generation_config.json's ``max_new_tokens``, else its ``max_length`` (20).
             **kwargs: :meth:`OrtModelForCausalLM.generate`'s other arguments
                 (``do_sample``, ``num_beams``, ``streamer``, ``json_schema``...), but not
                 speculative decoding.

@@ -150,8 +150,13 @@ class OrtModel:
             return np.zeros(ids.shape, dtype=self._dtypes[name])
         return None
 
-    def run(self, **inputs: Any) -> ModelOutput:
-        """Run the graph on ``inputs`` (by name; ``None`` values are left out)."""
+    def run(self, *args: Any, **inputs: Any) -> ModelOutput:
+        """Run the graph on ``inputs`` (by name; ``None`` values are left out).
+
+        Positional arguments are the graph's inputs in order, as transformers' ``forward``
+        takes them (``model(input_ids, attention_mask)``).
+        """
+        inputs = self._by_name(args, inputs)
         unknown = sorted(k for k, v in inputs.items() if v is not None and k not in self._dtypes)
         if unknown:
             raise GenerationError(
@@ -233,9 +238,31 @@ class OrtModel:
                 )
         return array.astype(want, copy=False)
 
-    def __call__(self, **inputs: Any) -> ModelOutput:
-        """Run the model: the inputs transformers' model takes, its outputs by name."""
-        return self.run(**inputs)
+    def __call__(self, *args: Any, **inputs: Any) -> ModelOutput:
+        """Run the model: the inputs transformers' model takes, its outputs by name.
+
+        ``model(ids)`` and ``model(input_ids=ids)`` are the same call: positional arguments
+        are the graph's inputs in order (``input_ids``, ``attention_mask``, ...).
+        """
+        return self.run(*args, **inputs)
+
+    def _by_name(self, args: tuple[Any, ...], inputs: dict[str, Any]) -> dict[str, Any]:
+        """Positional arguments named after the graph's inputs, in order."""
+        if not args:
+            return inputs
+        if len(args) > len(self.input_names):
+            raise GenerationError(
+                f"{type(self).__name__} takes at most {len(self.input_names)} inputs "
+                f"({', '.join(self.input_names)}); got {len(args)} positional arguments."
+            )
+        named = dict(zip(self.input_names, args, strict=False))
+        twice = sorted(set(named) & set(inputs))
+        if twice:
+            raise GenerationError(
+                f"{type(self).__name__} got {', '.join(twice)} both by position and by "
+                f"name: pass each input once (positions follow {', '.join(self.input_names)})."
+            )
+        return {**named, **inputs}
 
     def __repr__(self) -> str:
         model_type = self.folder.config.get("model_type", "?")
