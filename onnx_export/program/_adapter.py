@@ -237,6 +237,38 @@ def _origin(guard: RangeGuard) -> str:
     return f"the model's code{at}{code}"
 
 
+def _left_to_conditions(
+    symbol: str,
+    bounds: tuple[int | None, int | None],
+    guard: RangeGuard | None,
+    narrowing: Sequence[RangeGuard],
+    checked: Collection[str],
+    user: tuple[int | None, int | None],
+) -> tuple[int | None, int | None]:
+    """The bounds torch gave, less those it derived from a comparison the file checks.
+
+    ``total >= past + seq`` with the past and the new tokens traced as 2 or more gives
+    ``total >= 4``; ``past + seq < 4095`` gives ``seq <= 4092``. The condition checks the
+    sizes exactly (and the edge probe runs the small ones): the derived bound goes, unless
+    it is the user's.
+    """
+    low, high = bounds
+    if not checked:
+        return low, high
+    if guard is not None and guard.guard in checked and high is None and user[0] is None:
+        low = None
+    if high is not None and guard is None and user[1] is None:
+        derived = any(
+            g.symbol == symbol
+            and g.guard in checked
+            and g.hinted
+            and guard_fails_at(g.hinted, symbol, high + 1)
+            for g in narrowing
+        )
+        high = None if derived else high
+    return low, high
+
+
 def _conditions(
     axis: int,
     symbol: str,
@@ -361,14 +393,13 @@ def with_axis_ranges(
     guarded: list[tuple[str, str, RangeGuard]] = []
     for value in model.graph.inputs:
         ranges = []
-        for axis, symbol, torch_low, high in value.meta.get(AXIS_RANGES_KEY, ()):
-            low = torch_low
+        for axis, symbol, torch_low, torch_high in value.meta.get(AXIS_RANGES_KEY, ()):
             dim, guard = user.get((str(value.name), axis)), by_symbol.get(symbol)
-            if guard is None and low is not None and low > 2:
-                guard = narrowing_guard(symbol, low, narrowing)  # torch's code raised it
-                mine = guard is not None and guard.guard in checked
-                if mine and high is None and _user_bounds(dim)[0] is None:
-                    low = None  # the condition checks what this bound was derived from
+            if guard is None and torch_low is not None and torch_low > 2:
+                guard = narrowing_guard(symbol, torch_low, narrowing)  # torch's code raised it
+            low, high = _left_to_conditions(
+                symbol, (torch_low, torch_high), guard, narrowing, checked, _user_bounds(dim)
+            )
             made = _axis_range(axis, (low, high), _user_bounds(dim), dim, guard)
             if made is not None:
                 ranges.append(made)

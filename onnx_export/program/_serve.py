@@ -122,7 +122,8 @@ def _problem(
         multiples=declared_multiples(spec),
         kept=kept_conditions(spec),
     )
-    narrow = _narrow(spec)  # widened by a capture at other sizes, even with no second size
+    # widened by a capture at other sizes, even with no second size
+    narrow = _narrow(spec) or _refused_example(spec, call)
     if second is None:
         return None if narrow is None else (narrow, None, held)
     problem = narrow or second_size_problem(program, call, second)
@@ -158,6 +159,25 @@ def _proved_recapture(
     if second_size_problem(again, call, third) is not None:
         return None
     return rebuilt if _narrow(again.adapter_spec) is None else None
+
+
+def _refused_example(spec: AdapterSpec, call: Call) -> str | None:
+    """A condition of the file the example breaks: captured on another branch than its own.
+
+    A capture retried at other sizes (the example's made a size static) compares its
+    sizes as those sizes do (a mask shorter than the past plus the new tokens), not as
+    the example does.
+    """
+    if not spec.conditions:
+        return None
+    sizes = {name: size for name, (size, _) in example_sizes(spec, call).items()}
+    for condition in spec.conditions:
+        if condition.holds(sizes) is False:
+            return (
+                f"the file holds where {condition.expression} ({condition.origin}), which "
+                "the example's sizes break: it was captured on another branch"
+            )
+    return None
 
 
 def _narrow(spec: AdapterSpec | None) -> str | None:
