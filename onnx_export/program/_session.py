@@ -15,6 +15,7 @@ to the serialized bytes, whose build then gives the verdict and the error, as be
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from onnx_export.adapters._session_checks import quiet_session_options
 from onnx_export.program._serialize import without_data
 
 __all__ = ["open_session_module"]
+
+_LOG = logging.getLogger(__name__)
 
 #: Weights above this many bytes are handed over as arrays (smaller ones, such as shape
 #: constants, stay in the graph: ONNX Runtime folds them while optimizing).
@@ -120,7 +123,8 @@ def open_session_module(
     ort = importlib.import_module("onnxruntime")
     try:
         found = _without_weight_copies(model, spec, allowed_classes, ort)
-    except Exception:  # the serialized model's build below decides (and raises)
+    except Exception as error:  # the serialized model's build below decides (and raises)
+        _LOG.debug("Building the session from the serialized model: %s", error)
         found = None
     if found is not None:
         return found
