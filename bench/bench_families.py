@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import family_standins  # noqa: E402
 
 STAGES = ["capture", "decomposition", "translation", "adapter", "optimizer", "folding"]
-STAGES += ["opset", "dynamic axes", "verify", "save", "check"]
+STAGES += ["opset", "dynamic axes", "verify", "edge probe", "save", "check"]
 
 
 def export_ours(case: family_standins.Case, folder: Path) -> tuple[dict[str, float], int]:

@@ -62,6 +62,7 @@ from onnx_export.program._modes import (
 )
 from onnx_export.program._save_errors import save_advice, save_cause
 from onnx_export.program._serialize import PROTOBUF_LIMIT, initializer_bytes, save_model
+from onnx_export.program._session import open_session_module
 from onnx_export.program._structure import structure_difference
 from onnx_export.program._ties import TIES_CAUSE, has_topk, lowest_index_topk
 from onnx_export.program._verify import (
@@ -139,6 +140,7 @@ class ONNXProgram:
         # dataclasses, ModelOutput, caches): they came from the user's code, not a file.
         self._allowed_classes: tuple[type, ...] = _output_classes(exported_program)
         self._module: OnnxModule | None = None
+        self._session_weights: list[Any] = []  # what the session was handed (kept alive)
         self._inputs: InputAdapter | None = None
         self._session_lock = threading.Lock()
 
@@ -309,11 +311,10 @@ class ONNXProgram:
                         "The model is over 2 GB; save() it (with external data) and run the "
                         "saved file with onnx_export.load(path)."
                     )
-                self._module = OnnxModule(
-                    self.model_proto.SerializeToString(),
-                    self.adapter_spec,
-                    allowed_classes=self._allowed_classes,
-                    session_options=quiet_session_options(importlib.import_module("onnxruntime")),
+                # Without copying the weights through protobuf (the serialized model
+                # where that route fails): the same session.
+                self._module, self._session_weights = open_session_module(
+                    self.model, self.adapter_spec, self._allowed_classes
                 )
             return self._module
 

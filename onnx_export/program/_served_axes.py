@@ -34,6 +34,7 @@ from onnx_export.capture._resize import Resized
 from onnx_export.errors import ConversionError
 from onnx_export.program._adapter import TORCH_RANGE
 from onnx_export.program._modes import kept
+from onnx_export.program._tolerance import tolerance_units
 
 __all__ = [
     "CHEAP_BYTES",
@@ -170,10 +171,7 @@ def _error(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float |
         if not b.is_floating_point():
             worst = max(worst, 0.0 if torch.equal(a.to(b.dtype), b) else math.inf)
             continue
-        a64, b64 = a.double(), b.double()
-        same_nan = torch.isnan(a64) & torch.isnan(b64)
-        diff = ((a64 - b64).abs() / (1e-4 + 1e-3 * b64.abs())).masked_fill(same_nan, 0.0)
-        worst = max(worst, float(diff.nan_to_num(math.inf).max()) if diff.numel() else 0.0)
+        worst = max(worst, tolerance_units(a, b))
     return worst
 
 

@@ -155,3 +155,92 @@ def test_the_served_axes_check_still_refuses_a_file_that_fails_at_a_second_size(
     static = ExportOptions(onnx_registry=registry)
     program = onnx_export.dynamo_export(_Doubled(), torch.randn(3, 4), export_options=static)
     assert_onnx_program_close(program, _Doubled(), torch.randn(3, 4))
+
+
+# -- the session is built without copying the weights through protobuf (#39) ------------
+
+
+class _Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(64, 256), nn.Linear(256, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x).relu())
+
+
+def test_the_session_takes_the_weights_as_arrays_and_answers_as_the_file() -> None:
+    torch.manual_seed(0)
+    model = _Wide().eval()
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, torch.randn(3, 4 * 16), export_options=options)
+    assert program._session_weights  # the weights went to ONNX Runtime as arrays
+    x = torch.randn(5, 64)
+    from_file = onnx_export.adapters.OnnxModule(
+        program.model_proto.SerializeToString(), program.adapter_spec
+    )
+    torch.testing.assert_close(program(x), from_file(x), rtol=0, atol=0)
+    assert_onnx_program_close(program, model, x)
+
+
+def test_the_session_keeps_the_weights_of_the_export_not_later_edits() -> None:
+    # The exported tensors share memory with the module's parameters: ONNX Runtime holds
+    # its own copy, as it did when it parsed the serialized model.
+    torch.manual_seed(0)
+    model = _Wide().eval()
+    program = onnx_export.dynamo_export(model, torch.randn(2, 64))
+    x = torch.randn(2, 64)
+    before = program(x)
+    with torch.no_grad():
+        model.first.weight.mul_(2.0)
+        model.second.weight.zero_()
+    torch.testing.assert_close(program(x), before, rtol=0, atol=0)
+
+
+def test_a_bfloat16_model_takes_the_serialized_route_and_runs_upcast() -> None:
+    model = nn.Linear(64, 32).to(torch.bfloat16).eval()
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    program = onnx_export.dynamo_export(model, x)
+    result = program.verify(x)
+    assert result.ok and "upcast" in result.note
+    assert program._session_weights == []
+
+
+# -- the tolerance measure: float32 first, float64 where it could matter (#39) -----------
+
+
+def _float64_units(got: torch.Tensor, want: torch.Tensor) -> float:
+    a, b = got.double(), want.double()
+    diff = ((a - b).abs() / (1e-4 + 1e-3 * b.abs())).masked_fill(a.isnan() & b.isnan(), 0.0)
+    return float(diff.nan_to_num(float("inf")).max())
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [0.0, 1e-7, 5e-5, 1e-4, 2e-4, 1e-3, 1e-2, 1.0],
+    ids=lambda v: f"offset{v:g}",
+)
+def test_tolerance_units_give_the_float64_verdicts(offset: float) -> None:
+    from onnx_export.program._tolerance import tolerance_units
+
+    torch.manual_seed(0)
+    want = torch.randn(40, 30) * torch.logspace(-6, 6, 30)
+    got = want + offset * torch.randn(40, 30)
+    exact = _float64_units(got, want)
+    units = tolerance_units(got, want)
+    for limit in (1.0, 10.0):  # right at the example; another size, the edge probe
+        assert (units <= limit) == (exact <= limit)
+    assert units == pytest.approx(exact, rel=1e-5, abs=1e-6)
+
+
+def test_tolerance_units_treat_nan_and_infinity_as_before() -> None:
+    from onnx_export.program._tolerance import tolerance_units
+
+    nan, inf = float("nan"), float("inf")
+    want = torch.tensor([1.0, nan, 2.0, inf])
+    assert tolerance_units(want.clone(), want) == _float64_units(want.clone(), want)
+    for got in ([1.0, 0.0, 2.0, inf], [1.0, nan, 2.0, -inf], [1.0, nan, nan, inf]):
+        assert tolerance_units(torch.tensor(got), want) > 10
+    assert tolerance_units(torch.empty(0), torch.empty(0)) == 0.0
+    half = torch.tensor([1.0, 2.0], dtype=torch.float16)
+    assert tolerance_units(half, half.float()) == 0.0  # mixed dtypes: float64, as before
