@@ -134,7 +134,8 @@ def _capture(
     When the model's code seems to fix a dynamic dimension (refused, or made static
     under ``allow_static_fallback``), the capture is tried again at other example sizes:
     the size may only have coincided with another one (a batch of 10 beside
-    ``x.view(x.size(1), -1)``). The first outcome stands when that fails.
+    ``x.view(x.size(1), -1)``); so is a capture that failed with a dynamic size of 1 in the
+    example. The first outcome stands when that fails.
     """
     if given is not None:
         if call.shapes is not None:
@@ -148,6 +149,10 @@ def _capture(
     program, attempts = capture_call(call, options)
     used = call
     lost = made_static_refused(attempts) if program is None else bool(made_static(attempts))
+    # A size-1 example traced size-obliviously can fail in torch's own code (a sliding
+    # window's mask over one token): other sizes may capture, and the checks that follow
+    # prove that capture at the example (or capture again keeping its comparisons).
+    lost = lost or (program is None and bool(call.size_one))
     resized = resized_call(call) if lost else None
     if resized is not None:
         again, more = capture_call(resized.call, options)
