@@ -26,7 +26,7 @@ from torch.utils import _pytree as pytree
 from onnx_export.adapters import DimCondition
 from onnx_export.capture._call import AxisTie, Call
 from onnx_export.capture._dynamic import leaf_items, named_inputs
-from onnx_export.capture._shape_fixes import _is_axes_spec, user_dims
+from onnx_export.capture._shape_fixes import _leaf_specs, user_dims
 
 __all__ = ["Kept", "Resized", "resized_call"]
 
@@ -224,18 +224,6 @@ def _new_sizes(
     return _with_ties(sizes, tied, tensors)
 
 
-def _spec_leaves(spec: Any, path: str) -> Iterator[str]:
-    """The dotted path of each leaf of a nested dynamic-shapes spec, ``None`` leaves too."""
-    if spec is None or _is_axes_spec(spec):
-        yield path
-    elif isinstance(spec, (list, tuple)):
-        for i, inner in enumerate(spec):
-            yield from _spec_leaves(inner, f"{path}.{i}")
-    elif isinstance(spec, dict):
-        for key, inner in spec.items():
-            yield from _spec_leaves(inner, f"{path}.{key}")
-
-
 def _aligned_dims(call: Call) -> dict[tuple[str, Any], Any]:
     """The user's dims by the call's own leaf paths.
 
@@ -251,7 +239,7 @@ def _aligned_dims(call: Call) -> dict[tuple[str, Any], Any]:
         if name not in inputs:
             continue
         ours = [p for p, _ in leaf_items(name, inputs[name])]
-        theirs = list(_spec_leaves(spec, name))
+        theirs = [p for p, _ in _leaf_specs(spec, name, with_none=True)]
         if len(ours) == len(theirs) and not set(theirs) <= set(ours):
             renamed.update(zip(theirs, ours, strict=True))
     return {(renamed.get(path, path), axis): dim for (path, axis), dim in dims.items()}

@@ -125,18 +125,24 @@ def _walk_leaves(spec: Any, value: Any, path: str) -> Iterator[tuple[str, int, A
         yield from _walk_leaves(inner, child, f"{path}.{text}")
 
 
-def _leaf_specs(spec: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """``(dotted path, per-tensor spec)`` of each leaf spec in a nested spec."""
+def _leaf_specs(spec: Any, path: str, with_none: bool = False) -> Iterator[tuple[str, Any]]:
+    """``(dotted path, per-tensor spec)`` of each leaf spec in a nested spec.
+
+    ``with_none``: ``None`` leaves (static tensors) too, so that positions line up with
+    the value's flattened leaves.
+    """
     if spec is None:
+        if with_none:
+            yield path, spec
         return
     if _is_axes_spec(spec):
         yield path, spec
     elif isinstance(spec, (list, tuple)):
         for i, s in enumerate(spec):
-            yield from _leaf_specs(s, f"{path}.{i}")
+            yield from _leaf_specs(s, f"{path}.{i}", with_none)
     elif isinstance(spec, dict):
         for k, s in spec.items():
-            yield from _leaf_specs(s, f"{path}.{k}")
+            yield from _leaf_specs(s, f"{path}.{k}", with_none)
 
 
 def _is_axes_spec(spec: Any) -> bool:

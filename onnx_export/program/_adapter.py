@@ -32,6 +32,7 @@ __all__ = [
     "size_one_candidates",
     "with_size_one_refused",
     "TORCH_RANGE",
+    "guard_origin",
 ]
 
 #: The origin of a range torch.export gave without a guard of the model's or a user's bound.
@@ -208,7 +209,7 @@ def _axis_range(
     if low is None and high is None:
         return None
     if guard is not None:
-        origin = _origin(guard)
+        origin = guard_origin(guard)
     elif user != (None, None):
         origin = f"{dim!r} in dynamic_shapes"
     else:
@@ -231,7 +232,8 @@ def narrowing_guard(symbol: str, low: int, candidates: Sequence[RangeGuard]) -> 
     return None
 
 
-def _origin(guard: RangeGuard) -> str:
+def guard_origin(guard: RangeGuard) -> str:
+    """``the model's code at m.py:12 (if x.shape[0] > 2:)``: who set a range, for messages."""
     at = f" at {guard.location}" if guard.location else ""
     code = f" ({guard.code})" if guard.code else ""
     return f"the model's code{at}{code}"
@@ -288,16 +290,18 @@ def _conditions(
         if guard.kind == "interval":
             interval = _interval_bounds(guard)
             if interval is not None:
-                found.append((AxisRange(axis, *interval, _origin(guard)), guard))
+                found.append((AxisRange(axis, *interval, guard_origin(guard)), guard))
         elif guard.kind == "multiple":
             value = int(guard.guard.split(", ")[1].rstrip(")"))
-            found.append((AxisRange(axis, None, None, _origin(guard), multiple_of=value), guard))
+            made = AxisRange(axis, None, None, guard_origin(guard), multiple_of=value)
+            found.append((made, guard))
         elif guard.kind == "excluded":
             value = _excluded_value(guard.guard)
             inside = (low is None or value >= low) and (high is None or value <= high)
             if not inside:
                 continue
-            found.append((AxisRange(axis, None, None, _origin(guard), excluded=(value,)), guard))
+            made = AxisRange(axis, None, None, guard_origin(guard), excluded=(value,))
+            found.append((made, guard))
     return found
 
 
@@ -346,7 +350,7 @@ def with_size_one_refused(
     for leaf in spec.inputs:
         tensor = leaf.tensor
         extra = tuple(
-            AxisRange(axis, None, None, _origin(guard), excluded=(1,))
+            AxisRange(axis, None, None, guard_origin(guard), excluded=(1,))
             for name, axis, guard in refused
             if tensor is not None and name == tensor.name and isinstance(tensor.shape[axis], str)
         )

@@ -22,6 +22,7 @@ import onnx_ir as ir
 from onnx_export.adapters import AdapterSpec, DimCondition
 from onnx_export.adapters._dim_conditions import ConditionSyntaxError
 from onnx_export.capture._specialized import RangeGuard
+from onnx_export.program._adapter import guard_origin
 from onnx_export.translation._translate import AXIS_RANGES_KEY
 
 __all__ = ["with_conditions", "condition_axes"]
@@ -123,12 +124,6 @@ def _named(names: Mapping[str, str], match: re.Match[str]) -> str:
     return names[match.group(0)]
 
 
-def _origin(guard: RangeGuard) -> str:
-    at = f" at {guard.location}" if guard.location else ""
-    code = f" ({guard.code})" if guard.code else ""
-    return f"the model's code{at}{code}"
-
-
 def with_conditions(
     spec: AdapterSpec,
     model: ir.Model,
@@ -160,7 +155,7 @@ def with_conditions(
             continue  # a size with no input axis to read it from
         expression = _SYMBOL.sub(functools.partial(_named, named), guard.guard)
         try:
-            condition = DimCondition(expression, _origin(guard))
+            condition = DimCondition(expression, guard_origin(guard))
         except ConditionSyntaxError:
             continue  # a form the adapter cannot evaluate
         if len(set(condition.names)) < 2 or condition.holds(sizes) is not True:
