@@ -81,9 +81,13 @@ def _term(node: ast.expr, names: list[str]) -> tuple[_Fn, bool]:
         left, left_linear = _term(node.left, names)
         right, right_linear = _term(node.right, names)
         constant = isinstance(node.left, ast.Constant) or isinstance(node.right, ast.Constant)
-        linear = left_linear and right_linear and (
-            isinstance(node.op, (ast.Add, ast.Sub))
-            or (isinstance(node.op, ast.Mult) and constant)
+        linear = (
+            left_linear
+            and right_linear
+            and (
+                isinstance(node.op, (ast.Add, ast.Sub))
+                or (isinstance(node.op, ast.Mult) and constant)
+            )
         )
         return (lambda s: op(left(s), right(s))), linear
     if (
