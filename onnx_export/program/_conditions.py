@@ -77,13 +77,33 @@ def _compared(condition: DimCondition, sizes: Mapping[str, int]) -> DimCondition
         return None
     if not isinstance(expr, sympy.core.relational.Relational):
         return condition
-    if len(sympy.expand(expr.lhs - expr.rhs).free_symbols) < 2:
+    difference = sympy.expand(expr.lhs - expr.rhs)
+    if len(difference.free_symbols) < 2:
         return None
-    try:
-        simpler = DimCondition(str(expr), condition.origin)
-    except ConditionSyntaxError:
-        return condition  # sympy's spelling (floor, a fraction) is not the adapter's
-    return simpler if simpler.holds(sizes) is True else condition
+    for text in (_sides(expr, difference), str(expr)):
+        try:
+            simpler = DimCondition(text, condition.origin)
+        except ConditionSyntaxError:
+            continue  # sympy's spelling (floor, a fraction) is not the adapter's
+        if simpler.holds(sizes) is True:
+            return simpler
+    return condition
+
+
+def _sides(expr: Any, difference: Any) -> str:
+    """``past + seq <= total`` for ``past + seq - total <= 0``: each term on its positive side."""
+    import sympy
+
+    terms = sympy.Add.make_args(difference)
+    left = sympy.Add(*(t for t in terms if not t.could_extract_minus_sign()))
+    right = sympy.Add(*(-t for t in terms if t.could_extract_minus_sign()))
+    op = expr.rel_op
+    if left.is_number and not right.is_number:  # 4095 > past + seq: past + seq < 4095
+        left, right = right, left
+        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+    if op in ("==", "!="):
+        return f"{'Eq' if op == '==' else 'Ne'}({left}, {right})"
+    return f"{left} {op} {right}"
 
 
 _SIZE_SOURCE = re.compile(r"^L(?P<keys>(?:\[[^\]]+\])+)\.size\(\)\[(?P<axis>\d+)\]$")
