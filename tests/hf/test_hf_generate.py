@@ -172,3 +172,18 @@ def test_a_task_model_takes_its_inputs_by_position(exported: Callable[[str], Exp
         model(ids.numpy(), input_ids=ids.numpy())
     with pytest.raises(hf.GenerationError, match="positional arguments"):
         model(*([ids.numpy()] * (len(model.input_names) + 1)))
+
+
+def test_a_causal_lm_is_called_as_transformers_calls_it(
+    exported: Callable[[str], Exported],
+) -> None:
+    """``model(ids, mask).logits``: the prompt's logits, as transformers' forward gives them."""
+    case = exported("llama")
+    model = hf.OrtModelForCausalLM.from_pretrained(case.folder)
+    ids, mask = _prompts()
+    ours = model(ids.numpy(), mask.numpy())
+    with torch.no_grad():
+        theirs = case.model(ids, attention_mask=mask).logits
+    keep = mask.numpy().astype(bool)  # padded positions' logits are not compared
+    np.testing.assert_allclose(ours.logits[keep], theirs.numpy()[keep], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(ours["logits"], model.logits(ids.numpy(), mask.numpy()))

@@ -56,6 +56,7 @@ from onnx_export.hf.runtime.generation._structured import (
     OutputConstraint,
     constrain,
 )
+from onnx_export.hf.runtime.models._base import ModelOutput
 
 __all__ = ["OrtModelForCausalLM"]
 
@@ -282,6 +283,18 @@ class OrtModelForCausalLM:
         feed = {**self._prompt_feed(ids, as_mask(attention_mask, ids))}
         results = self.session.run({**feed, **self.session.empty_past(ids.shape[0])}, ["logits"])
         return host_float32(results["logits"])
+
+    def __call__(self, input_ids: Any, attention_mask: Any = None) -> ModelOutput:
+        """Run a prompt as transformers' ``model(input_ids)`` does: its ``logits``.
+
+        ``model(ids).logits`` is :meth:`logits` (batch, length, vocab), with an empty cache;
+        use :meth:`generate` to continue the prompt.
+
+        Example:
+            >>> model([[1, 2, 3]]).logits.shape  # doctest: +SKIP
+            (1, 3, 32000)
+        """
+        return ModelOutput({"logits": self.logits(input_ids, attention_mask)})
 
     def generate(
         self,
