@@ -68,14 +68,16 @@ def _bounds(dim: Any) -> tuple[int, float]:
     return low, high
 
 
-def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
+def _fresh(taken: set[int], low: int, high: float, multiple: int = 1) -> Iterator[int]:
+    """New sizes in ``[low, high]``, odd primes first (multiples of ``multiple`` where asked)."""
     sizes: Iterator[int] = itertools.chain(_SIZES, range(2, 10_000))
     if multiple > 1:  # the file refuses other sizes: a multiple of an odd prime
         sizes = (multiple * s for s in itertools.chain(_SIZES, range(1, 10_000)))
-    for size in sizes:
-        if size not in taken and low <= size <= high:
-            return size
-    return None
+    return (size for size in sizes if size not in taken and low <= size <= high)
+
+
+def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
+    return next(_fresh(taken, low, high, multiple), None)
 
 
 def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
@@ -127,12 +129,8 @@ def _candidates(
     """Sizes to try for a group: ``first``, then new sizes, then sizes already taken."""
     if first is not None:
         yield first
-    step = multiple if multiple > 1 else 1
-    spare = itertools.chain(_SIZES, range(1 if step > 1 else 2, 10_000))
-    tried = [step * s for s in spare]
-    for size in tried:
-        if size not in taken and low <= size <= high:
-            yield size
+    yield from _fresh(taken, low, high, multiple)
+    step = max(multiple, 1)
     for size in range(max(low, 1), int(min(high, 10_000)) + 1):
         if size % step == 0 and size in taken:
             yield size

@@ -167,6 +167,7 @@ class _Recorder(logging.Handler):
         self.guards: dict[str, RangeGuard] = {}
         self.bounded: set[str] = set()
         self.hints: dict[str, int] = {}
+        self.joint = 0  # joint guards kept
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # a record in another format: nothing to learn
@@ -246,7 +247,6 @@ class _Recorder(logging.Handler):
             self._joint(symbols, guard, sloc)
         if not _COMPARES.search(guard):
             return
-        symbols = sorted(set(re.findall(r"s\d+", guard)))
         for symbol in symbols:
             source = self.sources.get(symbol)
             seen = sum(g.symbol == symbol and g.kind == "narrowing" for g in self.guards.values())
@@ -262,12 +262,13 @@ class _Recorder(logging.Handler):
     def _joint(self, symbols: list[str], guard: str, sloc: re.Match[str] | None) -> None:
         """Record a guard that compares several input sizes: the file holds only under it."""
         sources = [self.sources.get(s) for s in symbols]
-        joint = sum(g.kind == "joint" for g in self.guards.values())
-        if None in sources or joint >= _JOINT_GUARDS or re.search(r"\b[a-rt-z]\d+\b", guard):
+        if None in sources or self.joint >= _JOINT_GUARDS or re.search(r"\b[a-rt-z]\d+\b", guard):
             return  # a size not of the inputs (an unbacked one): nothing to check it with
         location, code = self._where(sloc)
         source = ";".join(str(s) for s in sources)
-        self._add(RangeGuard(",".join(symbols), source, guard, location, code, "joint"))
+        joint = RangeGuard(",".join(symbols), source, guard, location, code, "joint")
+        self.joint += joint.key not in self.guards
+        self._add(joint)
 
     def _found(self, symbol: str, value: int, sloc: re.Match[str] | None = None) -> None:
         source = self.sources.get(symbol)

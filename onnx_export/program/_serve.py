@@ -105,7 +105,8 @@ def _problem(
     spec = program.adapter_spec
     if spec is None:
         return None
-    held = held_example_sizes(program.model, example_sizes(spec, call))
+    sizes = example_sizes(spec, call)
+    held = held_example_sizes(program.model, sizes)
     # Not run for large weights, for fake or meta weights (there is nothing to run: trying
     # corrupted the process's heap in test_large_models), random draws, inputs off the CPU.
     if initializer_bytes(program.model) > CHEAP_BYTES or skip_reason(
@@ -123,7 +124,7 @@ def _problem(
         kept=kept_conditions(spec),
     )
     # widened by a capture at other sizes, even with no second size
-    narrow = _narrow(spec) or _refused_example(spec, call)
+    narrow = _narrow(spec) or _refused_example(spec, sizes)
     if second is None:
         return None if narrow is None else (narrow, None, held)
     problem = narrow or second_size_problem(program, call, second)
@@ -161,18 +162,16 @@ def _proved_recapture(
     return rebuilt if _narrow(again.adapter_spec) is None else None
 
 
-def _refused_example(spec: AdapterSpec, call: Call) -> str | None:
-    """A condition of the file the example breaks: captured on another branch than its own.
+def _refused_example(spec: AdapterSpec, sizes: Mapping[str, tuple[int, str]]) -> str | None:
+    """A condition of the file the example's ``sizes`` break: captured on another branch.
 
     A capture retried at other sizes (the example's made a size static) compares its
     sizes as those sizes do (a mask shorter than the past plus the new tokens), not as
     the example does.
     """
-    if not spec.conditions:
-        return None
-    sizes = {name: size for name, (size, _) in example_sizes(spec, call).items()}
+    example = {name: size for name, (size, _) in sizes.items()}
     for condition in spec.conditions:
-        if condition.holds(sizes) is False:
+        if condition.holds(example) is False:
             return (
                 f"the file holds where {condition.expression} ({condition.origin}), which "
                 "the example's sizes break: it was captured on another branch"
