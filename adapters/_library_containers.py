@@ -168,9 +168,50 @@ def _register_dynamic_cache(cls: type, exporter: Any) -> None:
     def unflatten(values: Any, context: Any) -> Any:
         if isinstance(context, dict):  # the generic form: {"_t": "obj", ...}
             return exporter._pytree_unflatten(values, context)
-        return hf._unflatten_dynamic_cache(values, context)
+        return _key_value_cache(cls, values, context)
 
     _register(cls, flatten, unflatten, f"{cls.__module__}.{cls.__name__}", with_keys)
+
+
+def _key_value_cache(cls: type, values: list[Any], context: Any) -> Any:
+    """A ``DynamicCache`` holding ``values`` as they are, from the key/value context.
+
+    ``transformers``' own unflattening refills each layer with ``update``: a
+    sliding-window layer then keeps only its last ``window - 1`` positions, so under
+    capture a past of symbolic length ``p`` becomes ``min(p, window - 1)``, and torch
+    fixes ``p`` (or fails on the nested ``Max`` arithmetic) whenever the example's past
+    plus new tokens reach the window. The layers are built empty here (the constructor
+    skips ``update`` for layers without data) and take the key and value tensors as
+    given, with the tokens seen counted as the tensors' length, as ``update`` would
+    count them for a past that has not slid.
+    """
+    import itertools
+
+    pytree = sys.modules["torch.utils._pytree"]
+    dictionary_keys, layout = context
+    tensors = pytree._dict_unflatten(values, dictionary_keys)
+    keys, held = tensors["key_cache"], tensors["value_cache"]
+    windows = [_window_tensor(w) for w in layout]
+    cache = cls([(None, None, w) if w is not None else (None, None) for w in windows])
+    for layer, key, value in itertools.zip_longest(cache.layers, keys, held):
+        if key is not None and value is not None:
+            _fill(layer, key, value)
+    return cache
+
+
+def _window_tensor(window: int | None) -> Any:
+    if window is None:
+        return None
+    torch = sys.modules["torch"]
+    return torch.tensor([window])
+
+
+def _fill(layer: Any, key: Any, value: Any) -> None:
+    """Give an empty key/value layer its tensors, without ``update``'s slicing."""
+    layer.lazy_initialization(key, value)
+    layer.keys, layer.values = key, value
+    if hasattr(layer, "cumulative_length"):  # sliding-window layers count tokens seen
+        layer.cumulative_length = key.shape[-2]
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -136,23 +136,56 @@ def _candidates(
             yield size
 
 
-def _kept_size(
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """Axes that take one new size, and where that size may lie."""
+
+    axes: tuple[tuple[str, int], ...]
+    low: int
+    high: float
+    multiple: int
+    small: bool
+
+
+#: Candidate sizes tried per group, and checks in all, where sizes must keep comparisons.
+_PER_GROUP, _TRIES = 24, 4_000
+
+
+def _kept_sizes(
     kept: Kept | None,
     example: Mapping[tuple[str, int], int],
-    sizes: Mapping[tuple[str, int], tuple[int, int]],
-    axes: list[tuple[str, int]],
-    space: tuple[set[int], int, float, int],
-    small: bool,
-) -> int | None:
-    """A new size for one group of axes that keeps the file's comparisons of sizes."""
-    taken, low, high, multiple = space
-    if kept is None or not kept.conditions:
-        return 2 if small else _pick(taken, low, high, multiple)
-    decided = {k: v[1] for k, v in sizes.items()}
-    for size in _candidates(taken, low, high, multiple, 2 if small else None):
-        if kept.keeps(example, {**decided, **dict.fromkeys(axes, size)}):
-            return size
-    return None
+    decided: Mapping[tuple[str, int], int],
+    groups: list[_Group],
+    taken: set[int],
+) -> list[int] | None:
+    """A new size for each group, distinct where it can be, keeping the file's comparisons.
+
+    Without comparisons each group takes its first candidate. With them the groups are
+    sized together, depth first: a comparison over several groups (``past + seq < 7``)
+    can rule out a choice only once the others are made, so an earlier group's size is
+    revised (``seq`` 7 -> 2) rather than leaving a later group no size at all.
+    """
+    check = kept if kept is not None and kept.conditions else None
+    tries = 0
+
+    def search(index: int, chosen: dict[tuple[str, int], int], used: set[int]) -> list[int] | None:
+        nonlocal tries
+        if index == len(groups):
+            return []
+        group = groups[index]
+        first = 2 if group.small and 2 not in used else None
+        candidates = _candidates(taken | used, group.low, group.high, group.multiple, first)
+        for size in itertools.islice(candidates, _PER_GROUP if check else 1):
+            tries += 1
+            new = {**chosen, **dict.fromkeys(group.axes, size)}
+            if check is not None and (tries > _TRIES or not check.keeps(example, new)):
+                continue
+            rest = search(index + 1, new, used | {size})
+            if rest is not None:
+                return [size, *rest]
+        return None
+
+    return search(0, dict(decided), set())
 
 
 def _new_sizes(
@@ -185,6 +218,7 @@ def _new_sizes(
     groups: dict[Any, list[tuple[str, int]]] = {}
     for key_axis, dim in ((k, d) for k, d in ordered if k not in tied and _derived(d) is None):
         groups.setdefault(_group(dim, example[key_axis]), []).append(key_axis)
+    pending: dict[Any, _Group] = {}
     for (path, axis), dim in ordered:
         if (path, axis) in tied:
             continue  # its size follows from the others' (below)
@@ -204,7 +238,7 @@ def _new_sizes(
             sizes[(path, axis)] = (old, fn(chosen[key]))
             continue
         key = _group(dim, old)
-        if key not in chosen:
+        if key not in pending:
             low, high = _bounds(dim)
             given_low, given_high = ranges.get((path, axis), (0, float("inf")))
             low, high = max(low, given_low), min(high, given_high)
@@ -213,12 +247,16 @@ def _new_sizes(
             multiple = (multiples or {}).get((path, axis), 1)
             small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
             small = small and multiple in (1, 2)
-            new = _kept_size(kept, example, sizes, groups[key], (taken, low, high, multiple), small)
-            if new is None:
-                return None
-            chosen[key] = new
-            taken.add(new)
-        sizes[(path, axis)] = (old, chosen[key])
+            pending[key] = _Group(tuple(groups[key]), low, high, multiple, small)
+    decided = {k: v[1] for k, v in sizes.items()}
+    picked = _kept_sizes(kept, example, decided, list(pending.values()), taken)
+    if picked is None:
+        return None
+    chosen.update(zip(pending, picked, strict=True))
+    for (path, axis), dim in ordered:
+        if (path, axis) not in tied and _derived(dim) is None:
+            old = example[(path, axis)]
+            sizes[(path, axis)] = (old, chosen[_group(dim, old)])
     return _with_ties(sizes, tied, tensors)
 
 
