@@ -148,7 +148,15 @@ class _Group:
 
 
 #: Candidate sizes tried per group, and checks in all, where sizes must keep comparisons.
-_PER_GROUP, _TRIES = 24, 4_000
+_PER_GROUP, _TRIES = 16, 20_000
+
+
+def _taken_sizes(
+    taken: set[int], low: int, high: float, multiple: int, floor: int
+) -> Iterator[int]:
+    """Sizes already in use, from ``floor`` up, inside ``[low, high]``: when no new size fits."""
+    step = max(multiple, 1)
+    return (s for s in sorted(taken | {1}) if max(low, floor) <= s <= high and s % step == 0)
 
 
 def _kept_sizes(
@@ -157,15 +165,19 @@ def _kept_sizes(
     decided: Mapping[tuple[str, int], int],
     groups: list[_Group],
     taken: set[int],
+    floor: int = 2,
 ) -> list[int] | None:
     """A new size for each group, distinct where it can be, keeping the file's comparisons.
 
     Without comparisons each group takes its first candidate. With them the groups are
     sized together, depth first: a comparison over several groups (``past + seq < 7``)
     can rule out a choice only once the others are made, so an earlier group's size is
-    revised (``seq`` 7 -> 2) rather than leaving a later group no size at all.
+    revised (``seq`` 7 -> 2) rather than leaving a later group no size at all. Sizes
+    already in use come last, from ``floor`` up (1 for a check that runs the file there:
+    a window of 4 leaves ``past 1, seq 2`` as the only other sizes to run).
     """
     check = kept if kept is not None and kept.conditions else None
+    read = set(check.axes.values()) if check is not None else set()
     tries = 0
 
     def search(index: int, chosen: dict[tuple[str, int], int], used: set[int]) -> list[int] | None:
@@ -175,7 +187,14 @@ def _kept_sizes(
         group = groups[index]
         first = 2 if group.small and 2 not in used else None
         candidates = _candidates(taken | used, group.low, group.high, group.multiple, first)
-        for size in itertools.islice(candidates, _PER_GROUP if check else 1):
+        if group.axes[0] in read:  # new sizes first, then small ones already taken (2, 3)
+            candidates = itertools.chain(
+                itertools.islice(candidates, _PER_GROUP),
+                _taken_sizes(taken | used, group.low, group.high, group.multiple, floor),
+            )
+        else:  # no comparison reads it: its first size is as good as any
+            candidates = itertools.islice(candidates, 1)
+        for size in candidates:
             tries += 1
             new = {**chosen, **dict.fromkeys(group.axes, size)}
             if check is not None and (tries > _TRIES or not check.keeps(example, new)):
@@ -249,7 +268,8 @@ def _new_sizes(
             small = small and multiple in (1, 2)
             pending[key] = _Group(tuple(groups[key]), low, high, multiple, small)
     decided = {k: v[1] for k, v in sizes.items()}
-    picked = _kept_sizes(kept, example, decided, list(pending.values()), taken)
+    floor = 1 if smallest else 2  # a capture at size 1 would fix that size
+    picked = _kept_sizes(kept, example, decided, list(pending.values()), taken, floor)
     if picked is None:
         return None
     chosen.update(zip(pending, picked, strict=True))
