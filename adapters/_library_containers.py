@@ -21,6 +21,7 @@ __all__ = [
     "register_library_container",
     "register_transformers_caches",
     "context_as_dicts",
+    "slid_cache_problem",
 ]
 
 
@@ -287,3 +288,43 @@ def context_as_dicts(context: object, leaves: list[Any]) -> dict[str, Any] | Non
         return None
     plain = _plain(context, leaves)
     return plain if isinstance(plain, dict) else None
+
+
+def slid_cache_problem(value: object, path: str) -> str | None:
+    """Why a ``transformers`` cache in the inputs cannot be served from its tensors, or None.
+
+    A sliding-window layer keeps its last ``window - 1`` positions and counts the tokens
+    it has seen apart. Flattened, the count is lost: the exported model takes the held
+    positions for the whole past. Until the layer first slides the two agree; after, the
+    model would place the new tokens at the wrong positions and mask the wrong columns.
+
+    Example:
+        >>> slid_cache_problem({"past": 1}, "past") is None
+        True
+    """
+    cls = type(value)
+    if not cls.__module__.startswith("transformers") or not is_transformers_cache(cls):
+        return None
+    for name in ("self_attention_cache", "cross_attention_cache"):  # EncoderDecoderCache
+        inner = getattr(value, name, None)
+        found = slid_cache_problem(inner, f"{path}.{name}") if inner is not None else None
+        if found is not None:
+            return found
+    for index, layer in enumerate(getattr(value, "layers", None) or ()):
+        seen, window = getattr(layer, "cumulative_length", None), getattr(layer, "sliding_window", None)
+        keys = getattr(layer, "keys", None)
+        shape = getattr(keys, "shape", None)
+        if not (type(seen) is int and type(window) is int and shape is not None and len(shape)):
+            continue
+        held = int(shape[-2]) if len(shape) >= 2 else 0
+        if seen > held:
+            return (
+                f"{path}: layer {index} of the cache has seen {seen} tokens and holds the last "
+                f"{held} (its sliding window is {window}); the exported model receives only "
+                f"the positions held, so it would place the new tokens at {held} instead of "
+                f"{seen}. A sliding-window cache is served until it first slides (past + new "
+                f"tokens < {window}). To decode past the window, build the cache without the "
+                "config (transformers.DynamicCache(), whose layers keep every position), "
+                "export with such a cache, and pass one on each call."
+            )
+    return None

@@ -106,7 +106,11 @@ class Kept:
         example: Mapping[tuple[str, int], int],
         new: Mapping[tuple[str, int], int],
     ) -> bool:
-        """Whether ``new`` sizes keep each decided comparison's sign as at ``example``."""
+        """Whether ``new`` sizes keep each decided comparison as at ``example``.
+
+        A comparison the example meets with room to spare is kept by any sizes that meet
+        it; one the example meets exactly (``total = past + seq``) stays exact.
+        """
         for condition in self.conditions:
             if not condition.linear:
                 continue  # a product of sizes: what the example's special sizes made
@@ -114,10 +118,13 @@ class Kept:
             if any(k is None or k not in new or k not in example for k in keys):
                 continue  # not decided yet
             pairs = list(zip(condition.names, keys, strict=True))
+            at_new = {n: new[k] for n, k in pairs if k is not None}
             before = condition.difference({n: example[k] for n, k in pairs if k is not None})
-            after = condition.difference({n: new[k] for n, k in pairs if k is not None})
+            after = condition.difference(at_new)
             if before is None or after is None:
                 continue
+            if before != 0 and condition.holds(at_new):
+                continue  # inside, as the example (``past + seq <= 5`` at 3, then at 5)
             if (before > 0) != (after > 0) or (before < 0) != (after < 0):
                 return False
         return True
@@ -145,6 +152,7 @@ class _Group:
     high: float
     multiple: int
     small: bool
+    example: int
 
 
 #: Candidate sizes tried per group, and checks in all, where sizes must keep comparisons.
@@ -152,11 +160,12 @@ _PER_GROUP, _TRIES = 16, 20_000
 
 
 def _taken_sizes(
-    taken: set[int], low: int, high: float, multiple: int, floor: int
+    taken: set[int], low: int, high: float, multiple: int, floor: int, example: int
 ) -> Iterator[int]:
-    """Sizes already in use, from ``floor`` up, inside ``[low, high]``: when no new size fits."""
+    """Sizes in use, from ``floor`` up, in ``[low, high]``, not the group's example size."""
     step = max(multiple, 1)
-    return (s for s in sorted(taken | {1}) if max(low, floor) <= s <= high and s % step == 0)
+    inside = (s for s in sorted(taken | {1}) if max(low, floor) <= s <= high)
+    return (s for s in inside if s % step == 0 and s != example)
 
 
 def _kept_sizes(
@@ -190,7 +199,9 @@ def _kept_sizes(
         if group.axes[0] in read:  # new sizes first, then small ones already taken (2, 3)
             candidates = itertools.chain(
                 itertools.islice(candidates, _PER_GROUP),
-                _taken_sizes(taken | used, group.low, group.high, group.multiple, floor),
+                _taken_sizes(
+                    taken | used, group.low, group.high, group.multiple, floor, group.example
+                ),
             )
         else:  # no comparison reads it: its first size is as good as any
             candidates = itertools.islice(candidates, 1)
@@ -266,7 +277,7 @@ def _new_sizes(
             multiple = (multiples or {}).get((path, axis), 1)
             small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
             small = small and multiple in (1, 2)
-            pending[key] = _Group(tuple(groups[key]), low, high, multiple, small)
+            pending[key] = _Group(tuple(groups[key]), low, high, multiple, small, old)
     decided = {k: v[1] for k, v in sizes.items()}
     floor = 1 if smallest else 2  # a capture at size 1 would fix that size
     picked = _kept_sizes(kept, example, decided, list(pending.values()), taken, floor)
