@@ -311,7 +311,10 @@ def slid_cache_problem(value: object, path: str) -> str | None:
         if found is not None:
             return found
     for index, layer in enumerate(getattr(value, "layers", None) or ()):
-        seen, window = getattr(layer, "cumulative_length", None), getattr(layer, "sliding_window", None)
+        seen, window = (
+            getattr(layer, "cumulative_length", None),
+            getattr(layer, "sliding_window", None),
+        )
         keys = getattr(layer, "keys", None)
         shape = getattr(keys, "shape", None)
         if not (type(seen) is int and type(window) is int and shape is not None and len(shape)):

@@ -162,10 +162,10 @@ _PER_GROUP, _TRIES = 16, 20_000
 def _taken_sizes(
     taken: set[int], low: int, high: float, multiple: int, floor: int, example: int
 ) -> Iterator[int]:
-    """Sizes in use, from ``floor`` up, in ``[low, high]``, not the group's example size."""
+    """Sizes in use, from ``floor`` up, in ``[low, high]``; never a size-1 example's 1 again."""
     step = max(multiple, 1)
     inside = (s for s in sorted(taken | {1}) if max(low, floor) <= s <= high)
-    return (s for s in inside if s % step == 0 and s != example)
+    return (s for s in inside if s % step == 0 and not s == example == 1)
 
 
 def _kept_sizes(

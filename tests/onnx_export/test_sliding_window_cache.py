@@ -1,0 +1,138 @@
+"""Key/value caches through the file: sliding windows shorter than the past, left padding.
+
+A sliding-window layer (Mistral's, Gemma 2's ``sliding_window``) keeps its last
+``window - 1`` positions. The export rebuilds a cache from its tensors without replaying
+``update`` (which cut the example's past to the window and fixed it), and traces the
+window's arithmetic as branches: the file serves every past and number of new tokens
+inside the window (``past + seq <= window - 1``, a condition of the file), refuses the
+others naming that condition, and refuses a cache that has already slid (its tensors no
+longer say how many tokens it has seen). A cache of full layers (``DynamicCache()``)
+serves any length. A left-padded batch goes through the cache as eagerly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import onnx_export
+from onnx_export.adapters import InputShapeError
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+
+def _decoder(family: str, window: int | None = None) -> Any:
+    from tests.e2e.zoo_models import small_decoder_config
+
+    torch.manual_seed(0)
+    extra: dict[str, Any] = {} if window is None else {"sliding_window": window}
+    if family == "mistral":
+        config = small_decoder_config("MistralConfig", num_key_value_heads=2, **extra)
+        return transformers.MistralForCausalLM(config).eval()
+    if family == "gemma2":  # sliding and full layers, alternating
+        config = small_decoder_config("Gemma2Config", num_key_value_heads=2, head_dim=8, **extra)
+        return transformers.Gemma2ForCausalLM(config).eval()
+    config = small_decoder_config("LlamaConfig", num_key_value_heads=2)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _step(
+    model: Any, batch: int, past: int, seq: int, padded: int = 0, full_layers: bool = False
+) -> tuple[Any, ...]:
+    """New token ids, the mask over past and new tokens, and the cache of the past.
+
+    ``padded``: the first rows but one start with that many padding positions (zeros at
+    the mask's start), and the cache was filled with that mask. ``full_layers``: a cache
+    built without the config, whose layers keep every position. The same sizes give the
+    same values: each call gives a cache of its own (eager's call extends its cache).
+    """
+    draw = torch.Generator().manual_seed(past * 100 + seq * 10 + batch + padded)
+    ids = torch.randint(3, 100, (batch, past + seq), generator=draw)
+    mask = torch.ones(batch, past + seq, dtype=torch.long)
+    mask[: max(batch - 1, 0), :padded] = 0
+    empty = transformers.DynamicCache() if full_layers else None
+    with torch.no_grad():
+        cache = model(
+            ids[:, :past], attention_mask=mask[:, :past], past_key_values=empty, use_cache=True
+        ).past_key_values
+    return ids[:, past:], mask, cache
+
+
+def _export(model: Any, example: tuple[Any, ...]) -> onnx_export.ONNXProgram:
+    ids, mask, cache = example
+    layers = len(cache.layers)
+    past = {0: "batch", 2: "past"}
+    shapes = {
+        "input_ids": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "past_key_values": [[past] * layers, [past] * layers],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return onnx_export.dynamo_export(
+            model, ids, attention_mask=mask, past_key_values=cache,
+            export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
+        )  # fmt: skip
+
+
+def _assert_like_eager(program: onnx_export.ONNXProgram, model: Any, *step: Any, **kw: Any) -> None:
+    ids, mask, cache = _step(model, *step, **kw)
+    _, _, again = _step(model, *step, **kw)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        want = model(ids, attention_mask=mask, past_key_values=cache)
+        got = program(ids, attention_mask=mask, past_key_values=again)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-4, rtol=1e-3)
+    for mine, theirs in zip(got.past_key_values.layers, want.past_key_values.layers, strict=True):
+        torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("family", "past", "tokens"),
+    [("mistral", 2, 1), ("gemma2", 2, 1), ("mistral", 3, 2)],
+    ids=["mistral-one-token", "gemma2-one-token", "mistral-two-tokens"],
+)
+def test_a_window_shorter_than_the_example_serves_inside_it(
+    family: str, past: int, tokens: int
+) -> None:
+    """Window 6: past + new tokens up to 5 serve as eagerly; past that, a clear refusal."""
+    model = _decoder(family, window=6)
+    program = _export(model, _step(model, 2, past, tokens))
+    spec = program.adapter_spec
+    assert spec is not None and "past + seq <= 5" in {c.expression for c in spec.conditions}
+    for batch, p, seq in ((2, past, tokens), (1, 1, 1), (3, 1, 2), (1, 3, 2), (2, 4, 1)):
+        _assert_like_eager(program, model, batch, p, seq)
+    ids, mask, cache = _step(model, 2, 4, 2)  # 6 positions: the window would slide
+    with pytest.raises(InputShapeError, match=r"where past \+ seq <= 5.*cache_utils"):
+        program(ids, attention_mask=mask, past_key_values=cache)
+    ids, mask, cache = _step(model, 1, 9, 1)  # slid: holds 5 of 9 positions
+    with pytest.raises(InputShapeError, match=r"seen 9 tokens and holds the last 5.*window is 6"):
+        program(ids, attention_mask=mask, past_key_values=cache)
+
+
+def test_a_cache_of_full_layers_serves_past_the_window() -> None:
+    """``DynamicCache()`` keeps every position: the file serves any length, as eagerly."""
+    model = _decoder("mistral", window=4)
+    program = _export(model, _step(model, 2, 2, 1, full_layers=True))
+    for batch, past, seq in ((2, 2, 1), (1, 1, 1), (2, 9, 1), (1, 7, 3)):
+        _assert_like_eager(program, model, batch, past, seq, full_layers=True)
+    ids, mask, full = _step(model, 1, 9, 2, full_layers=True)
+    _, _, sliding = _step(model, 1, 9, 2)
+    with torch.no_grad():  # the same numbers as eager with the window's own cache
+        want = model(ids, attention_mask=mask, past_key_values=sliding).logits
+    got = program(ids, attention_mask=mask, past_key_values=full).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_a_left_padded_batch_goes_through_the_cache(family: str) -> None:
+    """Batch 2, one row left-padded by 2, past 3: exported from one token, as eagerly."""
+    model = _decoder(family)
+    program = _export(model, _step(model, 2, 3, 1, padded=2))
+    for batch, past, seq, padded in ((2, 3, 1, 2), (2, 5, 2, 3), (3, 4, 1, 1), (1, 1, 1, 0)):
+        _assert_like_eager(program, model, batch, past, seq, padded=padded)
