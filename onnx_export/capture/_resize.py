@@ -269,26 +269,30 @@ def _new_sizes(
             continue
         key = _group(dim, old)
         if key not in pending:
-            low, high = _bounds(dim)
-            given_low, given_high = ranges.get((path, axis), (0, float("inf")))
-            low, high = max(low, given_low), min(high, given_high)
-            # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
-            # baked 1, and the check that runs the model there pays for each row it adds.
+            given = ranges.get((path, axis), (0, float("inf")))
             multiple = (multiples or {}).get((path, axis), 1)
-            small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
-            small = small and multiple in (1, 2)
-            pending[key] = _Group(tuple(groups[key]), low, high, multiple, small, old)
+            space = (dim, given, multiple, old)
+            pending[key] = _space(groups[key], space, smallest and 2 not in taken)
     decided = {k: v[1] for k, v in sizes.items()}
     floor = 1 if smallest else 2  # a capture at size 1 would fix that size
     picked = _kept_sizes(kept, example, decided, list(pending.values()), taken, floor)
     if picked is None:
         return None
     chosen.update(zip(pending, picked, strict=True))
-    for (path, axis), dim in ordered:
-        if (path, axis) not in tied and _derived(dim) is None:
-            old = example[(path, axis)]
-            sizes[(path, axis)] = (old, chosen[_group(dim, old)])
+    free = [(k, d) for k, d in ordered if k not in tied and _derived(d) is None]
+    sizes.update({k: (example[k], chosen[_group(d, example[k])]) for k, d in free})
     return _with_ties(sizes, tied, tensors)
+
+
+def _space(axes: list[tuple[str, int]], space: tuple[Any, Any, int, int], small: bool) -> _Group:
+    """Where a group's new size may lie: the dim's bounds within the given range."""
+    dim, (given_low, given_high), multiple, old = space
+    low, high = _bounds(dim)
+    low, high = max(low, given_low), min(high, given_high)
+    # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
+    # baked 1, and the check that runs the model there pays for each row it adds.
+    small = small and old == 1 and low <= 2 <= high and multiple in (1, 2)
+    return _Group(tuple(axes), low, high, multiple, small, old)
 
 
 def _aligned_dims(call: Call) -> dict[tuple[str, Any], Any]:
