@@ -136,3 +136,32 @@ def test_a_left_padded_batch_goes_through_the_cache(family: str) -> None:
     program = _export(model, _step(model, 2, 3, 1, padded=2))
     for batch, past, seq, padded in ((2, 3, 1, 2), (2, 5, 2, 3), (3, 4, 1, 1), (1, 1, 1, 0)):
         _assert_like_eager(program, model, batch, past, seq, padded=padded)
+
+
+class _FixesThePast(torch.nn.Module):
+    """Multiplies the cache's keys by a ``(5, 1)`` constant: the past must be 5."""
+
+    def forward(self, x: torch.Tensor, cache: Any) -> torch.Tensor:
+        keys = cache.layers[0].keys
+        return x + (keys * torch.ones(5, 1)).sum()
+
+
+def test_a_cache_axis_the_code_fixes_is_named_by_its_own_path() -> None:
+    """torch names it ``inputs['cache']['key_cache'][0]``; the message, ``cache.key_cache.0``."""
+    from onnx_export.capture._containers import register_library_containers
+    from onnx_export.capture._spec_containers import leaf_sources
+    from onnx_export.errors import CaptureError
+
+    cache = transformers.DynamicCache([(torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4))])
+    register_library_containers((), {"cache": cache})
+    assert leaf_sources("cache", cache)[0] == (
+        "L['cache']['key_cache'][0]",
+        "L['cache'][0][0]",
+        "cache.key_cache.0",
+    )
+    shapes = {"x": None, "cache": [[{2: "past"}], [{2: "past"}]]}
+    with pytest.raises(CaptureError, match=r"cache\.key_cache\.0\[2\] \(dynamic\) is fixed to 5 "):
+        onnx_export.dynamo_export(
+            _FixesThePast(), torch.randn(3), cache,
+            export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
+        )  # fmt: skip
