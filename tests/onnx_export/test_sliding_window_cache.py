@@ -20,6 +20,7 @@ import torch
 
 import onnx_export
 from onnx_export.adapters import InputShapeError
+from onnx_export.errors import ExportInputError
 
 transformers = pytest.importorskip("transformers")
 
@@ -113,6 +114,13 @@ def test_a_window_shorter_than_the_example_serves_inside_it(
     ids, mask, cache = _step(model, 1, 9, 1)  # slid: holds 5 of 9 positions
     with pytest.raises(InputShapeError, match=r"seen 9 tokens and holds the last 5.*window is 6"):
         program(ids, attention_mask=mask, past_key_values=cache)
+
+
+def test_an_example_cache_that_has_slid_is_refused_before_capture() -> None:
+    """Its tensors hold 3 of 9 positions: no capture can place the new token at 9."""
+    model = _decoder("mistral", window=4)
+    with pytest.raises(ExportInputError, match=r"example's past_key_values: .* seen 9 tokens"):
+        _export(model, _step(model, 2, 9, 1))
 
 
 def test_a_cache_of_full_layers_serves_past_the_window() -> None:
