@@ -173,3 +173,45 @@ def test_a_cache_axis_the_code_fixes_is_named_by_its_own_path() -> None:
             _FixesThePast(), torch.randn(3), cache,
             export_options=onnx_export.ExportOptions(dynamic_shapes=shapes),
         )  # fmt: skip
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, patch: str) -> None:
+    import onnx_export.capture._strategies as strategies
+
+    kept = tuple(p for p in strategies.PATCHES if p.name != patch)
+    assert len(kept) == len(strategies.PATCHES) - 1, patch
+    monkeypatch.setattr(strategies, "PATCHES", kept)
+
+
+def test_without_the_window_patch_the_one_token_export_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``capture/patches/_sliding_window_cache.py`` is what makes the window exportable."""
+    model = _decoder("mistral", window=6)
+    _without(monkeypatch, "sliding_window_cache")
+    try:
+        _export(model, _step(model, 2, 2, 1))
+    except onnx_export.OnnxExportError as error:
+        assert "ONNX Runtime" in str(error) or "Max(" in str(error), error
+    else:
+        pytest.skip("exported without the sliding_window_cache patch: it may be retired")
+
+
+def test_a_mask_longer_than_the_tokens_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers slices a longer mask only to decide a skip it never takes under export
+    (``capture/patches/_causal_skip.py``): the file serves it; without the patch, refused."""
+    model = _decoder("llama")
+    example = _step(model, 2, 3, 1)
+    program = _export(model, example)
+    ids, _, cache = _step(model, 2, 3, 1)
+    longer = torch.ones(2, 6, dtype=torch.long)  # past 3 + 1 new token, and 2 more
+    _, _, again = _step(model, 2, 3, 1)
+    with torch.no_grad():
+        want = model(ids, attention_mask=longer, past_key_values=cache).logits
+    got = program(ids, attention_mask=longer, past_key_values=again).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+    _without(monkeypatch, "causal_skip")
+    refusing = _export(model, example)
+    _, _, fresh = _step(model, 2, 3, 1)
+    with pytest.raises(InputShapeError, match=r"where total <= past \+ seq.*masking_utils"):
+        refusing(ids, attention_mask=longer, past_key_values=fresh)
