@@ -137,10 +137,10 @@ def test_a_cache_of_full_layers_serves_past_the_window() -> None:
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral"])
-def test_a_left_padded_batch_goes_through_the_cache(family: str) -> None:
+@pytest.mark.parametrize(("family", "window"), [("llama", None), ("mistral", None), ("mistral", 8)])
+def test_a_left_padded_batch_goes_through_the_cache(family: str, window: int | None) -> None:
     """Batch 2, one row left-padded by 2, past 3: exported from one token, as eagerly."""
-    model = _decoder(family)
+    model = _decoder(family, window)
     program = _export(model, _step(model, 2, 3, 1, padded=2))
     for batch, past, seq, padded in ((2, 3, 1, 2), (2, 5, 2, 3), (3, 4, 1, 1), (1, 1, 1, 0)):
         _assert_like_eager(program, model, batch, past, seq, padded=padded)
