@@ -116,6 +116,14 @@ def test_a_window_shorter_than_the_example_serves_inside_it(
         program(ids, attention_mask=mask, past_key_values=cache)
 
 
+def test_a_window_too_small_to_check_the_file_in_is_refused() -> None:
+    """Window 5, one token: past + seq <= 4 leaves no other sizes of 2 or more to capture
+    at, and the one-token capture fails at two tokens: refused, not a broken file."""
+    model = _decoder("mistral", window=5)
+    with pytest.raises(onnx_export.ConversionError, match=r"cannot serve.*ONNX Runtime failed"):
+        _export(model, _step(model, 2, 2, 1))
+
+
 def test_an_example_cache_that_has_slid_is_refused_before_capture() -> None:
     """Its tensors hold 3 of 9 positions: no capture can place the new token at 9."""
     model = _decoder("mistral", window=4)
