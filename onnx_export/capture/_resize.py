@@ -269,7 +269,12 @@ def _new_sizes(
             continue
         key = _group(dim, old)
         if key not in pending:
-            given = ranges.get((path, axis), (0, float("inf")))
+            # every axis of the group takes the size: the narrowest range of any of them
+            found = [ranges[a] for a in groups[key] if a in ranges]
+            given = (
+                max((r[0] for r in found), default=0),
+                min((r[1] for r in found), default=float("inf")),
+            )
             multiple = (multiples or {}).get((path, axis), 1)
             space = (dim, given, multiple, old)
             pending[key] = _space(groups[key], space, smallest and 2 not in taken)

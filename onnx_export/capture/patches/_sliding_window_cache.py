@@ -42,22 +42,30 @@ def _update(original: Callable[..., Any]) -> Callable[..., Any]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self.cumulative_length += key_states.shape[-2]
+        past = self.keys.shape[-2] if self.keys.dim() == key_states.dim() else 0
         full_keys = torch.cat([self.keys, key_states], dim=-2)
         full_values = torch.cat([self.values, value_states], dim=-2)
-        self.keys, self.values = _last(full_keys, held), _last(full_values, held)
+        self.keys, self.values = _last(full_keys, held, past), _last(full_values, held, past)
         return full_keys, full_values
 
     return update
 
 
-def _last(states: Any, held: int) -> Any:
+def _last(states: Any, held: int, past: Any) -> Any:
     """The last ``held`` positions of ``states``: a branch on its length, where the slice was a Max.
 
     Keys and values are compared each on their own, as transformers slices each: their
-    lengths are separate sizes to torch, and each gets the comparison that bounds it.
+    lengths are separate sizes to torch, and each gets the comparison that bounds it. On
+    the slicing branch the past is bounded by what a cache holds (``window - 1``): a
+    longer one is no cache the layer made, and the file refuses it.
     """
+    import torch
+
     length = states.shape[-2]
-    return states[:, :, length - held :, :] if length > held else states
+    if length > held:
+        torch._check(past <= held)
+        return states[:, :, length - held :, :]
+    return states
 
 
 def _get_mask_sizes(self: Any, query_length: Any) -> tuple[Any, Any]:
