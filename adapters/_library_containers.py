@@ -21,8 +21,13 @@ __all__ = [
     "register_library_container",
     "register_transformers_caches",
     "context_as_dicts",
+    "mark_rebuilt_cache",
     "slid_cache_problem",
 ]
+
+#: Set on a sliding-window layer rebuilt from a file's outputs that holds a full window:
+#: whether it slid, and so how many tokens it has seen, is not in its tensors.
+_COUNT_LOST = "_onnx_export_count_lost"
 
 
 def is_transformers_cache(cls: type) -> bool:
@@ -290,6 +295,26 @@ def context_as_dicts(context: object, leaves: list[Any]) -> dict[str, Any] | Non
     return plain if isinstance(plain, dict) else None
 
 
+def mark_rebuilt_cache(cache: Any) -> Any:
+    """``cache`` (rebuilt from a file's outputs), its full sliding-window layers marked.
+
+    A layer holding fewer than ``window - 1`` positions never slid: it has seen as many
+    tokens as it holds, as rebuilt. One holding ``window - 1`` may have seen more, which
+    its tensors do not say; :func:`slid_cache_problem` refuses it as an input.
+
+    Example:
+        >>> mark_rebuilt_cache({"keys": None})
+        {'keys': None}
+    """
+    for layer in getattr(cache, "layers", None) or ():
+        window, keys = getattr(layer, "sliding_window", None), getattr(layer, "keys", None)
+        shape = getattr(keys, "shape", None)
+        full = type(window) is int and shape is not None and len(shape) >= 2
+        if full and int(shape[-2]) >= window - 1:
+            setattr(layer, _COUNT_LOST, True)
+    return cache
+
+
 def slid_cache_problem(value: object, path: str) -> str | None:
     """Why a ``transformers`` cache in the inputs cannot be served from its tensors, or None.
 
@@ -320,6 +345,17 @@ def slid_cache_problem(value: object, path: str) -> str | None:
         if not (type(seen) is int and type(window) is int and shape is not None and len(shape)):
             continue
         held = int(shape[-2]) if len(shape) >= 2 else 0
+        if getattr(layer, _COUNT_LOST, False):
+            return (
+                f"{path}: layer {index} of the cache holds a full sliding window ({held} "
+                f"positions, window {window}) and came from an exported model's outputs, "
+                "which carry only the positions held: how many tokens it has seen (where "
+                "the new ones go) is lost. A sliding-window cache is served until it "
+                f"first slides (past + new tokens < {window}). To decode past the window, "
+                "build the cache without the config (transformers.DynamicCache(), whose "
+                "layers keep every position), export with such a cache, and pass one on "
+                "each call."
+            )
         if seen > held:
             return (
                 f"{path}: layer {index} of the cache has seen {seen} tokens and holds the last "

@@ -108,12 +108,40 @@ def test_a_window_shorter_than_the_example_serves_inside_it(
     assert spec is not None and "past + seq <= 5" in {c.expression for c in spec.conditions}
     for batch, p, seq in ((2, past, tokens), (1, 1, 1), (3, 1, 2), (1, 3, 2), (2, 4, 1)):
         _assert_like_eager(program, model, batch, p, seq)
+    ids, mask, cache = _step(model, 2, 2, 1)  # the file's cache fed back: the next step
+    _, _, again = _step(model, 2, 2, 1)
+    with torch.no_grad():
+        eager = model(ids, attention_mask=mask, past_key_values=cache)
+        step = torch.full((2, 1), 7)
+        longer = torch.ones(2, 4, dtype=torch.long)
+        want = model(step, attention_mask=longer, past_key_values=eager.past_key_values)
+    mine = program(ids, attention_mask=mask, past_key_values=again)
+    got = program(step, attention_mask=longer, past_key_values=mine.past_key_values)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-4, rtol=1e-3)
     ids, mask, cache = _step(model, 2, 4, 2)  # 6 positions: the window would slide
     with pytest.raises(InputShapeError, match=r"where past \+ seq <= 5.*cache_utils"):
         program(ids, attention_mask=mask, past_key_values=cache)
     ids, mask, cache = _step(model, 1, 9, 1)  # slid: holds 5 of 9 positions
     with pytest.raises(InputShapeError, match=r"seen 9 tokens and holds the last 5.*window is 6"):
         program(ids, attention_mask=mask, past_key_values=cache)
+
+
+def test_an_example_that_fills_the_window_serves_that_branch() -> None:
+    """Window 4, past 3 + 1 token: the layer slides during the call. The file has that
+    branch (past + seq > 3, a past of at most 3) and refuses the others, and the cache it
+    returns has slid, so the next step is refused too: nothing is served wrong."""
+    model = _decoder("mistral", window=4)
+    program = _export(model, _step(model, 2, 3, 1))
+    for batch, past, seq in ((2, 3, 1), (1, 3, 2), (3, 2, 6)):
+        _assert_like_eager(program, model, batch, past, seq)
+    ids, mask, cache = _step(model, 1, 1, 1)
+    with pytest.raises(InputShapeError, match=r"past|seq"):
+        program(ids, attention_mask=mask, past_key_values=cache)
+    ids, mask, cache = _step(model, 2, 3, 1)
+    out = program(ids, attention_mask=mask, past_key_values=cache)
+    more = torch.ones(2, 5, dtype=torch.long)
+    with pytest.raises(InputShapeError, match=r"holds a full sliding window \(3 positions"):
+        program(ids, attention_mask=more, past_key_values=out.past_key_values)
 
 
 def test_a_window_too_small_to_check_the_file_in_is_refused() -> None:
