@@ -309,8 +309,9 @@ def mark_rebuilt_cache(cache: Any) -> Any:
     for layer in getattr(cache, "layers", None) or ():
         window, keys = getattr(layer, "sliding_window", None), getattr(layer, "keys", None)
         shape = getattr(keys, "shape", None)
-        full = type(window) is int and shape is not None and len(shape) >= 2
-        if full and int(shape[-2]) >= window - 1:
+        if not (isinstance(window, int) and shape is not None and len(shape) >= 2):
+            continue
+        if int(shape[-2]) >= window - 1:
             setattr(layer, _COUNT_LOST, True)
     return cache
 

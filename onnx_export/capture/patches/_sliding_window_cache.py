@@ -63,7 +63,7 @@ def _last(states: Any, held: int, past: Any) -> Any:
 
     length = states.shape[-2]
     if length > held:
-        torch._check(past <= held)
+        torch._check(past <= held)  # type: ignore[no-untyped-call]  # torch's is untyped
         return states[:, :, length - held :, :]
     return states
 
