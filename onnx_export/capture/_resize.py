@@ -76,10 +76,6 @@ def _fresh(taken: set[int], low: int, high: float, multiple: int = 1) -> Iterato
     return (size for size in sizes if size not in taken and low <= size <= high)
 
 
-def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
-    return next(_fresh(taken, low, high, multiple), None)
-
-
 def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
     inputs = named_inputs(call.signature, call.args, call.kwargs)
     for name, value in inputs.items():
@@ -203,8 +199,9 @@ def _kept_sizes(
                     taken | used, group.low, group.high, group.multiple, floor, group.example
                 ),
             )
-        else:  # no comparison reads it: its first size is as good as any
-            candidates = itertools.islice(candidates, 1)
+        else:  # no comparison reads it: its first new size is as good as any (or none)
+            fresh = _fresh(taken | used, group.low, group.high, group.multiple)
+            candidates = itertools.islice(itertools.chain([first] if first else [], fresh), 1)
         for size in candidates:
             tries += 1
             new = {**chosen, **dict.fromkeys(group.axes, size)}
