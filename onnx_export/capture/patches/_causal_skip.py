@@ -67,7 +67,7 @@ PATCH = Patch(
         ),
         Target("transformers.masking_utils", "is_tracing", since="5.0"),
     ),
-    tested=("torch 2.13.0", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="the skip check compares a traced mask's length with the keys it never reads",
     apply=lambda call: causal_skip_untraced(),
 )

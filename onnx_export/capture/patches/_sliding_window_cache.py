@@ -120,7 +120,7 @@ PATCH = Patch(
             since="5.0",
         ),
     ),
-    tested=("torch 2.13.0", "transformers 5.25"),
+    tested=("torch 2.13.0", "torch 2.15.0", "transformers 5.25"),
     why="a sliding window's slice and mask offset trace as nested Max sizes torch cannot use",
     apply=lambda call: window_as_branches(),
 )
