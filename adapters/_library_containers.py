@@ -21,7 +21,13 @@ __all__ = [
     "register_library_container",
     "register_transformers_caches",
     "context_as_dicts",
+    "mark_rebuilt_cache",
+    "slid_cache_problem",
 ]
+
+#: Set on a sliding-window layer rebuilt from a file's outputs that holds a full window:
+#: whether it slid, and so how many tokens it has seen, is not in its tensors.
+_COUNT_LOST = "_onnx_export_count_lost"
 
 
 def is_transformers_cache(cls: type) -> bool:
@@ -168,9 +174,50 @@ def _register_dynamic_cache(cls: type, exporter: Any) -> None:
     def unflatten(values: Any, context: Any) -> Any:
         if isinstance(context, dict):  # the generic form: {"_t": "obj", ...}
             return exporter._pytree_unflatten(values, context)
-        return hf._unflatten_dynamic_cache(values, context)
+        return _key_value_cache(cls, values, context)
 
     _register(cls, flatten, unflatten, f"{cls.__module__}.{cls.__name__}", with_keys)
+
+
+def _key_value_cache(cls: type, values: list[Any], context: Any) -> Any:
+    """A ``DynamicCache`` holding ``values`` as they are, from the key/value context.
+
+    ``transformers``' own unflattening refills each layer with ``update``: a
+    sliding-window layer then keeps only its last ``window - 1`` positions, so under
+    capture a past of symbolic length ``p`` becomes ``min(p, window - 1)``, and torch
+    fixes ``p`` (or fails on the nested ``Max`` arithmetic) whenever the example's past
+    plus new tokens reach the window. The layers are built empty here (the constructor
+    skips ``update`` for layers without data) and take the key and value tensors as
+    given, with the tokens seen counted as the tensors' length, as ``update`` would
+    count them for a past that has not slid.
+    """
+    import itertools
+
+    pytree = sys.modules["torch.utils._pytree"]
+    dictionary_keys, layout = context
+    tensors = pytree._dict_unflatten(values, dictionary_keys)
+    keys, held = tensors["key_cache"], tensors["value_cache"]
+    windows = [_window_tensor(w) for w in layout]
+    cache = cls([(None, None, w) if w is not None else (None, None) for w in windows])
+    for layer, key, value in itertools.zip_longest(cache.layers, keys, held):
+        if key is not None and value is not None:
+            _fill(layer, key, value)
+    return cache
+
+
+def _window_tensor(window: int | None) -> Any:
+    if window is None:
+        return None
+    torch = sys.modules["torch"]
+    return torch.tensor([window])
+
+
+def _fill(layer: Any, key: Any, value: Any) -> None:
+    """Give an empty key/value layer its tensors, without ``update``'s slicing."""
+    layer.lazy_initialization(key, value)
+    layer.keys, layer.values = key, value
+    if hasattr(layer, "cumulative_length"):  # sliding-window layers count tokens seen
+        layer.cumulative_length = key.shape[-2]
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -246,3 +293,78 @@ def context_as_dicts(context: object, leaves: list[Any]) -> dict[str, Any] | Non
         return None
     plain = _plain(context, leaves)
     return plain if isinstance(plain, dict) else None
+
+
+def mark_rebuilt_cache(cache: Any) -> Any:
+    """``cache`` (rebuilt from a file's outputs), its full sliding-window layers marked.
+
+    A layer holding fewer than ``window - 1`` positions never slid: it has seen as many
+    tokens as it holds, as rebuilt. One holding ``window - 1`` may have seen more, which
+    its tensors do not say; :func:`slid_cache_problem` refuses it as an input.
+
+    Example:
+        >>> mark_rebuilt_cache({"keys": None})
+        {'keys': None}
+    """
+    for layer in getattr(cache, "layers", None) or ():
+        window, keys = getattr(layer, "sliding_window", None), getattr(layer, "keys", None)
+        shape = getattr(keys, "shape", None)
+        if not (isinstance(window, int) and shape is not None and len(shape) >= 2):
+            continue
+        if int(shape[-2]) >= window - 1:
+            setattr(layer, _COUNT_LOST, True)
+    return cache
+
+
+def slid_cache_problem(value: object, path: str) -> str | None:
+    """Why a ``transformers`` cache in the inputs cannot be served from its tensors, or None.
+
+    A sliding-window layer keeps its last ``window - 1`` positions and counts the tokens
+    it has seen apart. Flattened, the count is lost: the exported model takes the held
+    positions for the whole past. Until the layer first slides the two agree; after, the
+    model would place the new tokens at the wrong positions and mask the wrong columns.
+
+    Example:
+        >>> slid_cache_problem({"past": 1}, "past") is None
+        True
+    """
+    cls = type(value)
+    if not cls.__module__.startswith("transformers") or not is_transformers_cache(cls):
+        return None
+    for name in ("self_attention_cache", "cross_attention_cache"):  # EncoderDecoderCache
+        inner = getattr(value, name, None)
+        found = slid_cache_problem(inner, f"{path}.{name}") if inner is not None else None
+        if found is not None:
+            return found
+    for index, layer in enumerate(getattr(value, "layers", None) or ()):
+        seen, window = (
+            getattr(layer, "cumulative_length", None),
+            getattr(layer, "sliding_window", None),
+        )
+        keys = getattr(layer, "keys", None)
+        shape = getattr(keys, "shape", None)
+        if not (type(seen) is int and type(window) is int and shape is not None and len(shape)):
+            continue
+        held = int(shape[-2]) if len(shape) >= 2 else 0
+        if getattr(layer, _COUNT_LOST, False):
+            return (
+                f"{path}: layer {index} of the cache holds a full sliding window ({held} "
+                f"positions, window {window}) and came from an exported model's outputs, "
+                "which carry only the positions held: how many tokens it has seen (where "
+                "the new ones go) is lost. A sliding-window cache is served until it "
+                f"first slides (past + new tokens < {window}). To decode past the window, "
+                "build the cache without the config (transformers.DynamicCache(), whose "
+                "layers keep every position), export with such a cache, and pass one on "
+                "each call."
+            )
+        if seen > held:
+            return (
+                f"{path}: layer {index} of the cache has seen {seen} tokens and holds the last "
+                f"{held} (its sliding window is {window}); the exported model receives only "
+                f"the positions held, so it would place the new tokens at {held} instead of "
+                f"{seen}. A sliding-window cache is served until it first slides (past + new "
+                f"tokens < {window}). To decode past the window, build the cache without the "
+                "config (transformers.DynamicCache(), whose layers keep every position), "
+                "export with such a cache, and pass one on each call."
+            )
+    return None

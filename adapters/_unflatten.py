@@ -15,7 +15,12 @@ from typing import Any
 
 from ._errors import LeafCountError, UnsupportedValueError
 from ._flatten import qualified_name
-from ._library_containers import context_as_dicts, register_library_container
+from ._library_containers import (
+    context_as_dicts,
+    is_transformers_cache,
+    mark_rebuilt_cache,
+    register_library_container,
+)
 from ._paths import key_names
 from ._torch import pytree_registry
 from ._treespec import TreeSpec
@@ -187,6 +192,10 @@ def _custom_builder(spec: TreeSpec, kids: tuple[Builder, ...], cls: type | None)
         register_library_container(cls)  # a transformers cache in a fresh process
     if registry is not None and cls in registry:
         unflatten_fn: Callable[[list[object], Any], object] = registry[cls].unflatten_fn
+        if is_transformers_cache(cls):  # a file's output cache: what its tensors cannot say
+            return lambda it: mark_rebuilt_cache(
+                in_key_order(unflatten_fn([k(it) for k in kids], context), names)
+            )
         return lambda it: in_key_order(unflatten_fn([k(it) for k in kids], context), names)
     if names is not None:
         return _kwargs_builder(cls, names, kids)

@@ -33,6 +33,7 @@ from ._cast_inputs import CastInputs
 from ._errors import ConstantMismatchError, InputShapeError, InputStructureError
 from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
 from ._json import Constant
+from ._library_containers import slid_cache_problem
 from ._matchers import ArgumentsMatcher
 from ._mismatch import describe_value, first_mismatch, reorder_dicts_like
 from ._spec import AdapterSpec, LeafSpec, ParameterSpec
@@ -96,13 +97,29 @@ class FlattenInputs:
         self._expected = key_from_spec(tree)
 
     def __call__(self, canonical: Canonical) -> tuple[list[object], StructureKey]:
-        """Return ``(leaves, key)``."""
+        """Return ``(leaves, key)``.
+
+        Raises:
+            InputShapeError: A ``transformers`` sliding-window cache that has slid: its
+                tensors no longer say how many tokens it has seen.
+        """
         args, kwargs = canonical
+        _check_caches(args, kwargs)
         leaves: list[object] = []
         if self._match(args, kwargs, leaves):
             return leaves, self._expected
         leaves = []
         return leaves, flatten_arguments(args, kwargs, leaves)
+
+
+def _check_caches(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    """Refuse a ``transformers`` cache whose tensors no longer hold its whole past."""
+    named = [*((f"args[{i}]", v) for i, v in enumerate(args)), *kwargs.items()]
+    for path, value in named:
+        if type(value).__module__.startswith("transformers."):
+            problem = slid_cache_problem(value, path)
+            if problem is not None:
+                raise InputShapeError(problem)
 
 
 class CheckStructure:

@@ -16,7 +16,11 @@ import sys
 from typing import Any
 
 from onnx_export.adapters._flatten import flatten_arguments
-from onnx_export.adapters._library_containers import register_transformers_caches
+from onnx_export.adapters._library_containers import (
+    register_transformers_caches,
+    slid_cache_problem,
+)
+from onnx_export.errors import ExportInputError
 
 __all__ = ["register_input_containers", "register_library_containers"]
 
@@ -34,7 +38,18 @@ def register_library_containers(args: tuple[Any, ...], kwargs: dict[str, Any]) -
 
     Returns:
         The cache classes registered (empty when ``transformers`` is not imported).
+
+    Raises:
+        ExportInputError: An example cache the file could not be called with: a
+            sliding-window cache that has slid (its tensors no longer say how many
+            tokens it has seen, so neither the capture nor the file can place the new
+            ones).
     """
     registered = register_transformers_caches() if "transformers" in sys.modules else []
     register_input_containers(args, kwargs)
+    named = [*((f"args[{i}]", v) for i, v in enumerate(args)), *kwargs.items()]
+    for path, value in named:
+        problem = slid_cache_problem(value, path)
+        if problem is not None:
+            raise ExportInputError(f"The example's {problem}")
     return registered

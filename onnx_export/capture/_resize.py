@@ -76,10 +76,6 @@ def _fresh(taken: set[int], low: int, high: float, multiple: int = 1) -> Iterato
     return (size for size in sizes if size not in taken and low <= size <= high)
 
 
-def _pick(taken: set[int], low: int, high: float, multiple: int = 1) -> int | None:
-    return next(_fresh(taken, low, high, multiple), None)
-
-
 def _tensors(call: Call) -> Iterator[tuple[str, torch.Tensor]]:
     inputs = named_inputs(call.signature, call.args, call.kwargs)
     for name, value in inputs.items():
@@ -106,7 +102,11 @@ class Kept:
         example: Mapping[tuple[str, int], int],
         new: Mapping[tuple[str, int], int],
     ) -> bool:
-        """Whether ``new`` sizes keep each decided comparison's sign as at ``example``."""
+        """Whether ``new`` sizes keep each decided comparison as at ``example``.
+
+        A comparison the example meets with room to spare is kept by any sizes that meet
+        it; one the example meets exactly (``total = past + seq``) stays exact.
+        """
         for condition in self.conditions:
             if not condition.linear:
                 continue  # a product of sizes: what the example's special sizes made
@@ -114,10 +114,13 @@ class Kept:
             if any(k is None or k not in new or k not in example for k in keys):
                 continue  # not decided yet
             pairs = list(zip(condition.names, keys, strict=True))
+            at_new = {n: new[k] for n, k in pairs if k is not None}
             before = condition.difference({n: example[k] for n, k in pairs if k is not None})
-            after = condition.difference({n: new[k] for n, k in pairs if k is not None})
+            after = condition.difference(at_new)
             if before is None or after is None:
                 continue
+            if before != 0 and condition.holds(at_new):
+                continue  # inside, as the example (``past + seq <= 5`` at 3, then at 5)
             if (before > 0) != (after > 0) or (before < 0) != (after < 0):
                 return False
         return True
@@ -136,23 +139,80 @@ def _candidates(
             yield size
 
 
-def _kept_size(
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """Axes that take one new size, and where that size may lie."""
+
+    axes: tuple[tuple[str, int], ...]
+    low: int
+    high: float
+    multiple: int
+    small: bool
+    example: int
+
+
+#: Candidate sizes tried per group, and checks in all, where sizes must keep comparisons.
+_PER_GROUP, _TRIES = 16, 20_000
+
+
+def _taken_sizes(
+    taken: set[int], low: int, high: float, multiple: int, floor: int, example: int
+) -> Iterator[int]:
+    """Sizes in use, from ``floor`` up, in ``[low, high]``; never a size-1 example's 1 again."""
+    step = max(multiple, 1)
+    inside = (s for s in sorted(taken | {1}) if max(low, floor) <= s <= high)
+    return (s for s in inside if s % step == 0 and not s == example == 1)
+
+
+def _kept_sizes(
     kept: Kept | None,
     example: Mapping[tuple[str, int], int],
-    sizes: Mapping[tuple[str, int], tuple[int, int]],
-    axes: list[tuple[str, int]],
-    space: tuple[set[int], int, float, int],
-    small: bool,
-) -> int | None:
-    """A new size for one group of axes that keeps the file's comparisons of sizes."""
-    taken, low, high, multiple = space
-    if kept is None or not kept.conditions:
-        return 2 if small else _pick(taken, low, high, multiple)
-    decided = {k: v[1] for k, v in sizes.items()}
-    for size in _candidates(taken, low, high, multiple, 2 if small else None):
-        if kept.keeps(example, {**decided, **dict.fromkeys(axes, size)}):
-            return size
-    return None
+    decided: Mapping[tuple[str, int], int],
+    groups: list[_Group],
+    taken: set[int],
+    floor: int = 2,
+) -> list[int] | None:
+    """A new size for each group, distinct where it can be, keeping the file's comparisons.
+
+    Without comparisons each group takes its first candidate. With them the groups are
+    sized together, depth first: a comparison over several groups (``past + seq < 7``)
+    can rule out a choice only once the others are made, so an earlier group's size is
+    revised (``seq`` 7 -> 2) rather than leaving a later group no size at all. Sizes
+    already in use come last, from ``floor`` up (1 for a check that runs the file there:
+    a window of 4 leaves ``past 1, seq 2`` as the only other sizes to run).
+    """
+    check = kept if kept is not None and kept.conditions else None
+    read = set(check.axes.values()) if check is not None else set()
+    tries = 0
+
+    def search(index: int, chosen: dict[tuple[str, int], int], used: set[int]) -> list[int] | None:
+        nonlocal tries
+        if index == len(groups):
+            return []
+        group = groups[index]
+        first = 2 if group.small and 2 not in used else None
+        candidates = _candidates(taken | used, group.low, group.high, group.multiple, first)
+        if group.axes[0] in read:  # new sizes first, then small ones already taken (2, 3)
+            candidates = itertools.chain(
+                itertools.islice(candidates, _PER_GROUP),
+                _taken_sizes(
+                    taken | used, group.low, group.high, group.multiple, floor, group.example
+                ),
+            )
+        else:  # no comparison reads it: its first new size is as good as any (or none)
+            fresh = _fresh(taken | used, group.low, group.high, group.multiple)
+            candidates = itertools.islice(itertools.chain([first] if first else [], fresh), 1)
+        for size in candidates:
+            tries += 1
+            new = {**chosen, **dict.fromkeys(group.axes, size)}
+            if check is not None and (tries > _TRIES or not check.keeps(example, new)):
+                continue
+            rest = search(index + 1, new, used | {size})
+            if rest is not None:
+                return [size, *rest]
+        return None
+
+    return search(0, dict(decided), set())
 
 
 def _new_sizes(
@@ -185,6 +245,7 @@ def _new_sizes(
     groups: dict[Any, list[tuple[str, int]]] = {}
     for key_axis, dim in ((k, d) for k, d in ordered if k not in tied and _derived(d) is None):
         groups.setdefault(_group(dim, example[key_axis]), []).append(key_axis)
+    pending: dict[Any, _Group] = {}
     for (path, axis), dim in ordered:
         if (path, axis) in tied:
             continue  # its size follows from the others' (below)
@@ -204,22 +265,36 @@ def _new_sizes(
             sizes[(path, axis)] = (old, fn(chosen[key]))
             continue
         key = _group(dim, old)
-        if key not in chosen:
-            low, high = _bounds(dim)
-            given_low, given_high = ranges.get((path, axis), (0, float("inf")))
-            low, high = max(low, given_low), min(high, given_high)
-            # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
-            # baked 1, and the check that runs the model there pays for each row it adds.
+        if key not in pending:
+            # every axis of the group takes the size: the narrowest range of any of them
+            found = [ranges[a] for a in groups[key] if a in ranges]
+            given = (
+                max((r[0] for r in found), default=0),
+                min((r[1] for r in found), default=float("inf")),
+            )
             multiple = (multiples or {}).get((path, axis), 1)
-            small = smallest and old == 1 and 2 not in taken and low <= 2 <= high
-            small = small and multiple in (1, 2)
-            new = _kept_size(kept, example, sizes, groups[key], (taken, low, high, multiple), small)
-            if new is None:
-                return None
-            chosen[key] = new
-            taken.add(new)
-        sizes[(path, axis)] = (old, chosen[key])
+            space = (dim, given, multiple, old)
+            pending[key] = _space(groups[key], space, smallest and 2 not in taken)
+    decided = {k: v[1] for k, v in sizes.items()}
+    floor = 1 if smallest else 2  # a capture at size 1 would fix that size
+    picked = _kept_sizes(kept, example, decided, list(pending.values()), taken, floor)
+    if picked is None:
+        return None
+    chosen.update(zip(pending, picked, strict=True))
+    free = [(k, d) for k, d in ordered if k not in tied and _derived(d) is None]
+    sizes.update({k: (example[k], chosen[_group(d, example[k])]) for k, d in free})
     return _with_ties(sizes, tied, tensors)
+
+
+def _space(axes: list[tuple[str, int]], space: tuple[Any, Any, int, int], small: bool) -> _Group:
+    """Where a group's new size may lie: the dim's bounds within the given range."""
+    dim, (given_low, given_high), multiple, old = space
+    low, high = _bounds(dim)
+    low, high = max(low, given_low), min(high, given_high)
+    # A size-1 example grows to 2 where asked (``smallest``): any other size shows a
+    # baked 1, and the check that runs the model there pays for each row it adds.
+    small = small and old == 1 and low <= 2 <= high and multiple in (1, 2)
+    return _Group(tuple(axes), low, high, multiple, small, old)
 
 
 def _aligned_dims(call: Call) -> dict[tuple[str, Any], Any]:

@@ -53,6 +53,9 @@ class Node:
         texts: Each child's key as text (``"left"``, ``"0"``).
         children: The children, in torch's order.
         cls: The container's class.
+        accessors: For a registered class, each child as torch's messages name it
+            (``['key_cache']`` for a ``DynamicCache``, ``.left``, ``[0]``); empty when
+            torch names them by position.
     """
 
     kind: str
@@ -60,6 +63,7 @@ class Node:
     texts: tuple[str, ...]
     children: tuple[Any, ...]
     cls: type
+    accessors: tuple[str, ...] = ()
 
     @property
     def named(self) -> bool:
@@ -89,15 +93,17 @@ def container(value: Any) -> Node | None:
     handler = pytree.SUPPORTED_NODES.get(pytree._get_node_type(value))  # torch's node lookup
     if handler is None:
         return None
+    accessors: tuple[str, ...] = ()
     if handler.flatten_with_keys_fn is not None:
         pairs, _ = handler.flatten_with_keys_fn(value)
         texts = tuple(key_text(k) for k, _ in pairs)
         children = tuple(c for _, c in pairs)
+        accessors = tuple(str(k) for k, _ in pairs)  # pytree's keys print as torch names them
     else:
         flat, _ = handler.flatten_fn(value)
         children, texts = tuple(flat), tuple(map(str, range(len(flat))))
     kind = "dataclass" if dataclasses.is_dataclass(value) else "custom"
-    return Node(kind, texts, texts, children, cls)
+    return Node(kind, texts, texts, children, cls, accessors)
 
 
 def describe(node: Node) -> str:
@@ -220,12 +226,16 @@ def _steps(node: Node) -> list[tuple[str, str, str]]:
     """``(torch's accessor, the spec's accessor, dotted step)`` for each child of ``node``.
 
     torch.export names a namedtuple's or a dataclass's field as an attribute
-    (``L['pair'].left``); the spec holds the field by position (``[0]``).
+    (``L['pair'].left``), and a registered class's children by its keys
+    (``L['cache']['key_cache'][0]``); the spec holds them by position (``[0]``).
     """
     if node.kind == "dict":
         return [(f"[{k!r}]", f"[{k!r}]", t) for k, t in zip(node.keys, node.texts, strict=True)]
     if node.named:
         return [(f".{t}", f"[{i}]", t) for i, t in enumerate(node.texts)]
+    if node.kind == "custom" and len(node.accessors) == len(node.texts):
+        pairs = enumerate(zip(node.accessors, node.texts, strict=True))
+        return [(a, f"[{i}]", t) for i, (a, t) in pairs]
     return [(f"[{i}]", f"[{i}]", t) for i, t in enumerate(node.texts)]
 
 

@@ -69,7 +69,7 @@ def serve_dynamic_axes(
     found = _problem(program_of(built), call, context)
     if found is None:
         return built
-    problem, _, held = found
+    problem, checked, held = found
     ranges = declared_ranges(program_of(built).adapter_spec, widen=True)
     multiples = declared_multiples(program_of(built).adapter_spec)
     kept = kept_conditions(program_of(built).adapter_spec)
@@ -82,7 +82,13 @@ def serve_dynamic_axes(
         _report.record_resized_capture(context, other.text(), problem)
         return rebuilt
     if _narrow(program_of(built).adapter_spec) is not None:
-        return built  # the file declares the narrow range: it tells the truth
+        # The file declares the narrow range: it tells the truth, unless it also fails
+        # inside it (a one-token example's baked size where no other sizes could be
+        # captured: a sliding window of 5 leaves past + seq <= 4).
+        failed = second_size_problem(program_of(built), call, checked) if checked else None
+        if failed is None or "ONNX Runtime failed" not in failed:
+            return built
+        problem = failed
     if held or "ONNX Runtime failed" in problem:
         raise unserved_axes_error(problem, held)
     # Numbers differ at other sizes, and no node holds the example's sizes: maybe the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from onnx_export.capture.patches import (
     _anyres,
+    _causal_skip,
     _cdist,
     _distributions,
     _experts,
@@ -30,6 +31,7 @@ from onnx_export.capture.patches import (
     _rnn,
     _sdpa_causal,
     _sdpa_flag,
+    _sliding_window_cache,
     _small_constants,
     _sqrt,
     _stack_traces,
@@ -72,6 +74,8 @@ PATCHES: tuple[Patch, ...] = (
     _torch_int.PATCH,
     _module_casts.PATCH,
     _transformers_masks.PATCH,
+    _sliding_window_cache.PATCH,
+    _causal_skip.PATCH,
     _sdpa_causal.PATCH,
     _sdpa_flag.PATCH,
     _cdist.PATCH,
