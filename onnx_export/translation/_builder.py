@@ -15,6 +15,7 @@ import onnxscript
 import torch.fx
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
 
+from onnx_export.translation._inference import fast_attributes, infer_outputs
 from onnx_export.translation._source import node_origin
 
 __all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
@@ -158,6 +159,16 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         return separate_input_attributes_from_arguments(
             signature, list(args), kwargs, fill_defaults=False, allow_extra_args=False
         )
+
+    def _cast_attributes(self, schema: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+        # onnx_ir infers each attribute's type from its Python value through isinstance
+        # checks against runtime protocols (a tenth of translation, #39); the plain cases
+        # are made here as the same ``ir.Attr``, which it then passes through.
+        return fast_attributes(super()._cast_attributes(schema, attributes))
+
+    def _infer_shapes(self, node: ir.Node) -> None:
+        # onnxscript's per-node ONNX inference, with its protos cached (#39).
+        infer_outputs(node)
 
     def child(self, graph: ir.Graph, scope: str) -> TaggingGraphBuilder:
         """A builder for a subgraph (e.g. an ``If`` branch) whose names carry ``scope``."""

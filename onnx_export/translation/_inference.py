@@ -1,0 +1,167 @@
+"""onnxscript's per-node shape inference and attribute conversion, made cheaper (#39).
+
+The graph builder infers every recorded node's output types with ONNX's C++ inference,
+and onnxscript hands it protos that onnx_ir serializes for each node: each input's type
+again and again (the same few types, thousands of times), then each result parsed back.
+That was a third of translation on the bench families. Here the same inference runs on
+the same node, input types and constant data, with each distinct input type serialized
+once and each distinct result parsed once; what reaches the values (shape merge, type,
+the error recorded on a node) is what onnxscript's ``infer_outputs`` would give. Anything
+out of the plain case (an input without a name, a sequence type, an exception) goes
+through onnxscript's own function, which then records its own error message.
+
+``fast_attributes`` builds the ``ir.Attr`` that ``onnx_ir.convert_attributes`` would
+infer for plain ints, floats, strings, their lists and ``ir.Tensor`` values, without its
+``isinstance`` checks against runtime protocols (a tenth of translation).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+from onnxscript._internal import _inference
+
+__all__ = ["fast_attributes", "infer_outputs"]
+
+# Distinct types are few (dtype x shape); a bound keeps a pathological model's cache small.
+_CACHE_LIMIT = 4096
+_TYPE_BYTES: dict[tuple[Any, ...], bytes] = {}
+_RESULTS: dict[bytes, tuple[ir.Shape | None, onnx.TypeProto]] = {}
+_ERROR_KEY = "pkg.onnxscript.shape_inference_error"  # onnxscript's key
+
+
+@functools.cache
+def _schema(op_type: str, version: int | None, domain: str) -> onnx.defs.OpSchema:
+    return onnx.defs.get_schema(op_type, version, domain)  # type: ignore[arg-type]  # as onnxscript
+
+
+def _shape_key(shape: ir.Shape) -> tuple[Any, ...] | None:
+    dims: list[Any] = []
+    for dim in shape.dims:
+        if type(dim) is int:
+            dims.append(dim)
+        elif type(dim) is ir.SymbolicDim:
+            dims.append((dim.value,))
+        else:
+            return None
+    denotations = getattr(shape, "_denotations", None)
+    if denotations is None:
+        return None
+    return (*dims, tuple(denotations))
+
+
+def _type_bytes(value: ir.Value) -> bytes:
+    """onnxscript's ``get_type`` (a ``TypeProto`` of the value's type and shape), serialized."""
+    value_type, shape = value.type, value.shape
+    key: tuple[Any, ...] | None = None
+    if type(value_type) is ir.TensorType and (shape is None or type(shape) is ir.Shape):
+        shape_key = _shape_key(shape) if shape is not None else ()
+        if shape_key is not None:
+            key = (value_type.dtype, value_type.denotation, shape is None, shape_key)
+            found = _TYPE_BYTES.get(key)
+            if found is not None:
+                return found
+    assert value_type is not None  # checked by the caller
+    type_proto = ir.serde.serialize_type(value_type)
+    if shape is not None:
+        ir.serde.serialize_shape_into(type_proto, shape)
+    data = type_proto.SerializeToString()
+    if key is not None and len(_TYPE_BYTES) < _CACHE_LIMIT:
+        _TYPE_BYTES[key] = data
+    return data
+
+
+def _constant_bytes(value: ir.Value) -> bytes | None:
+    """onnxscript's ``get_constant_value`` (small constants' data), serialized."""
+    if value.const_value is None:
+        return None
+    if _inference._get_numpy_value(value, size_limit=20) is None:
+        return None
+    return ir.serde.serialize_tensor(value.const_value).SerializeToString()
+
+
+def _inferred(node: ir.Node) -> dict[str, bytes] | None:
+    """ONNX's inferred output types of ``node`` (serialized), or None: take onnxscript's path."""
+    types: dict[str, bytes] = {}
+    data: dict[str, bytes] = {}
+    for value in node.inputs:
+        if value is None:
+            continue
+        if not value.name or value.type is None:
+            return None
+        types[value.name] = _type_bytes(value)
+        constant = _constant_bytes(value)
+        if constant is not None:
+            data[value.name] = constant
+    schema = _schema(node.op_type, node.version, node.domain)
+    outputs: dict[str, bytes] = schema._infer_node_outputs(  # what onnx's infer_node_outputs calls
+        ir.serde.serialize_node(node).SerializeToString(), types, data, {}, {}, onnx.IR_VERSION
+    )
+    return outputs
+
+
+def _result(data: bytes) -> tuple[ir.Shape | None, onnx.TypeProto]:
+    found = _RESULTS.get(data)
+    if found is None:
+        proto = onnx.TypeProto.FromString(data)
+        found = (ir.serde.deserialize_type_proto_for_shape(proto), proto)
+        if len(_RESULTS) < _CACHE_LIMIT:
+            _RESULTS[data] = found
+    return found
+
+
+def infer_outputs(node: ir.Node) -> None:
+    """``onnxscript._internal._inference.infer_outputs(node)``, with cached protos.
+
+    The shape kept in the cache is never a value's: ``Value.merge_shapes`` copies the one
+    it is given, and each value gets a type of its own.
+    """
+    if all(_inference._has_complete_type_and_shape(output) for output in node.outputs):
+        return
+    try:
+        outputs = _inferred(node)
+    except Exception:  # noqa: BLE001  # onnxscript's path raises it again and records it
+        outputs = None
+    if outputs is None:
+        _inference.infer_outputs(node)
+        return
+    try:
+        for output in node.outputs:
+            if output.name in outputs:
+                shape, proto = _result(outputs[output.name])
+                output.merge_shapes(shape)
+                output.type = ir.serde.deserialize_type_proto_for_type(proto)
+    except Exception as error:  # noqa: BLE001  # as onnxscript: inference is best effort
+        node.metadata_props[_ERROR_KEY] = str(error)
+
+
+def _attribute(name: str, value: Any) -> Any:
+    """The ``ir.Attr`` onnx_ir's ``convert_attribute`` infers for ``value``, or ``value``."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        return ir.AttrInt64(name, value)
+    if kind is float:
+        return ir.AttrFloat32(name, value)
+    if kind is str:
+        return ir.AttrString(name, value)
+    if kind is ir.Tensor:
+        return ir.AttrTensor(name, value)
+    if (kind is list or kind is tuple) and value:
+        kinds = {type(item) for item in value}
+        if kinds <= {int, bool}:
+            return ir.AttrInt64s(name, value)
+        if kinds == {float}:
+            return ir.AttrFloat32s(name, value)
+        if kinds == {str}:
+            return ir.AttrStrings(name, value)
+    return value  # anything else: onnx_ir's own inference
+
+
+def fast_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` with the plain values already made into ``ir.Attr``."""
+    return {name: _attribute(name, value) for name, value in attributes.items()}
