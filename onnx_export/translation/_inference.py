@@ -26,7 +26,7 @@ import onnx.defs
 import onnx_ir as ir
 from onnxscript._internal import _inference
 
-__all__ = ["fast_attributes", "infer_outputs"]
+__all__ = ["fast_attributes", "infer_outputs", "inferred_types", "inferred_result"]
 
 # Distinct types are few (dtype x shape); a bound keeps a pathological model's cache small.
 _CACHE_LIMIT = 4096
@@ -85,8 +85,11 @@ def _constant_bytes(value: ir.Value) -> bytes | None:
     return ir.serde.serialize_tensor(value.const_value).SerializeToString()
 
 
-def _inferred(node: ir.Node) -> dict[str, bytes] | None:
-    """ONNX's inferred output types of ``node`` (serialized), or None: take onnxscript's path."""
+def inferred_types(node: ir.Node, version: int | None) -> dict[str, bytes] | None:
+    """ONNX's inferred output types of ``node`` (serialized) at opset ``version``.
+
+    None when an input has no name or no type: the caller takes onnxscript's own path.
+    """
     types: dict[str, bytes] = {}
     data: dict[str, bytes] = {}
     for value in node.inputs:
@@ -98,14 +101,15 @@ def _inferred(node: ir.Node) -> dict[str, bytes] | None:
         constant = _constant_bytes(value)
         if constant is not None:
             data[value.name] = constant
-    schema = _schema(node.op_type, node.version, node.domain)
+    schema = _schema(node.op_type, version, node.domain)
     outputs: dict[str, bytes] = schema._infer_node_outputs(  # what onnx's infer_node_outputs calls
         ir.serde.serialize_node(node).SerializeToString(), types, data, {}, {}, onnx.IR_VERSION
     )
     return outputs
 
 
-def _result(data: bytes) -> tuple[ir.Shape | None, onnx.TypeProto]:
+def inferred_result(data: bytes) -> tuple[ir.Shape | None, onnx.TypeProto]:
+    """The shape (frozen, shared: copy it) and ``TypeProto`` of an inferred type."""
     found = _RESULTS.get(data)
     if found is None:
         proto = onnx.TypeProto.FromString(data)
@@ -124,7 +128,7 @@ def infer_outputs(node: ir.Node) -> None:
     if all(_inference._has_complete_type_and_shape(output) for output in node.outputs):
         return
     try:
-        outputs = _inferred(node)
+        outputs = inferred_types(node, node.version)
     except Exception:  # noqa: BLE001  # onnxscript's path raises it again and records it
         outputs = None
     if outputs is None:
@@ -133,7 +137,7 @@ def infer_outputs(node: ir.Node) -> None:
     try:
         for output in node.outputs:
             if output.name in outputs:
-                shape, proto = _result(outputs[output.name])
+                shape, proto = inferred_result(outputs[output.name])
                 output.merge_shapes(shape)
                 output.type = ir.serde.deserialize_type_proto_for_type(proto)
     except Exception as error:  # noqa: BLE001  # as onnxscript: inference is best effort
