@@ -15,7 +15,7 @@ import onnxscript
 import torch.fx
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
 
-from onnx_export.translation._inference import fast_attributes, infer_outputs
+from onnx_export.passes._inference import fast_attributes, infer_outputs
 from onnx_export.translation._source import node_origin
 
 __all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
