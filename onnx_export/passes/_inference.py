@@ -56,7 +56,7 @@ def _shape_key(shape: ir.Shape) -> tuple[Any, ...] | None:
 
 
 def _type_bytes(value: ir.Value) -> bytes:
-    """onnxscript's ``get_type`` (a ``TypeProto`` of the value's type and shape), serialized."""
+    """The ``TypeProto`` of the value's type and shape (onnxscript's ``get_type``), serialized."""
     value_type, shape = value.type, value.shape
     key: tuple[Any, ...] | None = None
     if type(value_type) is ir.TensorType and (shape is None or type(shape) is ir.Shape):
@@ -77,12 +77,34 @@ def _type_bytes(value: ir.Value) -> bytes:
 
 
 def _constant_bytes(value: ir.Value) -> bytes | None:
-    """onnxscript's ``get_constant_value`` (small constants' data), serialized."""
+    """The data of a small constant (onnxscript's ``get_constant_value``), serialized."""
     if value.const_value is None:
         return None
     if _inference._get_numpy_value(value, size_limit=20) is None:
         return None
     return ir.serde.serialize_tensor(value.const_value).SerializeToString()
+
+
+def _node_bytes(node: ir.Node) -> bytes:
+    """``ir.serde.serialize_node(node)`` less what inference never reads, serialized.
+
+    The name, doc string and metadata (three entries a node here) do not change what ONNX
+    infers; an error, which would name the node, is met again on onnxscript's path.
+    """
+    proto = onnx.NodeProto()
+    proto.op_type = node.op_type
+    if node.domain:
+        proto.domain = node.domain
+    if node.overload:
+        proto.overload = node.overload
+    proto.input.extend("" if value is None else value.name for value in node.inputs)  # type: ignore[misc]  # a None name raises: onnxscript's path
+    proto.output.extend(value.name for value in ir.serde._remove_trailing_outputs(node.outputs))  # type: ignore[misc]
+    for attr in node.attributes.values():
+        if attr.is_ref():
+            ir.serde.serialize_reference_attribute_into(proto.attribute.add(), attr)
+        else:
+            ir.serde.serialize_attribute_into(proto.attribute.add(), attr)
+    return proto.SerializeToString()
 
 
 def inferred_types(node: ir.Node, version: int | None) -> dict[str, bytes] | None:
@@ -103,7 +125,7 @@ def inferred_types(node: ir.Node, version: int | None) -> dict[str, bytes] | Non
             data[value.name] = constant
     schema = _schema(node.op_type, version, node.domain)
     outputs: dict[str, bytes] = schema._infer_node_outputs(  # what onnx's infer_node_outputs calls
-        ir.serde.serialize_node(node).SerializeToString(), types, data, {}, {}, onnx.IR_VERSION
+        _node_bytes(node), types, data, {}, {}, onnx.IR_VERSION
     )
     return outputs
 
@@ -129,7 +151,7 @@ def infer_outputs(node: ir.Node) -> None:
         return
     try:
         outputs = inferred_types(node, node.version)
-    except Exception:  # noqa: BLE001  # onnxscript's path raises it again and records it
+    except Exception:  # onnxscript's path raises it again and records it
         outputs = None
     if outputs is None:
         _inference.infer_outputs(node)
@@ -140,30 +162,35 @@ def infer_outputs(node: ir.Node) -> None:
                 shape, proto = inferred_result(outputs[output.name])
                 output.merge_shapes(shape)
                 output.type = ir.serde.deserialize_type_proto_for_type(proto)
-    except Exception as error:  # noqa: BLE001  # as onnxscript: inference is best effort
+    except Exception as error:  # as onnxscript: inference is best effort
         node.metadata_props[_ERROR_KEY] = str(error)
+
+
+_SCALARS: dict[type, Any] = {
+    int: ir.AttrInt64,
+    bool: ir.AttrInt64,  # onnx_ir's isinstance(value, int)
+    float: ir.AttrFloat32,
+    str: ir.AttrString,
+    ir.Tensor: ir.AttrTensor,
+}
+
+
+def _sequence(kinds: set[type]) -> Any:
+    if kinds <= {int, bool}:
+        return ir.AttrInt64s
+    if kinds == {float}:
+        return ir.AttrFloat32s
+    if kinds == {str}:
+        return ir.AttrStrings
+    return None
 
 
 def _attribute(name: str, value: Any) -> Any:
     """The ``ir.Attr`` onnx_ir's ``convert_attribute`` infers for ``value``, or ``value``."""
-    kind = type(value)
-    if kind is int or kind is bool:
-        return ir.AttrInt64(name, value)
-    if kind is float:
-        return ir.AttrFloat32(name, value)
-    if kind is str:
-        return ir.AttrString(name, value)
-    if kind is ir.Tensor:
-        return ir.AttrTensor(name, value)
-    if (kind is list or kind is tuple) and value:
-        kinds = {type(item) for item in value}
-        if kinds <= {int, bool}:
-            return ir.AttrInt64s(name, value)
-        if kinds == {float}:
-            return ir.AttrFloat32s(name, value)
-        if kinds == {str}:
-            return ir.AttrStrings(name, value)
-    return value  # anything else: onnx_ir's own inference
+    make = _SCALARS.get(type(value))
+    if make is None and type(value) in (list, tuple) and value:
+        make = _sequence({type(item) for item in value})
+    return make(name, value) if make is not None else value  # else: onnx_ir's inference
 
 
 def fast_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -253,7 +253,9 @@ class _PrunedRewritePass(ir.passes.InPlacePass):
         self.removed_unused = False
         if not rules:
             return ir.passes.PassResult(model, modified=False)
-        rooted = [(rule, root) for rule, root in self._rules if root is not None and root in present]
+        rooted = [
+            (rule, root) for rule, root in self._rules if root is not None and root in present
+        ]
         if len(rooted) == len(rules):  # every rule has a root op: one call per node
             rules = [_ByRootOp(rooted)]
         rule_set = rewriter.pattern.RewriteRuleSet(rules)
@@ -288,7 +290,7 @@ class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
         # The folder's own inference, with the protos cached as in translation (#39).
         try:
             outputs = inferred_types(node, self._opset_imports[node.domain])
-        except Exception:  # noqa: BLE001  # the folder's path meets it again, and skips
+        except Exception:  # the folder's path meets it again, and skips
             outputs = None
         if outputs is None:
             super()._do_inference(node)
@@ -300,7 +302,7 @@ class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
                     shape = shape.copy(frozen=True) if shape is not None else None
                     output.shape = _constant_folding._merge_shapes(output.shape, shape)
                     output.type = ir.serde.deserialize_type_proto_for_type(proto)
-        except Exception:  # noqa: BLE001, S110  # the folder skips a node inference refuses
+        except Exception:  # the folder skips a node inference refuses
             pass
 
     def process_node(self, node: ir.Node, is_function: bool) -> Any:
@@ -393,21 +395,16 @@ class _FoldAndRewrite(ir.passes.InPlacePass):
         for _ in range(2):
             folded = self._fold(model).modified
             rewritten = self._rewrite(model).modified
-            # The rewriter's last change to the graph may have been this very removal
-            # (then a second one finds nothing: it removes chains in one reverse sweep).
+            # When the rewriter ended with this very removal (a rule that keeps the nodes it
+            # matched), a second one finds nothing: one reverse sweep removes whole chains.
             cleaned = False
-            if not self._rewrite.removed_unused or _CHECK_IDEMPOTENT:
+            if not self._rewrite.removed_unused:
                 cleaned = self._unused_nodes(model).modified
-                assert not (cleaned and self._rewrite.removed_unused), "not idempotent"
             cleaned = self._cleanup(model).modified or cleaned
             modified = modified or folded or rewritten or cleaned
             if not rewritten:
                 break
         return ir.passes.PassResult(model, modified=modified)
-
-
-import os
-_CHECK_IDEMPOTENT = bool(os.environ.get("OPT5_CHECK"))
 
 
 def _passes() -> ir.passes.Sequential:
