@@ -26,7 +26,7 @@ import onnx.defs
 import onnx_ir as ir
 from onnxscript._internal import _inference
 
-__all__ = ["fast_attributes", "infer_outputs", "inferred_types", "inferred_result"]
+__all__ = ["Constants", "fast_attributes", "infer_outputs", "inferred_types", "inferred_result"]
 
 # Distinct types are few (dtype x shape); a bound keeps a pathological model's cache small.
 _CACHE_LIMIT = 4096
@@ -76,13 +76,28 @@ def _type_bytes(value: ir.Value) -> bytes:
     return data
 
 
-def _constant_bytes(value: ir.Value) -> bytes | None:
-    """The data of a small constant (onnxscript's ``get_constant_value``), serialized."""
-    if value.const_value is None:
+#: Per translation or fold: ``id(tensor)`` to the tensor and its small data serialized.
+Constants = dict[int, tuple[Any, bytes | None]]
+
+
+def _constant_bytes(value: ir.Value, seen: Constants | None) -> bytes | None:
+    """The data of a small constant (onnxscript's ``get_constant_value``), serialized.
+
+    ``seen`` keeps each tensor's answer for the caller's one translation or fold (weights
+    and constants, each asked at every use, are not changed in between).
+    """
+    tensor = value.const_value
+    if tensor is None:
         return None
-    if _inference._get_numpy_value(value, size_limit=20) is None:
-        return None
-    return ir.serde.serialize_tensor(value.const_value).SerializeToString()
+    known = seen.get(id(tensor)) if seen is not None else None
+    if known is not None and known[0] is tensor:
+        return known[1]
+    data = None
+    if _inference._get_numpy_value(value, size_limit=20) is not None:
+        data = ir.serde.serialize_tensor(tensor).SerializeToString()
+    if seen is not None:
+        seen[id(tensor)] = (tensor, data)  # held: its id stays its own while cached
+    return data
 
 
 def _node_bytes(node: ir.Node) -> bytes:
@@ -107,7 +122,9 @@ def _node_bytes(node: ir.Node) -> bytes:
     return proto.SerializeToString()
 
 
-def inferred_types(node: ir.Node, version: int | None) -> dict[str, bytes] | None:
+def inferred_types(
+    node: ir.Node, version: int | None, seen: Constants | None = None
+) -> dict[str, bytes] | None:
     """ONNX's inferred output types of ``node`` (serialized) at opset ``version``.
 
     None when an input has no name or no type: the caller takes onnxscript's own path.
@@ -120,7 +137,7 @@ def inferred_types(node: ir.Node, version: int | None) -> dict[str, bytes] | Non
         if not value.name or value.type is None:
             return None
         types[value.name] = _type_bytes(value)
-        constant = _constant_bytes(value)
+        constant = _constant_bytes(value, seen)
         if constant is not None:
             data[value.name] = constant
     schema = _schema(node.op_type, version, node.domain)
@@ -141,7 +158,7 @@ def inferred_result(data: bytes) -> tuple[ir.Shape | None, onnx.TypeProto]:
     return found
 
 
-def infer_outputs(node: ir.Node) -> None:
+def infer_outputs(node: ir.Node, seen: Constants | None = None) -> None:
     """``onnxscript._internal._inference.infer_outputs(node)``, with cached protos.
 
     The shape kept in the cache is never a value's: ``Value.merge_shapes`` copies the one
@@ -150,7 +167,7 @@ def infer_outputs(node: ir.Node) -> None:
     if all(_inference._has_complete_type_and_shape(output) for output in node.outputs):
         return
     try:
-        outputs = inferred_types(node, node.version)
+        outputs = inferred_types(node, node.version, seen)
     except Exception:  # onnxscript's path raises it again and records it
         outputs = None
     if outputs is None:

@@ -30,7 +30,7 @@ from onnxscript.rewriter import _pattern_ir
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from onnx_export._fake import is_weight
-from onnx_export.passes._inference import inferred_result, inferred_types
+from onnx_export.passes._inference import Constants, inferred_result, inferred_types
 
 __all__ = ["optimize_model", "convert_opset", "weights_shielded"]
 
@@ -275,6 +275,10 @@ class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
     ``GatherElements``' definition (negative indices count from the end).
     """
 
+    def _reset(self) -> None:
+        super()._reset()  # at each run: the constants' data is kept for one visit only
+        self._seen: Constants = {}
+
     def _do_inference(self, node: ir.Node) -> None:
         """ONNX's shape inference, for the nodes whose outputs' shapes are not all known.
 
@@ -289,7 +293,7 @@ class _FoldConstantsPass(_constant_folding.FoldConstantsPass):
             return
         # The folder's own inference, with the protos cached as in translation (#39).
         try:
-            outputs = inferred_types(node, self._opset_imports[node.domain])
+            outputs = inferred_types(node, self._opset_imports[node.domain], self._seen)
         except Exception:  # the folder's path meets it again, and skips
             outputs = None
         if outputs is None:

@@ -15,7 +15,7 @@ import onnxscript
 import torch.fx
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
 
-from onnx_export.passes._inference import fast_attributes, infer_outputs
+from onnx_export.passes._inference import Constants, fast_attributes, infer_outputs
 from onnx_export.translation._source import node_origin
 
 __all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
@@ -122,6 +122,7 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         self.current_fx_node: torch.fx.Node | None = None
         self._tags: dict[str, str] = {}
         self._stack_trace = ""
+        self._constants: Constants = {}  # small constants' data, for the shape inference
 
     def set_fx_node(self, node: torch.fx.Node | None) -> None:
         """Tag the nodes created from now on with ``node``'s origin."""
@@ -168,7 +169,7 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
 
     def _infer_shapes(self, node: ir.Node) -> None:
         # onnxscript's per-node ONNX inference, with its protos cached (#39).
-        infer_outputs(node)
+        infer_outputs(node, self._constants)
 
     def child(self, graph: ir.Graph, scope: str) -> TaggingGraphBuilder:
         """A builder for a subgraph (e.g. an ``If`` branch) whose names carry ``scope``."""
