@@ -14,6 +14,7 @@ import onnx_ir as ir
 import onnxscript
 import torch.fx
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
+from onnxscript._internal.tape_builder import BuilderFeature
 
 from onnx_export.passes._inference import Constants, fast_attributes, infer_outputs
 from onnx_export.translation._source import node_origin
@@ -110,6 +111,28 @@ def recorded(value: Any) -> Any:
     return value
 
 
+class _Answers:
+    """A ``BuilderFeature`` value whose ``&`` with a feature is a dict lookup.
+
+    onnxscript's ``call_op`` tests ``features & BuilderFeature.X`` six times for every
+    node it records; each ``enum.Flag`` ``&`` builds a new flag (5% of translation, #39).
+    The answers are the flag's own, made once; a combination not made here is computed.
+    """
+
+    __slots__ = ("_answers", "_flags")
+
+    def __init__(self, flags: BuilderFeature) -> None:
+        self._flags = flags
+        self._answers = {feature: flags & feature for feature in BuilderFeature}
+        for name in ("SCHEMA_AWARE", "FULL"):
+            combination = BuilderFeature[name]
+            self._answers[combination] = flags & combination
+
+    def __and__(self, feature: BuilderFeature) -> BuilderFeature:
+        found = self._answers.get(feature)
+        return found if found is not None else self._flags & feature
+
+
 class TaggingGraphBuilder(onnxscript.GraphBuilder):
     """A ``GraphBuilder`` whose nodes carry their FX node, module scope and source line.
 
@@ -123,6 +146,12 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         self._tags: dict[str, str] = {}
         self._stack_trace = ""
         self._constants: Constants = {}  # small constants' data, for the shape inference
+        self._features = _Answers(self._features)  # type: ignore[assignment]  # see _Answers
+
+    @property
+    def features(self) -> BuilderFeature:
+        """The builder's features (onnxscript's: all of them)."""
+        return self._features._flags  # type: ignore[attr-defined, no-any-return]  # _Answers
 
     def set_fx_node(self, node: torch.fx.Node | None) -> None:
         """Tag the nodes created from now on with ``node``'s origin."""
