@@ -7,12 +7,14 @@ code uses on values under torch.onnx (``op.Shape(window) < n_fft``, ``x % 2``, `
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 import onnxscript
 import torch.fx
+from onnxscript._internal import tape_builder
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
 from onnxscript._internal.tape_builder import BuilderFeature
 
@@ -151,7 +153,8 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
     @property
     def features(self) -> BuilderFeature:
         """The builder's features (onnxscript's: all of them)."""
-        return self._features._flags  # type: ignore[attr-defined, no-any-return]  # _Answers
+        flags = self._features
+        return getattr(flags, "_flags", flags)  # type: ignore[no-any-return]  # _Answers
 
     def set_fx_node(self, node: torch.fx.Node | None) -> None:
         """Tag the nodes created from now on with ``node``'s origin."""
@@ -196,6 +199,15 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         # are made here as the same ``ir.Attr``, which it then passes through.
         return fast_attributes(super()._cast_attributes(schema, attributes))
 
+    def _get_schema(self, op_type: str, domain: str, version: int | None) -> Any:
+        return _schema(op_type, domain, version)  # onnxscript's lookup, once per op (#39)
+
+    def _constant_propagation(self, node: ir.Node) -> None:
+        # onnxscript's propagation only reads Constant nodes (it returns at once for the
+        # rest, after a call and an import: 1,500 a UNet, #39).
+        if node.op_type == "Constant":
+            super()._constant_propagation(node)
+
     def _infer_shapes(self, node: ir.Node) -> None:
         # onnxscript's per-node ONNX inference, with its protos cached (#39).
         infer_outputs(node, self._constants)
@@ -236,6 +248,12 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         )
         assert isinstance(result, ir.Value)
         return result
+
+
+@functools.cache
+def _schema(op_type: str, domain: str, version: int | None) -> Any:
+    """The schema ONNX has for an op (onnxscript's ``BuilderBase._get_schema``), cached."""
+    return tape_builder.BuilderBase._get_schema(None, op_type, domain, version)  # type: ignore[arg-type]  # self is unused
 
 
 _SIGNATURES: dict[tuple[str, str, int], ir.schemas.OpSignature] = {}

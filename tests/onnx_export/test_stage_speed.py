@@ -30,6 +30,7 @@ from onnxscript.rewriter import RewritePass
 
 import onnx_export
 from onnx_export.passes import _inference, optimize
+from onnx_export.translation import _builder
 from onnx_export.translation._builder import TaggingGraphBuilder
 
 _BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -59,8 +60,9 @@ def _reference_fold_inference(self: Any, node: ir.Node) -> None:
 def _reference_paths(patch: pytest.MonkeyPatch) -> None:
     """The code paths the speed-ups replaced."""
     builder = tape_builder.BuilderBase
-    patch.setattr(TaggingGraphBuilder, "_infer_shapes", builder._infer_shapes)
-    patch.setattr(TaggingGraphBuilder, "_cast_attributes", builder._cast_attributes)
+    for method in ("_infer_shapes", "_cast_attributes", "_get_schema", "_constant_propagation"):
+        patch.setattr(TaggingGraphBuilder, method, getattr(builder, method))
+    patch.setattr(_builder, "_Answers", lambda flags: flags)  # enum.Flag's own ``&``
     patch.setattr(optimize._FoldConstantsPass, "_do_inference", _reference_fold_inference)
     patch.setattr(optimize._PrunedRewritePass, "call", _reference_rewrite)
 
