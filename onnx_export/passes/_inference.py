@@ -70,7 +70,7 @@ def _type_bytes(value: ir.Value) -> bytes:
     type_proto = ir.serde.serialize_type(value_type)
     if shape is not None:
         ir.serde.serialize_shape_into(type_proto, shape)
-    data = type_proto.SerializeToString()
+    data: bytes = type_proto.SerializeToString()
     if key is not None and len(_TYPE_BYTES) < _CACHE_LIMIT:
         _TYPE_BYTES[key] = data
     return data
@@ -112,14 +112,16 @@ def _node_bytes(node: ir.Node) -> bytes:
         proto.domain = node.domain
     if node.overload:
         proto.overload = node.overload
-    proto.input.extend("" if value is None else value.name for value in node.inputs)  # type: ignore[misc]  # a None name raises: onnxscript's path
-    proto.output.extend(value.name for value in ir.serde._remove_trailing_outputs(node.outputs))  # type: ignore[misc]
+    # A value without a name raises here: onnxscript's path then meets it.
+    proto.input.extend("" if value is None else value.name for value in node.inputs)
+    proto.output.extend(value.name for value in ir.serde._remove_trailing_outputs(node.outputs))
     for attr in node.attributes.values():
         if attr.is_ref():
             ir.serde.serialize_reference_attribute_into(proto.attribute.add(), attr)
         else:
             ir.serde.serialize_attribute_into(proto.attribute.add(), attr)
-    return proto.SerializeToString()
+    data: bytes = proto.SerializeToString()
+    return data
 
 
 def inferred_types(
@@ -141,7 +143,8 @@ def inferred_types(
         if constant is not None:
             data[value.name] = constant
     schema = _schema(node.op_type, version, node.domain)
-    outputs: dict[str, bytes] = schema._infer_node_outputs(  # what onnx's infer_node_outputs calls
+    # What onnx.shape_inference.infer_node_outputs calls, on bytes kept from earlier nodes.
+    outputs: dict[str, bytes] = schema._infer_node_outputs(  # type: ignore[call-arg]  # onnx's stub lacks the last two
         _node_bytes(node), types, data, {}, {}, onnx.IR_VERSION
     )
     return outputs

@@ -154,7 +154,7 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
     def features(self) -> BuilderFeature:
         """The builder's features (onnxscript's: all of them)."""
         flags = self._features
-        return getattr(flags, "_flags", flags)  # type: ignore[no-any-return]  # _Answers
+        return getattr(flags, "_flags", flags)  # _Answers
 
     def set_fx_node(self, node: torch.fx.Node | None) -> None:
         """Tag the nodes created from now on with ``node``'s origin."""
