@@ -7,14 +7,18 @@ code uses on values under torch.onnx (``op.Shape(window) < n_fft``, ``x % 2``, `
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 import onnxscript
 import torch.fx
+from onnxscript._internal import tape_builder
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
+from onnxscript._internal.tape_builder import BuilderFeature
 
+from onnx_export.passes._inference import Constants, fast_attributes, infer_outputs
 from onnx_export.translation._source import node_origin
 
 __all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
@@ -109,6 +113,28 @@ def recorded(value: Any) -> Any:
     return value
 
 
+class _Answers:
+    """A ``BuilderFeature`` value whose ``&`` with a feature is a dict lookup.
+
+    onnxscript's ``call_op`` tests ``features & BuilderFeature.X`` six times for every
+    node it records; each ``enum.Flag`` ``&`` builds a new flag (5% of translation, #39).
+    The answers are the flag's own, made once; a combination not made here is computed.
+    """
+
+    __slots__ = ("_answers", "_flags")
+
+    def __init__(self, flags: BuilderFeature) -> None:
+        self._flags = flags
+        self._answers = {feature: flags & feature for feature in BuilderFeature}
+        for name in ("SCHEMA_AWARE", "FULL"):
+            combination = BuilderFeature[name]
+            self._answers[combination] = flags & combination
+
+    def __and__(self, feature: BuilderFeature) -> BuilderFeature:
+        found = self._answers.get(feature)
+        return found if found is not None else self._flags & feature
+
+
 class TaggingGraphBuilder(onnxscript.GraphBuilder):
     """A ``GraphBuilder`` whose nodes carry their FX node, module scope and source line.
 
@@ -121,6 +147,14 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         self.current_fx_node: torch.fx.Node | None = None
         self._tags: dict[str, str] = {}
         self._stack_trace = ""
+        self._constants: Constants = {}  # small constants' data, for the shape inference
+        self._features = _Answers(self._features)  # type: ignore[assignment]  # see _Answers
+
+    @property
+    def features(self) -> BuilderFeature:
+        """The builder's features (onnxscript's: all of them)."""
+        flags = self._features
+        return getattr(flags, "_flags", flags)  # _Answers
 
     def set_fx_node(self, node: torch.fx.Node | None) -> None:
         """Tag the nodes created from now on with ``node``'s origin."""
@@ -159,6 +193,25 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
             signature, list(args), kwargs, fill_defaults=False, allow_extra_args=False
         )
 
+    def _cast_attributes(self, schema: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+        # onnx_ir infers each attribute's type from its Python value through isinstance
+        # checks against runtime protocols (a tenth of translation, #39); the plain cases
+        # are made here as the same ``ir.Attr``, which it then passes through.
+        return fast_attributes(super()._cast_attributes(schema, attributes))
+
+    def _get_schema(self, op_type: str, domain: str, version: int | None) -> Any:
+        return _schema(op_type, domain, version)  # onnxscript's lookup, once per op (#39)
+
+    def _constant_propagation(self, node: ir.Node) -> None:
+        # onnxscript's propagation only reads Constant nodes (it returns at once for the
+        # rest, after a call and an import: 1,500 a UNet, #39).
+        if node.op_type == "Constant":
+            super()._constant_propagation(node)
+
+    def _infer_shapes(self, node: ir.Node) -> None:
+        # onnxscript's per-node ONNX inference, with its protos cached (#39).
+        infer_outputs(node, self._constants)
+
     def child(self, graph: ir.Graph, scope: str) -> TaggingGraphBuilder:
         """A builder for a subgraph (e.g. an ``If`` branch) whose names carry ``scope``."""
         sub = TaggingGraphBuilder(graph, parent=self)
@@ -195,6 +248,12 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         )
         assert isinstance(result, ir.Value)
         return result
+
+
+@functools.cache
+def _schema(op_type: str, domain: str, version: int | None) -> Any:
+    """The schema ONNX has for an op (onnxscript's ``BuilderBase._get_schema``), cached."""
+    return tape_builder.BuilderBase._get_schema(None, op_type, domain, version)  # type: ignore[arg-type]  # self is unused
 
 
 _SIGNATURES: dict[tuple[str, str, int], ir.schemas.OpSignature] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 
@@ -64,6 +65,21 @@ def _module_frame(frames: list[re.Match[str]]) -> re.Match[str] | None:
     return torch_nn[-1] if torch_nn else None
 
 
+@functools.lru_cache(maxsize=1024)
+def _chosen_frame(trace: str) -> tuple[str, int, str] | None:
+    """The file, line and code of the frame ``trace`` points the user to.
+
+    Cached by the trace's text: an FX node's origin is read by the report and again by
+    translation, and the aten nodes of one line of the model share their trace (#39).
+    """
+    frames = list(_FRAME.finditer(trace))
+    user = [f for f in frames if is_user_code(f["file"])]
+    chosen = user[-1] if user else _module_frame(frames)
+    if chosen is None:
+        return None
+    return chosen["file"], int(chosen["line"]), chosen["code"].strip()
+
+
 def node_origin(node: torch.fx.Node) -> NodeOrigin:
     """Read the module path and user source line of ``node`` from its metadata."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -72,16 +88,8 @@ def node_origin(node: torch.fx.Node) -> NodeOrigin:
         module_path, cls = list(stack.values())[-1]
         module_class = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     trace = node.meta.get("stack_trace") or ""
-    frames = list(_FRAME.finditer(trace))
-    user = [f for f in frames if is_user_code(f["file"])]
-    chosen = user[-1] if user else _module_frame(frames)
+    chosen = _chosen_frame(trace)
     if chosen is None:
         return NodeOrigin(module_path, module_class, stack_trace=trace)
-    return NodeOrigin(
-        module_path,
-        module_class,
-        chosen["file"],
-        int(chosen["line"]),
-        chosen["code"].strip(),
-        trace,
-    )
+    file, line, code = chosen
+    return NodeOrigin(module_path, module_class, file, line, code, trace)
