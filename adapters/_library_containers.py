@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._torch import pytree_registry
@@ -22,6 +22,7 @@ __all__ = [
     "register_transformers_caches",
     "context_as_dicts",
     "mark_rebuilt_cache",
+    "slid_cache_in",
     "slid_cache_problem",
 ]
 
@@ -346,25 +347,39 @@ def slid_cache_problem(value: object, path: str) -> str | None:
         if not (type(seen) is int and type(window) is int and shape is not None and len(shape)):
             continue
         held = int(shape[-2]) if len(shape) >= 2 else 0
+        advice = (
+            f"A sliding-window cache is served until it first slides (past + new tokens < "
+            f"{window}). To decode past the window, build the cache without the config "
+            "(transformers.DynamicCache(), whose layers keep every position), export with "
+            "such a cache, and pass one on each call."
+        )
         if getattr(layer, _COUNT_LOST, False):
             return (
                 f"{path}: layer {index} of the cache holds a full sliding window ({held} "
                 f"positions, window {window}) and came from an exported model's outputs, "
                 "which carry only the positions held: how many tokens it has seen (where "
-                "the new ones go) is lost. A sliding-window cache is served until it "
-                f"first slides (past + new tokens < {window}). To decode past the window, "
-                "build the cache without the config (transformers.DynamicCache(), whose "
-                "layers keep every position), export with such a cache, and pass one on "
-                "each call."
+                f"the new ones go) is lost. {advice}"
             )
         if seen > held:
             return (
                 f"{path}: layer {index} of the cache has seen {seen} tokens and holds the last "
                 f"{held} (its sliding window is {window}); the exported model receives only "
                 f"the positions held, so it would place the new tokens at {held} instead of "
-                f"{seen}. A sliding-window cache is served until it first slides (past + new "
-                f"tokens < {window}). To decode past the window, build the cache without the "
-                "config (transformers.DynamicCache(), whose layers keep every position), "
-                "export with such a cache, and pass one on each call."
+                f"{seen}. {advice}"
             )
+    return None
+
+
+def slid_cache_in(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
+    """:func:`slid_cache_problem` for the first cache of a call that has one, or None.
+
+    Example:
+        >>> slid_cache_in((1,), {"past": None}) is None
+        True
+    """
+    named = [*((f"args[{i}]", v) for i, v in enumerate(args)), *kwargs.items()]
+    for path, value in named:
+        problem = slid_cache_problem(value, path)
+        if problem is not None:
+            return problem
     return None

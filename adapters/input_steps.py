@@ -33,7 +33,7 @@ from ._cast_inputs import CastInputs
 from ._errors import ConstantMismatchError, InputShapeError, InputStructureError
 from ._flatten import StructureKey, flatten_arguments, flatten_with_key, key_from_spec
 from ._json import Constant
-from ._library_containers import slid_cache_problem
+from ._library_containers import slid_cache_in
 from ._matchers import ArgumentsMatcher
 from ._mismatch import describe_value, first_mismatch, reorder_dicts_like
 from ._spec import AdapterSpec, LeafSpec, ParameterSpec
@@ -114,12 +114,9 @@ class FlattenInputs:
 
 def _check_caches(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
     """Refuse a ``transformers`` cache whose tensors no longer hold its whole past."""
-    named = [*((f"args[{i}]", v) for i, v in enumerate(args)), *kwargs.items()]
-    for path, value in named:
-        if type(value).__module__.startswith("transformers."):
-            problem = slid_cache_problem(value, path)
-            if problem is not None:
-                raise InputShapeError(problem)
+    problem = slid_cache_in(args, kwargs)
+    if problem is not None:
+        raise InputShapeError(problem)
 
 
 class CheckStructure:

@@ -16,10 +16,7 @@ import sys
 from typing import Any
 
 from onnx_export.adapters._flatten import flatten_arguments
-from onnx_export.adapters._library_containers import (
-    register_transformers_caches,
-    slid_cache_problem,
-)
+from onnx_export.adapters._library_containers import register_transformers_caches, slid_cache_in
 from onnx_export.errors import ExportInputError
 
 __all__ = ["register_input_containers", "register_library_containers"]
@@ -47,9 +44,7 @@ def register_library_containers(args: tuple[Any, ...], kwargs: dict[str, Any]) -
     """
     registered = register_transformers_caches() if "transformers" in sys.modules else []
     register_input_containers(args, kwargs)
-    named = [*((f"args[{i}]", v) for i, v in enumerate(args)), *kwargs.items()]
-    for path, value in named:
-        problem = slid_cache_problem(value, path)
-        if problem is not None:
-            raise ExportInputError(f"The example's {problem}")
+    problem = slid_cache_in(args, kwargs)
+    if problem is not None:
+        raise ExportInputError(f"The example's {problem}")
     return registered

@@ -26,7 +26,14 @@ import onnx.defs
 import onnx_ir as ir
 from onnxscript._internal import _inference
 
-__all__ = ["Constants", "fast_attributes", "infer_outputs", "inferred_types", "inferred_result"]
+__all__ = [
+    "Constants",
+    "fast_attributes",
+    "infer_outputs",
+    "inferred_types",
+    "inferred_result",
+    "op_schema",
+]
 
 # Distinct types are few (dtype x shape); a bound keeps a pathological model's cache small.
 _CACHE_LIMIT = 4096
@@ -36,8 +43,18 @@ _ERROR_KEY = "pkg.onnxscript.shape_inference_error"  # onnxscript's key
 
 
 @functools.cache
-def _schema(op_type: str, version: int | None, domain: str) -> onnx.defs.OpSchema:
-    return onnx.defs.get_schema(op_type, version, domain)  # type: ignore[arg-type]  # as onnxscript
+def op_schema(op_type: str, domain: str, version: int | None) -> onnx.defs.OpSchema | None:
+    """ONNX's schema of an op at opset ``version``, cached; ``None`` without one (or a version).
+
+    onnxscript's ``BuilderBase._get_schema``, looked up once per op, for the graph builder
+    and for the inference below.
+    """
+    if version is None:
+        return None
+    try:
+        return onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
 
 
 def _shape_key(shape: ir.Shape) -> tuple[Any, ...] | None:
@@ -129,7 +146,8 @@ def inferred_types(
 ) -> dict[str, bytes] | None:
     """ONNX's inferred output types of ``node`` (serialized) at opset ``version``.
 
-    None when an input has no name or no type: the caller takes onnxscript's own path.
+    None when an input has no name or no type, or ONNX has no schema for the op: the
+    caller takes onnxscript's own path.
     """
     types: dict[str, bytes] = {}
     data: dict[str, bytes] = {}
@@ -142,7 +160,9 @@ def inferred_types(
         constant = _constant_bytes(value, seen)
         if constant is not None:
             data[value.name] = constant
-    schema = _schema(node.op_type, version, node.domain)
+    schema = op_schema(node.op_type, node.domain, version)
+    if schema is None:
+        return None  # onnxscript's path meets the lookup's error, and records it
     # What onnx.shape_inference.infer_node_outputs calls, on bytes kept from earlier nodes.
     outputs: dict[str, bytes] = schema._infer_node_outputs(  # type: ignore[call-arg]  # onnx's stub lacks the last two
         _node_bytes(node), types, data, {}, {}, onnx.IR_VERSION

@@ -165,12 +165,12 @@ def _guarded(rule: Any, root: tuple[str, str] | None) -> Any:
     """
     if root is None:
         return rule
-    domain, op_type = "" if root[0] == "ai.onnx" else root[0], root[1]
+    domain, op_type = _domain(root[0]), root[1]
     needs = _producer_ops(rule)
     original = rule.try_rewrite
 
     def try_rewrite(model: Any, graph: Any, node: ir.Node, **kwargs: Any) -> Any:
-        if node.op_type != op_type or ("" if node.domain == "ai.onnx" else node.domain) != domain:
+        if node.op_type != op_type or _domain(node.domain) != domain:
             return None
         if needs:
             inputs = node.inputs

@@ -7,18 +7,16 @@ code uses on values under torch.onnx (``op.Shape(window) < n_fft``, ``x % 2``, `
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 import onnxscript
 import torch.fx
-from onnxscript._internal import tape_builder
 from onnxscript._internal.param_manipulation import separate_input_attributes_from_arguments
 from onnxscript._internal.tape_builder import BuilderFeature
 
-from onnx_export.passes._inference import Constants, fast_attributes, infer_outputs
+from onnx_export.passes._inference import Constants, fast_attributes, infer_outputs, op_schema
 from onnx_export.translation._source import node_origin
 
 __all__ = ["RecordedValue", "TaggingGraphBuilder", "recorded"]
@@ -200,7 +198,7 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         return fast_attributes(super()._cast_attributes(schema, attributes))
 
     def _get_schema(self, op_type: str, domain: str, version: int | None) -> Any:
-        return _schema(op_type, domain, version)  # onnxscript's lookup, once per op (#39)
+        return op_schema(op_type, domain, version)  # onnxscript's lookup, once per op (#39)
 
     def _constant_propagation(self, node: ir.Node) -> None:
         # onnxscript's propagation only reads Constant nodes (it returns at once for the
@@ -248,12 +246,6 @@ class TaggingGraphBuilder(onnxscript.GraphBuilder):
         )
         assert isinstance(result, ir.Value)
         return result
-
-
-@functools.cache
-def _schema(op_type: str, domain: str, version: int | None) -> Any:
-    """The schema ONNX has for an op (onnxscript's ``BuilderBase._get_schema``), cached."""
-    return tape_builder.BuilderBase._get_schema(None, op_type, domain, version)  # type: ignore[arg-type]  # self is unused
 
 
 _SIGNATURES: dict[tuple[str, str, int], ir.schemas.OpSignature] = {}
