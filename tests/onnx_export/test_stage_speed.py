@@ -29,7 +29,10 @@ from onnxscript.optimizer import _constant_folding
 from onnxscript.rewriter import RewritePass
 
 import onnx_export
+from onnx_export.capture._call import forward_signature, prepare_call
+from onnx_export.capture._resize import resized_call
 from onnx_export.passes import _inference, optimize
+from onnx_export.program._served_axes import declared_multiples, declared_ranges
 from onnx_export.translation import _builder
 from onnx_export.translation._builder import TaggingGraphBuilder
 
@@ -80,7 +83,25 @@ def _export(name: str, path: Path) -> bytes:
     with torch.no_grad():
         expected = model(*args, **kwargs)
     torch.testing.assert_close(program(*args, **kwargs), expected, rtol=1e-3, atol=1e-4)
+    # And at other sizes of every dynamic axis, within what the file declares.
+    other_args, other_kwargs = _other_sizes(name, model, args, kwargs, options, program)
+    with torch.no_grad():
+        expected = model(*other_args, **other_kwargs)
+    got = program(*other_args, **other_kwargs)
+    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)
     return program.save(path).read_bytes()
+
+
+def _other_sizes(
+    name: str, model: Any, args: Any, kwargs: Any, options: Any, program: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if name == "graph/gnn":  # edge_index holds node numbers: below the new node count
+        return (torch.randn(70, 32), torch.randint(0, 70, (2, 301))), {}
+    call = prepare_call(model, forward_signature(model), args, kwargs, options)
+    spec = program.adapter_spec
+    other = resized_call(call, ranges=declared_ranges(spec), multiples=declared_multiples(spec))
+    assert other is not None
+    return other.call.args, other.call.kwargs
 
 
 # UNet2DCondition, SAM's ViT, YOLO (Conv/BN/Pad rules) and a GNN (scatter, dynamic sizes):
