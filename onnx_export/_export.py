@@ -309,6 +309,7 @@ def _pipeline(
         with timer.stage("dynamic axes"):
             built = serve_dynamic_axes(built, _program_of, call, recapture, context)
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
+    built.program._eager_hint = None  # the served check's outputs, lent to parity: done
     if probe_wanted(built.parity.result, options.verify):
         with timer.stage("edge probe"):  # the smallest sizes, fully masked rows
             mismatches, refused = probe_and_record(built.program, call, context, built.size_one)

@@ -2,6 +2,10 @@
 
 - The served-axes check runs the model at a second size only; the example's runs are the
   parity check's (and run here again only when the second size disagrees).
+- The parity check takes eager's outputs at a second size that repeats the example (a
+  batch of 1 checked at 2) as its reference where ONNX Runtime matches their leading
+  slice; a model that mixes rows, a file that is wrong, a second size smaller than the
+  example or training mode runs eager at the example, as before.
 - A size-1 example's second size is 2 (3 when an input has a static 2): the check pays
   for every row it adds.
 - One ONNX Runtime session serves every check (and later calls); the served-axes check
@@ -25,10 +29,13 @@ from onnx_export._options import ExportOptions
 from onnx_export.adapters import _runtime
 from onnx_export.capture._call import forward_signature, prepare_call
 from onnx_export.capture._resize import resized_call
+from onnx_export.diagnostics import DiagnosticOptions, Level
 from onnx_export.errors import ConversionError
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
+
+NOTES = DiagnosticOptions(verbosity=Level.NOTE)
 
 
 class _Counted(nn.Module):
@@ -45,17 +52,92 @@ class _Counted(nn.Module):
         return self.lin(x).relu()
 
 
-def test_the_example_runs_once_and_the_second_size_once() -> None:
+def test_a_batch_of_one_runs_eager_once_at_the_second_size() -> None:
     torch.manual_seed(0)
     model = _Counted().eval()
     x = torch.randn(1, 4)
-    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}}, diagnostic_options=NOTES)
     model.batches.clear()
     program = onnx_export.dynamo_export(model, x, export_options=options)
-    # One run at 2 (the served-axes check), one at 1 (the parity check): the served-axes
-    # check does not run the example again when the second size agrees.
-    assert model.batches == [2, 1]
+    # One eager run, at 2 (the served-axes check): its first row is the example's, and the
+    # parity check compares ONNX Runtime at the example with it (it agrees: no run at 1).
+    assert model.batches == [2]
+    assert "OXE0012" in _rules(program)  # the parity check's verdict, recorded
+    assert "verify" in program.stage_times
+    assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(5, 4))
+
+
+def _rules(program: Any) -> list[str]:
+    return [d.rule.id for d in program.diagnostic_context.diagnostics]
+
+
+class _RowMixing(_Counted):
+    """Each row minus the batch's mean: rows depend on each other (a second size's rows differ)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y - y.mean(0, keepdim=True) + x.shape[0]
+
+
+def test_a_model_that_mixes_rows_runs_eager_at_the_example_and_matches() -> None:
+    torch.manual_seed(0)
+    model = _RowMixing().eval()
+    x = torch.randn(1, 4)
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}}, diagnostic_options=NOTES)
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    # At 2 the first row is not the example's output (the batch size is added): the parity
+    # check runs eager at the example itself.
+    assert model.batches == [2, 1]
+    assert "OXE0012" in _rules(program)
+    assert_onnx_program_close(program, model, x)
+    assert_onnx_program_close(program, model, torch.randn(3, 4))
+
+
+def test_a_second_size_below_the_example_lends_nothing() -> None:
+    torch.manual_seed(0)
+    model = _Counted().eval()
+    x = torch.randn(6, 4)  # checked at 3: the example is not a slice of it
+    program = onnx_export.dynamo_export(
+        model, x, export_options=ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    )
+    assert model.batches[:2] == [3, 6]
+    assert_onnx_program_close(program, model, x)
+    assert_onnx_program_close(program, model, torch.randn(2, 4))
+
+
+def test_training_mode_runs_eager_at_the_example_in_eval_mode() -> None:
+    torch.manual_seed(0)
+    model = _Counted().train()
+    x = torch.randn(1, 4)
+    program = onnx_export.dynamo_export(
+        model, x, export_options=ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    )
+    # The served check ran a copy in training mode (not counted here); the parity check's
+    # reference is eval mode, so it ran the model itself at the example.
+    assert model.batches == [1]
+    assert model.training
+    assert_onnx_program_close(program, model.eval(), torch.randn(3, 4))
+
+
+def _relu_as_identity(x: Any) -> Any:
+    return op.Identity(x)
+
+
+def test_a_wrong_file_at_a_batch_of_one_is_still_a_parity_warning() -> None:
+    # Wrong everywhere: the second size's check sees a difference it cannot blame on the
+    # axis (right at the example? no), and the parity check finds the culprit at 1.
+    torch.manual_seed(0)
+    registry = onnx_export.OnnxRegistry()
+    registry.register_op(torch.ops.aten.relu.default, _relu_as_identity)
+    model = _Counted().eval()
+    options = ExportOptions(
+        dynamic_shapes={"x": {0: "batch"}}, onnx_registry=registry, diagnostic_options=NOTES
+    )
+    with pytest.warns(onnx_export.errors.ParityWarning, match="_relu_as_identity"):
+        program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
+    assert "OXE0022" in _rules(program)
+    assert 1 in model.batches  # eager ran at the example to find the culprit
 
 
 def _call(model: nn.Module, *args: torch.Tensor, shapes: dict) -> object:
