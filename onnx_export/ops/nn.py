@@ -37,6 +37,7 @@ __all__ = [
     "aten_pad",
     "aten_upsample_linear1d_vec",
     "aten_im2col",
+    "aten_conv_transpose",
 ]
 
 _FLOAT = ir.DataType.FLOAT
@@ -436,3 +437,36 @@ def aten_im2col(
         batch = op.Shape(self, start=0, end=lead - 1)
         return op.Reshape(stacked, op.Concat(batch, rows, blocks, axis=0))
     return op.Reshape(stacked, op.Concat(rows, blocks, axis=0))
+
+
+@onnx_op("aten::conv_transpose1d", "aten::conv_transpose2d.input", "aten::conv_transpose3d.input")
+def aten_conv_transpose(
+    input: ir.Value,
+    weight: ir.Value,
+    bias: ir.Value | None = None,
+    stride: Sequence[int] | int = 1,
+    padding: Sequence[int] | int = 0,
+    output_padding: Sequence[int] | int = 0,
+    groups: int = 1,
+    dilation: Sequence[int] | int = 1,
+) -> ir.Value:
+    """conv_transpose{1,2,3}d(input, weight, bias, stride, padding, ...): one ``ConvTranspose``.
+
+    torch.export keeps these ops whole (a MONAI 3-D UNet's up path); decomposing them
+    traced each node again at every export. An unbatched input (no batch axis) gets one
+    for the node and loses it after.
+    """
+    spatial = known_rank(weight, "the weight") - 2
+    batched = known_rank(input) == spatial + 2
+    x = input if batched else op.Unsqueeze(input, ints([0]))
+    pads = expand_param(padding, spatial, [0] * spatial)
+    inputs = [x, weight] if bias is None else [x, weight, bias]
+    result = op.ConvTranspose(
+        *inputs,
+        strides=expand_param(stride, spatial, [1] * spatial),
+        pads=pads + pads,
+        output_padding=expand_param(output_padding, spatial, [0] * spatial),
+        dilations=expand_param(dilation, spatial, [1] * spatial),
+        group=groups,
+    )
+    return result if batched else op.Squeeze(result, ints([0]))

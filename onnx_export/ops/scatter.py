@@ -1,6 +1,6 @@
 """Scatter-like ops torchlib lacks or gets wrong.
 
-Scatter and index reductions (``mean``, ``include_self=False``), ``put``,
+Scatter and index reductions (``mean``, ``include_self=False``), ``index_add``, ``put``,
 ``segment_reduce``, transformers' mixture-of-experts ``grouped_mm_fallback``, and
 ``index_put`` with int32 indices.
 """
@@ -30,6 +30,7 @@ __all__ = [
     "aten_scatter_reduce",
     "aten_scatter_value_reduce",
     "aten_index_reduce",
+    "aten_index_add",
     "aten_put",
     "transformers_grouped_mm_fallback",
     "aten_segment_reduce",
@@ -105,7 +106,15 @@ def aten_index_reduce(
     reduce: str,
     include_self: bool = True,
 ) -> ir.Value:
-    """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, ...)."""
+    """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, ...).
+
+    float16 is computed in float32 (ONNX Runtime has no float16 ``ScatterElements`` with a
+    reduction on the CPU) and rounded back once.
+    """
+    if known_dtype(self) == ir.DataType.FLOAT16:
+        wide = [op.Cast(v, to=ir.DataType.FLOAT) for v in (self, source)]
+        reduced = aten_index_reduce(wide[0], dim, index, wide[1], reduce, include_self)
+        return op.Cast(reduced, to=ir.DataType.FLOAT16)
     r = known_rank(self)
     if r == 0:  # one element: reduce as a 1-element vector
         vector = op.Reshape(self, ints([1]))
@@ -119,6 +128,28 @@ def aten_index_reduce(
     shape[axis] = -1
     spread = op.Expand(op.Reshape(index, ints(shape)), op.Shape(source))
     return _scatter_reduce(self, axis, spread, source, reduce, include_self)
+
+
+@onnx_op("aten::index_add")
+def aten_index_add(
+    self: ir.Value, dim: int, index: ir.Value, source: ir.Value, alpha: float = 1
+) -> ir.Value:
+    """index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor.
+
+    One ``ScatterElements(reduction="add")`` (a graph network's message sum on
+    ``edge_index``): torch.export keeps the op whole, and decomposing it traced the node
+    again at every export.
+    """
+    if known_dtype(self) == ir.DataType.BOOL:  # add is "or": counted in int64, then != 0
+        wide = op.Cast(self, to=_INT64)
+        counts = (
+            op.Cast(source, to=_INT64) if alpha else op.Mul(op.Cast(source, to=_INT64), ints([0]))
+        )
+        added = aten_index_reduce(wide, dim, index, counts, "sum")
+        return op.Cast(added, to=ir.DataType.BOOL)
+    if alpha != 1:
+        source = op.Mul(source, const(alpha, source))
+    return aten_index_reduce(self, dim, index, source, "sum")
 
 
 @onnx_op("aten::put")

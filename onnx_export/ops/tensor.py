@@ -24,11 +24,13 @@ from onnx_export.ops._common import (
     output_dtype,
     rank,
     static_size,
+    unsupported,
 )
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops._target_opset import versioned_node
 
 __all__ = [
+    "aten_meshgrid",
     "aten_to_copy",
     "aten_narrow_copy",
     "aten_permute_copy",
@@ -452,3 +454,33 @@ aten_atleast_2d = onnx_op("aten::atleast_2d.Sequence")(_atleast(2))
 aten_atleast_3d = onnx_op("aten::atleast_3d.Sequence")(_atleast(3))
 aten_triu_indices = onnx_op("aten::triu_indices")(_triangle_indices(upper=True))
 aten_tril_indices = onnx_op("aten::tril_indices")(_triangle_indices(upper=False))
+
+
+@onnx_op("aten::meshgrid", "aten::meshgrid.indexing")
+def aten_meshgrid(tensors: Sequence[ir.Value], indexing: str = "ij") -> list[ir.Value]:
+    """meshgrid(Tensor[] tensors) / meshgrid.indexing(Tensor[] tensors, *, str indexing).
+
+    Each 0-D or 1-D input, reshaped to lie along its own axis, expanded to the grid's
+    shape (``Expand``: no data copied until ONNX Runtime needs it). ``"xy"`` swaps the
+    first two axes, as NumPy does. Anchors made from a feature map's dynamic sizes
+    (detectors) keep their sizes symbolic.
+    """
+    if indexing not in ("ij", "xy"):
+        raise unsupported('indexing "ij" or "xy"', f"indexing={indexing!r}")
+    count = len(tensors)
+    if count == 0:
+        raise unsupported("at least one tensor", "no tensors")
+    for i, tensor in enumerate(tensors):
+        if known_rank(tensor, f"tensor {i}") > 1:
+            raise unsupported("0-D or 1-D tensors", f"tensor {i} of rank {rank(tensor)}")
+    order = list(range(count))
+    if indexing == "xy" and count > 1:
+        order[0], order[1] = 1, 0  # the grid's first axis follows the second input
+    flat = [op.Reshape(t, ints([-1])) for t in tensors]
+    shape = op.Concat(*(op.Shape(flat[i]) for i in order), axis=0)
+    grids = []
+    for i, tensor in enumerate(flat):
+        along = [1] * count
+        along[order.index(i)] = -1
+        grids.append(op.Expand(op.Reshape(tensor, ints(along)), shape))
+    return grids

@@ -128,12 +128,45 @@ class _GridAnchors(torch.nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("model", "shape", "dynamic", "other", "op"),
+    ("model", "shape", "dynamic", "other"),
     [
-        (_UpConv3d, (2, 4, 4, 4, 4), {0: "batch"}, (3, 4, 4, 4, 4), "aten.conv_transpose3d.input"),
-        (_GridAnchors, (1, 3, 6, 8), {2: "h", 3: "w"}, (1, 3, 5, 7), "aten.meshgrid.indexing"),
+        (_UpConv3d, (2, 4, 4, 4, 4), {0: "batch"}, (3, 4, 4, 4, 4)),
+        (_GridAnchors, (1, 3, 6, 8), {2: "h", 3: "w"}, (1, 3, 5, 7)),
     ],
     ids=["conv_transpose3d", "meshgrid"],
+)
+def test_ops_models_keep_whole_have_functions_and_no_trace_again(
+    model: type[torch.nn.Module],
+    shape: tuple[int, ...],
+    dynamic: dict[int, str],
+    other: tuple[int, ...],
+    retraces: list[int],
+) -> None:
+    """``conv_transpose3d.input`` and ``meshgrid.indexing`` have ONNX functions (#39): no node
+    is traced again (each decomposition cost a trace per node at every export)."""
+    torch.manual_seed(0)
+    module = model().eval()
+    program = _export(module, torch.randn(*shape), dynamic_shapes={"x": dynamic})
+    assert retraces == []
+    assert "those nodes only" not in _decomposition_note(program)
+    for size in (other, tuple(1 if i in dynamic and i == 0 else d for i, d in enumerate(other))):
+        x = torch.randn(*size)
+        with torch.no_grad():
+            torch.testing.assert_close(program(x), module(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "dynamic", "other", "op"),
+    [
+        (
+            _PoolTransposed,
+            (2, 6, 4),
+            {0: "batch", 1: "tokens"},
+            (3, 5, 4),
+            "aten.adaptive_avg_pool1d",
+        ),
+    ],
+    ids=["adaptive_avg_pool1d"],
 )
 def test_dynamic_shapes_decompose_those_nodes_only(
     model: type[torch.nn.Module],

@@ -188,7 +188,6 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
         "int64": "ONNX's ConvTranspose does not take tensor(int64)",
     },
     "nn.functional.conv_transpose3d": {
-        "float16": "differs from eager in float16 beyond the tolerance",
         "int64": "ONNX's ConvTranspose does not take tensor(int64)",
     },
     "nn.functional.conv1d": {
@@ -232,15 +231,6 @@ _DTYPE_XFAILS: dict[str, dict[str, str]] = {
     },
     "mode": {
         "bool": "ONNX's ReduceMin does not take tensor(bool)",
-    },
-    "index_add": {
-        "float16": "ONNX Runtime fails running ScatterND in float16",
-    },
-    "index_reduce.mean": {
-        "float16": "ONNX Runtime fails running ScatterElements in float16",
-    },
-    "index_reduce.prod": {
-        "float16": "ONNX Runtime fails running ScatterElements in float16",
     },
     "_unsafe_masked_index_put_accumulate": {
         "float16": "ONNX Runtime fails running ScatterND in float16",
@@ -1160,11 +1150,13 @@ CI_OPS: tuple[str, ...] = (
     "count_nonzero", "all", "any", "nanmean", "quantile", "searchsorted", "bucketize",
     # shapes and indexing
     "cat", "stack", "reshape", "permute", "transpose", "flip", "roll", "gather",
-    "scatter", "scatter_reduce.mean", "index_select", "index_reduce.amax", "put",
+    "scatter", "scatter_reduce.mean", "index_select", "index_reduce.amax", "index_add", "put",
+    "meshgrid.variadic_tensors", "meshgrid.list_of_tensors",
     "masked_select", "nonzero", "tril", "diagonal_scatter", "as_strided_scatter",
     "unbind_copy", "hstack", "squeeze.multiple", "triu_indices", "to", "cfloat",
     # neural networks
-    "nn.functional.linear", "nn.functional.conv2d", "nn.functional.conv_transpose2d",
+    "nn.functional.linear", "nn.functional.conv2d", "nn.functional.conv_transpose1d",
+    "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
     "nn.functional.batch_norm", "native_batch_norm", "nn.functional.layer_norm",
     "nn.functional.group_norm", "nn.functional.avg_pool2d", "nn.functional.max_pool2d",
     "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_max_pool2d",
@@ -1251,6 +1243,12 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "scatter": ("aten::scatter.reduce",),
     "scatter_reduce.mean": ("aten::scatter_reduce.two",),
     "index_reduce.amax": ("aten::index_reduce",),
+    "index_add": ("aten::index_add",),
+    "meshgrid.variadic_tensors": ("aten::meshgrid.indexing",),
+    "meshgrid.list_of_tensors": ("aten::meshgrid.indexing",),
+    "nn.functional.conv_transpose1d": ("aten::conv_transpose1d",),
+    "nn.functional.conv_transpose2d": ("aten::conv_transpose2d.input",),
+    "nn.functional.conv_transpose3d": ("aten::conv_transpose3d.input",),
     "put": ("aten::put",),
     "masked_select": ("aten::masked_select",),
     "nonzero": ("aten::nonzero",),

@@ -224,6 +224,11 @@ _REDUCE = [
 ]
 
 _TENSOR = [
+    _case(  # the overload without indexing ("ij"): a 0-D and a 1-D input
+        "aten::meshgrid",
+        lambda x, y: [g * 1.0 for g in aten.meshgrid([x, y])],
+        lambda: (_rand(()), _rand(3)),
+    ),
     _case("aten::as_strided_copy", lambda x: aten.as_strided_copy(x, [2, 2], [1, 2], 1), _x),
     _case(  # a transposed view: strides count its memory (x's rows), not its row-major order
         "aten::as_strided",
