@@ -265,15 +265,27 @@ def _lend_outputs(run: Any, call: Call, second: Resized, out: Any) -> None:
     leads each grown axis), so a model whose rows do not mix gives the example's outputs
     as the leading slice of these: the parity check compares ONNX Runtime's outputs at
     the example with that slice and runs eager at the example only when they differ
-    (:meth:`ONNXProgram._eager_hint`). Not lent when an axis shrank (the example is not
-    a slice of the second size) or a module is in training mode (this run used training
-    mode; the parity check's reference is eval mode).
+    (:meth:`ONNXProgram._from_second_size`). Not lent:
+
+    - when a dynamic axis of the example is 1: such an example is traced size-obliviously
+      (the file takes the branches of other sizes), and eager at 1 may take its own
+      (``x.squeeze()`` drops the batch): only eager at the example can tell;
+    - when an axis shrank (the example is not a slice of the second size);
+    - when a module is in training mode (this run used training mode; the parity check's
+      reference is eval mode).
     """
-    if not isinstance(run, ONNXProgram) or any(new <= old for *_, old, new in second.sizes):
+    if not isinstance(run, ONNXProgram) or call.size_one:
+        return
+    if any(old < 2 or new <= old for *_, old, new in second.sizes) or _oblivious(run):
         return
     if any(m.training for m in call.module.modules()):
         return
     run._lend_eager(EagerAtSecondSize((call.args, call.kwargs), out))
+
+
+def _oblivious(program: ONNXProgram) -> bool:
+    """Whether a capture attempt traced size-obliviously (a repair for a size-1 dimension)."""
+    return any("size-obliviously" in fix for a in program.capture_attempts for fix in a.shape_fixes)
 
 
 def declared_ranges(

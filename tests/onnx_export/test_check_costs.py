@@ -3,9 +3,10 @@
 - The served-axes check runs the model at a second size only; the example's runs are the
   parity check's (and run here again only when the second size disagrees).
 - The parity check takes eager's outputs at a second size that repeats the example (a
-  batch of 1 checked at 2) as its reference where ONNX Runtime matches their leading
-  slice; a model that mixes rows, a file that is wrong, a second size smaller than the
-  example or training mode runs eager at the example, as before.
+  batch of 2 checked at 3) as its reference where ONNX Runtime matches their leading
+  slice; a model that mixes rows, a file that is wrong, a size-1 example (traced
+  size-obliviously: eager at 1 may branch), a second size smaller than the example or
+  training mode runs eager at the example, as before.
 - A size-1 example's second size is 2 (3 when an input has a static 2): the check pays
   for every row it adds.
 - One ONNX Runtime session serves every check (and later calls); the served-axes check
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import gc
+import warnings
 from typing import Any
 
 import pytest
@@ -52,20 +54,54 @@ class _Counted(nn.Module):
         return self.lin(x).relu()
 
 
-def test_a_batch_of_one_runs_eager_once_at_the_second_size() -> None:
+def test_a_batch_of_two_runs_eager_once_at_the_second_size() -> None:
     torch.manual_seed(0)
     model = _Counted().eval()
-    x = torch.randn(1, 4)
+    x = torch.randn(2, 4)
     options = ExportOptions(dynamic_shapes={"x": {0: "batch"}}, diagnostic_options=NOTES)
-    model.batches.clear()
     program = onnx_export.dynamo_export(model, x, export_options=options)
-    # One eager run, at 2 (the served-axes check): its first row is the example's, and the
-    # parity check compares ONNX Runtime at the example with it (it agrees: no run at 1).
-    assert model.batches == [2]
+    # Eager at 3 (the served-axes check): its first two rows are the example's, and the
+    # parity check compares ONNX Runtime at the example with them (they agree: no run at
+    # 2); then the edge probe at 1.
+    assert model.batches == [3, 1]
     assert "OXE0012" in _rules(program)  # the parity check's verdict, recorded
     assert "verify" in program.stage_times
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(5, 4))
+
+
+def test_a_batch_of_one_still_runs_eager_at_the_example() -> None:
+    # A size-1 example is traced size-obliviously: eager at 1 may take a branch of its own,
+    # which only a run at 1 shows.
+    torch.manual_seed(0)
+    model = _Counted().eval()
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
+    assert model.batches == [2, 1]
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
+
+
+class _SizeOneBranch(_Counted):
+    """A branch of its own at a batch of 1 (a single sample scaled differently)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y * 2 if x.shape[0] == 1 else y
+
+
+def test_a_size_one_branch_is_checked_by_eager_at_the_example() -> None:
+    # The branch taken at 1 is not the one taken at 2: the file must be right at 1, which
+    # only a run at 1 shows (eager's outputs at 2 are not lent to a size-1 example).
+    torch.manual_seed(0)
+    model = _SizeOneBranch().eval()
+    x = torch.randn(1, 4)
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", onnx_export.errors.ParityWarning)
+        program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert 1 in model.batches
+    assert_onnx_program_close(program, model, x)
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
 def _rules(program: Any) -> list[str]:
@@ -83,12 +119,12 @@ class _RowMixing(_Counted):
 def test_a_model_that_mixes_rows_runs_eager_at_the_example_and_matches() -> None:
     torch.manual_seed(0)
     model = _RowMixing().eval()
-    x = torch.randn(1, 4)
+    x = torch.randn(2, 4)
     options = ExportOptions(dynamic_shapes={"x": {0: "batch"}}, diagnostic_options=NOTES)
     program = onnx_export.dynamo_export(model, x, export_options=options)
-    # At 2 the first row is not the example's output (the batch size is added): the parity
-    # check runs eager at the example itself.
-    assert model.batches == [2, 1]
+    # At 3 the first rows are not the example's outputs (the batch size is added): the
+    # parity check runs eager at the example itself (then the edge probe at 1).
+    assert model.batches == [3, 2, 1]
     assert "OXE0012" in _rules(program)
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(3, 4))
@@ -124,7 +160,7 @@ def _relu_as_identity(x: Any) -> Any:
     return op.Identity(x)
 
 
-def test_a_wrong_file_at_a_batch_of_one_is_still_a_parity_warning() -> None:
+def test_a_wrong_file_is_still_a_parity_warning() -> None:
     # Wrong everywhere: the second size's check sees a difference it cannot blame on the
     # axis (right at the example? no), and the parity check finds the culprit at 1.
     torch.manual_seed(0)
@@ -135,9 +171,9 @@ def test_a_wrong_file_at_a_batch_of_one_is_still_a_parity_warning() -> None:
         dynamic_shapes={"x": {0: "batch"}}, onnx_registry=registry, diagnostic_options=NOTES
     )
     with pytest.warns(onnx_export.errors.ParityWarning, match="_relu_as_identity"):
-        program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
+        program = onnx_export.dynamo_export(model, torch.randn(2, 4), export_options=options)
     assert "OXE0022" in _rules(program)
-    assert 1 in model.batches  # eager ran at the example to find the culprit
+    assert 2 in model.batches  # eager ran at the example to find the culprit
 
 
 def _call(model: nn.Module, *args: torch.Tensor, shapes: dict) -> object:
