@@ -23,6 +23,15 @@ __all__ = [
     "aten_std_correction",
     "aten_var_mean_correction",
     "aten_std_mean_correction",
+    "aten_var_all",
+    "aten_var_unbiased",
+    "aten_std_all",
+    "aten_std_unbiased",
+    "aten_var_mean_all",
+    "aten_var_mean_unbiased",
+    "aten_std_mean_all",
+    "aten_std_mean_unbiased",
+    "aten_reshape_as",
     "aten_and_dunder",
     "aten_or_dunder",
     "aten_xor_dunder",
@@ -111,9 +120,9 @@ def aten_diff(
 def _variance(
     self: ir.Value, dim: list[int] | None, correction: float | None, keepdim: bool
 ) -> tuple[ir.Value, ir.Value]:
-    """(variance, mean) over ``dim`` (all axes when None) with Bessel-style ``correction``."""
+    """(variance, mean) over ``dim`` (every axis when None or empty), Bessel ``correction``."""
     rank = len(self.shape) if self.shape is not None else None
-    axes = list(range(rank)) if dim is None and rank is not None else (dim or [])
+    axes = list(range(rank)) if not dim and rank is not None else list(dim or [])
     axes_value = op.Constant(value_ints=axes)
     mean = op.ReduceMean(self, axes_value, keepdims=1)
     centered = op.Sub(self, mean)
@@ -173,6 +182,74 @@ def aten_std_mean_correction(
     """std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, ...)."""
     variance, mean = _variance(self, dim, correction, keepdim)
     return op.Sqrt(variance), mean
+
+
+@onnx_op("aten::var")
+def aten_var_all(self: ir.Value, unbiased: bool = True) -> ir.Value:
+    """var(Tensor self, bool unbiased=True) -> Tensor: over every axis."""
+    return _variance(self, None, float(unbiased), False)[0]
+
+
+@onnx_op("aten::var.dim")
+def aten_var_unbiased(
+    self: ir.Value, dim: list[int] | None = None, unbiased: bool = True, keepdim: bool = False
+) -> ir.Value:
+    """var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor.
+
+    The ``unbiased`` overloads torch.export keeps as the user wrote them (timm's weight
+    standardisation): ``correction`` 1 or 0, with no trace of the node again.
+    """
+    return _variance(self, dim, float(unbiased), keepdim)[0]
+
+
+@onnx_op("aten::std")
+def aten_std_all(self: ir.Value, unbiased: bool = True) -> ir.Value:
+    """std(Tensor self, bool unbiased=True) -> Tensor: over every axis."""
+    return op.Sqrt(_variance(self, None, float(unbiased), False)[0])
+
+
+@onnx_op("aten::std.dim")
+def aten_std_unbiased(
+    self: ir.Value, dim: list[int] | None = None, unbiased: bool = True, keepdim: bool = False
+) -> ir.Value:
+    """std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor."""
+    return op.Sqrt(_variance(self, dim, float(unbiased), keepdim)[0])
+
+
+@onnx_op("aten::var_mean")
+def aten_var_mean_all(self: ir.Value, unbiased: bool = True) -> tuple[ir.Value, ir.Value]:
+    """var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor): over every axis."""
+    return _variance(self, None, float(unbiased), False)
+
+
+@onnx_op("aten::var_mean.dim")
+def aten_var_mean_unbiased(
+    self: ir.Value, dim: list[int] | None = None, unbiased: bool = True, keepdim: bool = False
+) -> tuple[ir.Value, ir.Value]:
+    """var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False)."""
+    return _variance(self, dim, float(unbiased), keepdim)
+
+
+@onnx_op("aten::std_mean")
+def aten_std_mean_all(self: ir.Value, unbiased: bool = True) -> tuple[ir.Value, ir.Value]:
+    """std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor): over every axis."""
+    variance, mean = _variance(self, None, float(unbiased), False)
+    return op.Sqrt(variance), mean
+
+
+@onnx_op("aten::std_mean.dim")
+def aten_std_mean_unbiased(
+    self: ir.Value, dim: list[int] | None = None, unbiased: bool = True, keepdim: bool = False
+) -> tuple[ir.Value, ir.Value]:
+    """std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False)."""
+    variance, mean = _variance(self, dim, float(unbiased), keepdim)
+    return op.Sqrt(variance), mean
+
+
+@onnx_op("aten::reshape_as")
+def aten_reshape_as(self: ir.Value, other: ir.Value) -> ir.Value:
+    """reshape_as(Tensor self, Tensor other) -> Tensor: ``Reshape`` to ``other``'s shape."""
+    return op.Reshape(self, op.Shape(other))
 
 
 aten_and_dunder = onnx_op("aten::__and__.Tensor")(_bitwise("And", "BitwiseAnd"))

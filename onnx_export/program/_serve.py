@@ -80,6 +80,8 @@ def serve_dynamic_axes(
     rebuilt = _proved_recapture(program_of, call, other, ranges, multiples, recapture, kept)
     if rebuilt is not None and other is not None:
         _report.record_resized_capture(context, other.text(), problem)
+        # Captured at other sizes, not the example's: its parity check runs eager there.
+        program_of(rebuilt)._eager_hint = None
         return rebuilt
     if _narrow(program_of(built).adapter_spec) is not None:
         # The file declares the narrow range: it tells the truth, unless it also fails

@@ -203,6 +203,24 @@ def _polynomial_cases() -> list[OwnOpCase]:
 
 
 _REDUCE = [
+    # The ``unbiased`` overloads torch.export keeps as written (timm's weight standardisation).
+    _case("aten::var", lambda x: aten.var(x, False), lambda: (_rand(3, 4),)),
+    _case("aten::var.dim", lambda x: aten.var.dim(x, [1], True, True), lambda: (_rand(3, 4),)),
+    _case("aten::std", lambda x: aten.std(x, True), lambda: (_rand(3, 4),)),
+    _case("aten::std.dim", lambda x: aten.std.dim(x, [0, -1], False), lambda: (_rand(2, 3, 4),)),
+    _case("aten::var_mean", lambda x: aten.var_mean(x, True), lambda: (_rand(3, 4),)),
+    _case(
+        "aten::var_mean.dim",
+        lambda w: aten.var_mean.dim(w, [1, 2, 3], False, True),
+        lambda: (_rand(6, 3, 3, 3),),
+    ),
+    _case("aten::std_mean", lambda x: aten.std_mean(x, False), lambda: (_rand(3, 4),)),
+    _case("aten::std_mean.dim", lambda x: aten.std_mean.dim(x, [0], True), lambda: (_rand(3, 4),)),
+    _case(
+        "aten::reshape_as",
+        lambda x, y: aten.reshape_as(x, y) + y,
+        lambda: (_rand(2, 6), _rand(3, 4, seed=1)),
+    ),
     _case("aten::all.dims", lambda x: aten.all.dims(x, [0, 1]), lambda: (_ints(2, 3, 4) > -5,)),
     _case("aten::any.dims", lambda x: aten.any.dims(x, [0, 2]), lambda: (_ints(2, 3, 4) > 4,)),
     _case(
