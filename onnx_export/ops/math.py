@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_export.ops._common import (
@@ -30,6 +31,7 @@ from onnx_export.ops._registration import onnx_op
 
 __all__ = [
     "aten_log_sigmoid",
+    "aten_nan_to_num",
     "horner",
     "compute_dtype",
     "to_compute",
@@ -562,3 +564,31 @@ def aten_log_sigmoid(self: ir.Value) -> ir.Value:
     x = op.Cast(self, to=int(ir.DataType.FLOAT)) if half else self  # Softplus: float kernels
     result = op.Neg(op.Softplus(op.Neg(x)))
     return op.CastLike(result, self) if half else result
+
+
+@onnx_op("aten::nan_to_num")
+def aten_nan_to_num(
+    self: ir.Value,
+    nan: float | None = None,
+    posinf: float | None = None,
+    neginf: float | None = None,
+) -> ir.Value:
+    """nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None).
+
+    NaN becomes ``nan`` (0), +inf ``posinf`` and -inf ``neginf`` (the dtype's largest and
+    lowest finite values); integers and bools are returned as they are. Half precision is
+    compared in float32 (ONNX's ``IsInf`` takes no float16) and the result keeps its dtype.
+    """
+    if not is_float(self):
+        return op.Identity(self)
+    info = np.finfo(self.dtype.numpy()) if self.dtype != ir.DataType.BFLOAT16 else None
+    high = float(info.max) if info is not None else 3.3895313892515355e38
+    wide = to_compute(self)
+    result = op.Where(op.IsNaN(wide), const(0.0 if nan is None else nan, wide), wide)
+    result = op.Where(
+        op.IsInf(wide, detect_negative=0), const(high if posinf is None else posinf, wide), result
+    )
+    result = op.Where(
+        op.IsInf(wide, detect_positive=0), const(-high if neginf is None else neginf, wide), result
+    )
+    return cast_to(result, self.dtype)

@@ -38,6 +38,7 @@ __all__ = [
     "aten_upsample_linear1d_vec",
     "aten_im2col",
     "aten_conv_transpose",
+    "aten_conv_padding",
 ]
 
 _FLOAT = ir.DataType.FLOAT
@@ -467,6 +468,48 @@ def aten_conv_transpose(
         pads=pads + pads,
         output_padding=expand_param(output_padding, spatial, [0] * spatial),
         dilations=expand_param(dilation, spatial, [1] * spatial),
+        group=groups,
+    )
+    return result if batched else op.Squeeze(result, ints([0]))
+
+
+@onnx_op("aten::conv1d.padding", "aten::conv2d.padding", "aten::conv3d.padding")
+def aten_conv_padding(
+    input: ir.Value,
+    weight: ir.Value,
+    bias: ir.Value | None = None,
+    stride: Sequence[int] | int = 1,
+    padding: str = "valid",
+    dilation: Sequence[int] | int = 1,
+    groups: int = 1,
+) -> ir.Value:
+    """conv{1,2,3}d.padding(input, weight, bias, stride, str padding, ...): one ``Conv``.
+
+    ``padding="same"`` pads ``dilation * (kernel - 1)`` per axis, the odd one at the end (as
+    torch does); ``"valid"`` pads nothing. torch.export keeps these overloads whole
+    (ConvMixer, audio front ends); decomposing them traced each node again, or, with
+    dynamic shapes, the whole program.
+    """
+    spatial = known_rank(weight, "the weight") - 2
+    batched = known_rank(input) == spatial + 2
+    x = input if batched else op.Unsqueeze(input, ints([0]))
+    dilations = expand_param(dilation, spatial, [1] * spatial)
+    if padding == "valid":
+        pads = [0] * (2 * spatial)
+    elif padding == "same":
+        kernel = list(known_shape(weight, "the weight"))[2:]
+        if not all(isinstance(k, int) for k in kernel):
+            raise unsupported("a weight of static kernel size", f"kernel {kernel}")
+        total = [d * (int(k) - 1) for d, k in zip(dilations, kernel, strict=True)]
+        pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+    else:
+        raise unsupported('padding "same" or "valid"', f"padding={padding!r}")
+    inputs = [x, weight] if bias is None else [x, weight, bias]
+    result = op.Conv(
+        *inputs,
+        strides=expand_param(stride, spatial, [1] * spatial),
+        pads=pads,
+        dilations=dilations,
         group=groups,
     )
     return result if batched else op.Squeeze(result, ints([0]))

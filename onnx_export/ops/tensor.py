@@ -31,6 +31,11 @@ from onnx_export.ops._target_opset import versioned_node
 
 __all__ = [
     "aten_meshgrid",
+    "aten_cosine_similarity",
+    "aten_pairwise_distance",
+    "aten_movedim_int",
+    "aten_movedim_intlist",
+    "aten_channel_shuffle",
     "aten_to_copy",
     "aten_narrow_copy",
     "aten_permute_copy",
@@ -484,3 +489,107 @@ def aten_meshgrid(tensors: Sequence[ir.Value], indexing: str = "ij") -> list[ir.
         along[order.index(i)] = -1
         grids.append(op.Expand(op.Reshape(tensor, ints(along)), shape))
     return grids
+
+
+def _in_float(x: ir.Value) -> ir.Value:
+    """``x`` in float64 when it is, else float32 (half precision, integers, bools)."""
+    return cast_to(x, ir.DataType.DOUBLE if x.dtype == ir.DataType.DOUBLE else ir.DataType.FLOAT)
+
+
+def _as_output(y: ir.Value) -> ir.Value:
+    return cast_to(y, output_dtype(0))
+
+
+@onnx_op("aten::cosine_similarity")
+def aten_cosine_similarity(x1: ir.Value, x2: ir.Value, dim: int = 1, eps: float = 1e-8) -> ir.Value:
+    """cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor.
+
+    As torch computes it: each input divided by its norm along ``dim`` (clamped below at
+    ``eps``), then the sum of the products (CLIP-style heads, retrieval). Decomposing it
+    re-traced the whole program at dynamic shapes.
+    """
+    a, b = _in_float(x1), _in_float(x2)
+    r = max(known_rank(x1, "x1"), known_rank(x2, "x2"))
+    axes = ints([dim % r])
+    a = op.Add(a, op.Mul(b, const(0, b)))  # broadcast both to the common shape
+    b = op.Add(b, op.Mul(a, const(0, a)))
+    floor = const(eps, a)
+    na = op.Max(op.ReduceL2(a, axes, keepdims=1), floor)
+    nb = op.Max(op.ReduceL2(b, axes, keepdims=1), floor)
+    return _as_output(op.ReduceSum(op.Mul(op.Div(a, na), op.Div(b, nb)), axes, keepdims=0))
+
+
+@onnx_op("aten::pairwise_distance")
+def aten_pairwise_distance(
+    x1: ir.Value, x2: ir.Value, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False
+) -> ir.Value:
+    """pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False).
+
+    The ``p``-norm of ``x1 - x2 + eps`` over the last axis of the broadcast shape.
+    """
+    diff = op.Add(op.Sub(_in_float(x1), _in_float(x2)), const(eps, _in_float(x1)))
+    axes = ints([-1])
+    keep = int(keepdim)
+    if p == 2:
+        norm = op.ReduceL2(diff, axes, keepdims=keep)
+    elif p == 1:
+        norm = op.ReduceL1(diff, axes, keepdims=keep)
+    elif math.isinf(p):
+        reduce = op.ReduceMax if p > 0 else op.ReduceMin
+        norm = reduce(op.Abs(diff), axes, keepdims=keep)
+    elif p == 0:
+        nonzero = op.Cast(op.Not(op.Equal(diff, const(0, diff))), to=diff.dtype)
+        norm = op.ReduceSum(nonzero, axes, keepdims=keep)
+    else:
+        powered = op.Pow(op.Abs(diff), const(p, diff))
+        norm = op.Pow(op.ReduceSum(powered, axes, keepdims=keep), const(1.0 / p, diff))
+    return _as_output(norm)
+
+
+def _moved(rank_: int, source: Sequence[int], destination: Sequence[int]) -> list[int]:
+    """The permutation ``movedim`` applies: each source axis to its destination, others in order."""
+    src = [d % rank_ for d in source]
+    dst = [d % rank_ for d in destination]
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise unsupported(
+            "as many distinct source as destination axes", f"{source} -> {destination}"
+        )
+    perm: list[int | None] = [None] * rank_
+    for s, d in zip(src, dst, strict=True):
+        perm[d] = s
+    rest = iter(a for a in range(rank_) if a not in src)
+    return [next(rest) if p is None else p for p in perm]
+
+
+@onnx_op("aten::movedim.int")
+def aten_movedim_int(self: ir.Value, source: int, destination: int) -> ir.Value:
+    """movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a): a Transpose."""
+    return op.Transpose(self, perm=_moved(known_rank(self), [source], [destination]))
+
+
+@onnx_op("aten::movedim.intlist")
+def aten_movedim_intlist(
+    self: ir.Value, source: Sequence[int], destination: Sequence[int]
+) -> ir.Value:
+    """movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)."""
+    return op.Transpose(self, perm=_moved(known_rank(self), source, destination))
+
+
+@onnx_op("aten::channel_shuffle", "aten::native_channel_shuffle")
+def aten_channel_shuffle(self: ir.Value, groups: int) -> ir.Value:
+    """channel_shuffle(Tensor self, SymInt groups) -> Tensor (ShuffleNet).
+
+    ``[N, C, *]`` as ``[N, groups, C / groups, *]``, the two group axes swapped, back to
+    ``[N, C, *]``; every size read from the input (dynamic batch and spatial sizes).
+    """
+    r = known_rank(self)
+    shape = op.Shape(self)
+    split = op.Concat(
+        op.Shape(self, start=0, end=1),
+        ints([int(groups)]),
+        op.Div(op.Shape(self, start=1, end=2), ints([int(groups)])),
+        op.Shape(self, start=2),
+        axis=0,
+    )
+    perm = [0, 2, 1, *range(3, r + 1)]
+    return op.Reshape(op.Transpose(op.Reshape(self, split), perm=perm), shape)

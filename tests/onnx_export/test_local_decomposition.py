@@ -16,6 +16,31 @@ import onnx_export
 from onnx_export.diagnostics import DiagnosticOptions, Level
 
 
+class _Rotated(torch.nn.Module):
+    """``rot90`` twice alike (no ONNX function: decomposed), between two convolutions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.rot90(F.gelu(self.a(torch.rot90(x, 1, (2, 3)))), 1, (2, 3))) + x
+
+
+class _RotatedInCond(torch.nn.Module):
+    """``rot90`` inside ``torch.cond``'s branches: a node in a subgraph, decomposed by a
+    re-trace of the whole program."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(
+            x.sum() > 0,
+            lambda t: torch.rot90(t, 1, (2, 3)),
+            lambda t: torch.rot90(t, -1, (2, 3)),
+            (x,),
+        )
+
+
 class _SameConv(torch.nn.Module):
     """Depthwise ``padding="same"`` convolutions (``aten.conv2d.padding``), twice alike."""
 
@@ -78,7 +103,7 @@ def _decomposition_note(program: onnx_export.ONNXProgram) -> str:
 @pytest.mark.parametrize(
     ("model", "op"),
     [
-        (_SameConv, "aten.conv2d.padding"),
+        (_Rotated, "aten.rot90.default"),
         (_PoolTransposed, "aten.adaptive_avg_pool1d"),
     ],
 )
@@ -93,14 +118,14 @@ def test_missing_ops_are_decomposed_in_place_without_a_retrace(
     assert op in note and "those nodes only" in note
 
 
-def test_dynamic_shapes_still_take_the_full_retrace(retraces: list[int]) -> None:
+def test_a_missing_op_in_a_subgraph_still_takes_the_full_retrace(retraces: list[int]) -> None:
     torch.manual_seed(0)
-    model = _SameConv().eval()
-    program = _export(model, torch.randn(2, 4, 8, 8), dynamic_shapes={"x": {0: "batch"}})
+    model = _RotatedInCond().eval()
+    program = _export(model, torch.randn(2, 4, 3, 3), dynamic_shapes={"x": {0: "batch"}})
     assert retraces == [1]
-    x = torch.randn(3, 4, 8, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+    for x in (torch.randn(3, 4, 3, 3), -torch.rand(1, 4, 3, 3)):  # each branch, another size
+        with torch.no_grad():
+            torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
     assert "those nodes only" not in _decomposition_note(program)
 
 
@@ -132,8 +157,9 @@ class _GridAnchors(torch.nn.Module):
         (_UpConv3d, (2, 4, 4, 4, 4), {0: "batch"}, (3, 4, 4, 4, 4)),
         (_GridAnchors, (1, 3, 6, 8), {2: "h", 3: "w"}, (1, 3, 5, 7)),
         (_Standardised, (2, 3, 8, 8), {0: "batch"}, (3, 3, 8, 8)),
+        (_SameConv, (2, 4, 8, 8), {0: "batch", 2: "h"}, (3, 4, 5, 8)),
     ],
-    ids=["conv_transpose3d", "meshgrid", "var_mean_reshape_as"],
+    ids=["conv_transpose3d", "meshgrid", "var_mean_reshape_as", "conv2d_padding_same"],
 )
 def test_ops_models_keep_whole_have_functions_and_no_trace_again(
     model: type[torch.nn.Module],
@@ -142,9 +168,10 @@ def test_ops_models_keep_whole_have_functions_and_no_trace_again(
     other: tuple[int, ...],
     retraces: list[int],
 ) -> None:
-    """``conv_transpose3d.input``, ``meshgrid.indexing``, ``var_mean.dim`` and ``reshape_as``
-    have ONNX functions (#39): no node is traced again (each decomposition cost a trace per
-    node at every export)."""
+    """``conv_transpose3d.input``, ``meshgrid.indexing``, ``var_mean.dim``, ``reshape_as`` and
+    ``conv2d.padding`` have ONNX functions (#39): no node is traced again (each decomposition
+    cost a trace per node at every export; ``padding="same"`` at dynamic shapes, a re-trace
+    of the whole program)."""
     torch.manual_seed(0)
     module = model().eval()
     program = _export(module, torch.randn(*shape), dynamic_shapes={"x": dynamic})

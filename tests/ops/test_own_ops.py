@@ -242,6 +242,29 @@ _REDUCE = [
 ]
 
 _TENSOR = [
+    _case(
+        "aten::movedim.int", lambda x: aten.movedim.int(x, 0, -1) * 1.0, lambda: (_rand(2, 3, 4),)
+    ),
+    _case(
+        "aten::native_channel_shuffle",
+        lambda x: aten.native_channel_shuffle(x, 3),
+        lambda: (_rand(2, 6, 2, 3),),
+    ),
+    _case(
+        "aten::cosine_similarity",  # broadcast, a negative dim, a zero row (eps)
+        lambda x, y: aten.cosine_similarity(x, y * torch.tensor([[1.0], [0.0], [1.0]]), -1, 1e-8),
+        lambda: (_rand(2, 3, 4), _rand(3, 4, seed=1)),
+        name="cosine_similarity-broadcast",
+    ),
+    _case(
+        "aten::pairwise_distance",
+        lambda x, y: [
+            aten.pairwise_distance(x, y, p, 1e-6, k)
+            for p, k in ((1.0, True), (3.0, False), (float("inf"), False), (0.0, False))
+        ],
+        lambda: (_rand(2, 5), _rand(2, 5, seed=1)),
+        name="pairwise_distance-norms",
+    ),
     _case(  # the overload without indexing ("ij"): a 0-D and a 1-D input
         "aten::meshgrid",
         lambda x, y: [g * 1.0 for g in aten.meshgrid([x, y])],
@@ -375,6 +398,23 @@ def _positive_3() -> torch.Tensor:
 
 
 _NN = [
+    # ``padding="same"`` / ``"valid"`` convolutions (torch.export keeps the .padding overload).
+    _case(
+        "aten::conv1d.padding",
+        lambda x, w, b: aten.conv1d.padding(x, w, b, [1], "same", [2], 1),
+        lambda: (_rand(2, 4, 9), _rand(6, 4, 4, seed=1), _rand(6, seed=2)),
+    ),
+    _case(
+        "aten::conv2d.padding",
+        lambda x, w: aten.conv2d.padding(x, w, None, [1, 1], "same", [1, 2], 2),
+        lambda: (_rand(1, 4, 7, 8), _rand(6, 2, 4, 3, seed=1)),
+    ),
+    _case(
+        "aten::conv2d.padding",
+        lambda x, w: aten.conv2d.padding(x, w, None, [2, 1], "valid", [1, 1], 1),
+        lambda: (_rand(4, 7, 8), _rand(3, 4, 3, 3, seed=1)),
+        name="conv2d.padding-valid-unbatched",
+    ),
     _case(
         "aten::_native_batch_norm_legit_functional",
         lambda x, w, b, m, v: aten._native_batch_norm_legit_functional(
