@@ -18,6 +18,8 @@ from onnx_export.ops._common import ints, known_rank, op, static_dims, unsupport
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
+    "aten_adaptive_avg_pool1d",
+    "aten_adaptive_max_pool1d",
     "aten__adaptive_avg_pool2d",
     "aten__adaptive_avg_pool3d",
     "aten_adaptive_max_pool2d",
@@ -184,6 +186,9 @@ def _adaptive_max_function(spatial: int) -> Callable[..., Any]:
 
 
 # The public ops too: a graph that holds them then needs no decomposition (every ResNet).
+# 1-d: torch.export keeps them whole (Swin's and other token models' heads pool the tokens).
+aten_adaptive_avg_pool1d = onnx_op("aten::adaptive_avg_pool1d")(_adaptive_avg_function(1))
+aten_adaptive_max_pool1d = onnx_op("aten::adaptive_max_pool1d")(_adaptive_max_function(1))
 aten__adaptive_avg_pool2d = onnx_op("aten::_adaptive_avg_pool2d", "aten::adaptive_avg_pool2d")(
     _adaptive_avg_function(2)
 )

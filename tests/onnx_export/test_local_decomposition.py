@@ -65,6 +65,13 @@ class _Standardised(torch.nn.Conv2d):
         return F.conv2d(x, weight, self.bias, padding=1)
 
 
+class _Embedded(torch.nn.Module):
+    """``diag_embed`` of a transposed (strided) tensor, summed back to its shape."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.diag_embed(x.transpose(1, 2)).sum(-1).transpose(1, 2) * 2
+
+
 class _PoolTransposed(torch.nn.Module):
     """Swin's head: ``adaptive_avg_pool1d`` of a transposed (strided) tensor."""
 
@@ -104,14 +111,14 @@ def _decomposition_note(program: onnx_export.ONNXProgram) -> str:
     ("model", "op"),
     [
         (_Rotated, "aten.rot90.default"),
-        (_PoolTransposed, "aten.adaptive_avg_pool1d"),
+        (_Embedded, "aten.diag_embed.default"),
     ],
 )
 def test_missing_ops_are_decomposed_in_place_without_a_retrace(
     model: type[torch.nn.Module], op: str, retraces: list[int]
 ) -> None:
     torch.manual_seed(0)
-    shape = {_PoolTransposed: (2, 6, 4)}.get(model, (2, 4, 8, 8))
+    shape = {_Embedded: (2, 6, 4)}.get(model, (2, 4, 8, 8))
     program = _export(model().eval(), torch.randn(*shape))
     assert retraces == []
     note = _decomposition_note(program)
@@ -158,8 +165,15 @@ class _GridAnchors(torch.nn.Module):
         (_GridAnchors, (1, 3, 6, 8), {2: "h", 3: "w"}, (1, 3, 5, 7)),
         (_Standardised, (2, 3, 8, 8), {0: "batch"}, (3, 3, 8, 8)),
         (_SameConv, (2, 4, 8, 8), {0: "batch", 2: "h"}, (3, 4, 5, 8)),
+        (_PoolTransposed, (2, 6, 4), {0: "batch", 1: "tokens"}, (3, 5, 4)),
     ],
-    ids=["conv_transpose3d", "meshgrid", "var_mean_reshape_as", "conv2d_padding_same"],
+    ids=[
+        "conv_transpose3d",
+        "meshgrid",
+        "var_mean_reshape_as",
+        "conv2d_padding_same",
+        "adaptive_avg_pool1d",
+    ],
 )
 def test_ops_models_keep_whole_have_functions_and_no_trace_again(
     model: type[torch.nn.Module],
@@ -168,10 +182,10 @@ def test_ops_models_keep_whole_have_functions_and_no_trace_again(
     other: tuple[int, ...],
     retraces: list[int],
 ) -> None:
-    """``conv_transpose3d.input``, ``meshgrid.indexing``, ``var_mean.dim``, ``reshape_as`` and
-    ``conv2d.padding`` have ONNX functions (#39): no node is traced again (each decomposition
-    cost a trace per node at every export; ``padding="same"`` at dynamic shapes, a re-trace
-    of the whole program)."""
+    """``conv_transpose3d.input``, ``meshgrid.indexing``, ``var_mean.dim``, ``reshape_as``,
+    ``conv2d.padding`` and ``adaptive_avg_pool1d`` have ONNX functions (#39): no node is
+    traced again (each decomposition cost a trace per node at every export;
+    ``padding="same"`` at dynamic shapes, a re-trace of the whole program)."""
     torch.manual_seed(0)
     module = model().eval()
     program = _export(module, torch.randn(*shape), dynamic_shapes={"x": dynamic})
@@ -186,15 +200,10 @@ def test_ops_models_keep_whole_have_functions_and_no_trace_again(
 @pytest.mark.parametrize(
     ("model", "shape", "dynamic", "other", "op"),
     [
-        (
-            _PoolTransposed,
-            (2, 6, 4),
-            {0: "batch", 1: "tokens"},
-            (3, 5, 4),
-            "aten.adaptive_avg_pool1d",
-        ),
+        (_Rotated, (2, 4, 6, 6), {0: "batch"}, (3, 4, 6, 6), "aten.rot90"),
+        (_Embedded, (2, 6, 4), {0: "batch", 1: "tokens"}, (3, 5, 4), "aten.diag_embed"),
     ],
-    ids=["adaptive_avg_pool1d"],
+    ids=["rot90", "diag_embed"],
 )
 def test_dynamic_shapes_decompose_those_nodes_only(
     model: type[torch.nn.Module],
