@@ -440,6 +440,16 @@ def aten_im2col(
     return op.Reshape(stacked, op.Concat(rows, blocks, axis=0))
 
 
+def _with_batch(input: ir.Value, weight: ir.Value) -> tuple[int, bool, ir.Value]:
+    """A convolution's spatial rank, whether ``input`` is batched, and ``input`` batched.
+
+    An unbatched input gets a batch axis for the node; the caller drops it after.
+    """
+    spatial = known_rank(weight, "the weight") - 2
+    batched = known_rank(input) == spatial + 2
+    return spatial, batched, input if batched else op.Unsqueeze(input, ints([0]))
+
+
 @onnx_op("aten::conv_transpose1d", "aten::conv_transpose2d.input", "aten::conv_transpose3d.input")
 def aten_conv_transpose(
     input: ir.Value,
@@ -457,9 +467,7 @@ def aten_conv_transpose(
     traced each node again at every export. An unbatched input (no batch axis) gets one
     for the node and loses it after.
     """
-    spatial = known_rank(weight, "the weight") - 2
-    batched = known_rank(input) == spatial + 2
-    x = input if batched else op.Unsqueeze(input, ints([0]))
+    spatial, batched, x = _with_batch(input, weight)
     pads = expand_param(padding, spatial, [0] * spatial)
     inputs = [x, weight] if bias is None else [x, weight, bias]
     result = op.ConvTranspose(
@@ -490,9 +498,7 @@ def aten_conv_padding(
     (ConvMixer, audio front ends); decomposing them traced each node again, or, with
     dynamic shapes, the whole program.
     """
-    spatial = known_rank(weight, "the weight") - 2
-    batched = known_rank(input) == spatial + 2
-    x = input if batched else op.Unsqueeze(input, ints([0]))
+    spatial, batched, x = _with_batch(input, weight)
     dilations = expand_param(dilation, spatial, [1] * spatial)
     if padding == "valid":
         pads = [0] * (2 * spatial)
