@@ -90,6 +90,36 @@ class Opset(Protocol):
     def ConstantOfShape(
         self, input: Input | Sequence[int | ir.Value], /, *, value: ir.TensorProtocol | None = None
     ) -> Tensor: ...
+    def Conv(
+        self,
+        X: Input,
+        W: Input,
+        B: Input = None,
+        /,
+        *,
+        auto_pad: str | None = None,
+        dilations: Sequence[int] | None = None,
+        group: int | None = None,
+        kernel_shape: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+    ) -> Tensor: ...
+    def ConvTranspose(
+        self,
+        X: Input,
+        W: Input,
+        B: Input = None,
+        /,
+        *,
+        auto_pad: str | None = None,
+        dilations: Sequence[int] | None = None,
+        group: int | None = None,
+        kernel_shape: Sequence[int] | None = None,
+        output_padding: Sequence[int] | None = None,
+        output_shape: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+    ) -> Tensor: ...
     def Cos(self, input: Input, /) -> Tensor: ...
     def CumSum(
         self, x: Input, axis: Input, /, *, exclusive: int | None = None, reverse: int | None = None
@@ -178,6 +208,24 @@ class Opset(Protocol):
     ) -> Tensor: ...
     def Range(self, start: Input, limit: Input, delta: Input, /) -> Tensor: ...
     def Reciprocal(self, X: Input, /) -> Tensor: ...
+    def ReduceL1(
+        self,
+        data: Input,
+        axes: Input = None,
+        /,
+        *,
+        keepdims: int | None = None,
+        noop_with_empty_axes: int | None = None,
+    ) -> Tensor: ...
+    def ReduceL2(
+        self,
+        data: Input,
+        axes: Input = None,
+        /,
+        *,
+        keepdims: int | None = None,
+        noop_with_empty_axes: int | None = None,
+    ) -> Tensor: ...
     def ReduceMax(
         self,
         data: Input,

@@ -23,6 +23,7 @@ from onnx_export.ops._common import (
     const,
     fx_output_dtypes,
     is_float,
+    known_dtype,
     op,
     output_dtype,
 )
@@ -581,7 +582,8 @@ def aten_nan_to_num(
     """
     if not is_float(self):
         return op.Identity(self)
-    info = np.finfo(self.dtype.numpy()) if self.dtype != ir.DataType.BFLOAT16 else None
+    dtype = known_dtype(self)
+    info = np.finfo(dtype.numpy()) if dtype != ir.DataType.BFLOAT16 else None
     high = float(info.max) if info is not None else 3.3895313892515355e38
     wide = to_compute(self)
     result = op.Where(op.IsNaN(wide), const(0.0 if nan is None else nan, wide), wide)
@@ -591,4 +593,4 @@ def aten_nan_to_num(
     result = op.Where(
         op.IsInf(wide, detect_positive=0), const(-high if neginf is None else neginf, wide), result
     )
-    return cast_to(result, self.dtype)
+    return cast_to(result, dtype)

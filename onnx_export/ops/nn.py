@@ -503,10 +503,11 @@ def aten_conv_padding(
     if padding == "valid":
         pads = [0] * (2 * spatial)
     elif padding == "same":
-        kernel = list(known_shape(weight, "the weight"))[2:]
-        if not all(isinstance(k, int) for k in kernel):
-            raise unsupported("a weight of static kernel size", f"kernel {kernel}")
-        total = [d * (int(k) - 1) for d, k in zip(dilations, kernel, strict=True)]
+        dims = list(known_shape(weight, "the weight"))[2:]
+        kernel = [k for k in dims if isinstance(k, int)]
+        if len(kernel) != len(dims):
+            raise unsupported("a weight of static kernel size", f"kernel {dims}")
+        total = [d * (k - 1) for d, k in zip(dilations, kernel, strict=True)]
         pads = [t // 2 for t in total] + [t - t // 2 for t in total]
     else:
         raise unsupported('padding "same" or "valid"', f"padding={padding!r}")

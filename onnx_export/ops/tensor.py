@@ -538,7 +538,7 @@ def aten_pairwise_distance(
         reduce = op.ReduceMax if p > 0 else op.ReduceMin
         norm = reduce(op.Abs(diff), axes, keepdims=keep)
     elif p == 0:
-        nonzero = op.Cast(op.Not(op.Equal(diff, const(0, diff))), to=diff.dtype)
+        nonzero = op.CastLike(op.Not(op.Equal(diff, const(0, diff))), diff)
         norm = op.ReduceSum(nonzero, axes, keepdims=keep)
     else:
         powered = op.Pow(op.Abs(diff), const(p, diff))
