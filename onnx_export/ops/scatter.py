@@ -31,6 +31,8 @@ __all__ = [
     "aten_scatter_value_reduce",
     "aten_index_reduce",
     "aten_index_add",
+    "aten_index_copy",
+    "aten_index_fill",
     "aten_put",
     "transformers_grouped_mm_fallback",
     "aten_segment_reduce",
@@ -150,6 +152,50 @@ def aten_index_add(
     if alpha != 1:
         source = op.Mul(source, const(alpha, source))
     return aten_index_reduce(self, dim, index, source, "sum")
+
+
+def _along(self: ir.Value, dim: int, index: ir.Value, like: ir.Value) -> tuple[int, ir.Value]:
+    """``dim`` as a positive axis, and ``index`` spread over ``like``'s shape along it."""
+    r = known_rank(self)
+    axis = dim % r
+    shape = [1] * r
+    shape[axis] = -1
+    return axis, op.Expand(op.Reshape(index, ints(shape)), op.Shape(like))
+
+
+@onnx_op("aten::index_copy")
+def aten_index_copy(self: ir.Value, dim: int, index: ir.Value, source: ir.Value) -> ir.Value:
+    """index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor.
+
+    One ``ScatterElements`` (a static KV cache written at its positions with
+    ``index_copy_``, functionalized by torch.export into this op).
+    """
+    if known_rank(self) == 0:
+        return op.Reshape(source, ints([]))
+    axis, spread = _along(self, dim, index, source)
+    return op.ScatterElements(self, spread, source, axis=axis)
+
+
+@onnx_op("aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor")
+def aten_index_fill(self: ir.Value, dim: int, index: ir.Value, value: Any) -> ir.Value:
+    """index_fill.int_Scalar / .int_Tensor(Tensor self, int dim, Tensor index, value).
+
+    The positions ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor).
+    """
+    r = known_rank(self)
+    if r == 0:
+        return op.Expand(op.CastLike(value, self), op.Shape(self))
+    axis = dim % r
+    flat = op.Reshape(index, ints([-1]))
+    picked = op.Concat(
+        op.Shape(self, start=0, end=axis),
+        op.Shape(flat),
+        op.Shape(self, start=axis + 1),
+        axis=0,
+    )
+    fill = op.Expand(op.CastLike(value, self), picked)
+    _, spread = _along(self, axis, flat, fill)
+    return op.ScatterElements(self, spread, fill, axis=axis)
 
 
 @onnx_op("aten::put")

@@ -1148,6 +1148,7 @@ CI_OPS: tuple[str, ...] = (
     # shapes and indexing
     "cat", "stack", "reshape", "permute", "transpose", "flip", "roll", "gather",
     "scatter", "scatter_reduce.mean", "index_select", "index_reduce.amax", "index_add", "put",
+    "index_copy", "index_fill",
     "meshgrid.variadic_tensors", "meshgrid.list_of_tensors",
     "masked_select", "nonzero", "tril", "diagonal_scatter", "as_strided_scatter",
     "unbind_copy", "hstack", "squeeze.multiple", "triu_indices", "to", "cfloat",
@@ -1244,6 +1245,8 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "scatter_reduce.mean": ("aten::scatter_reduce.two",),
     "index_reduce.amax": ("aten::index_reduce",),
     "index_add": ("aten::index_add",),
+    "index_copy": ("aten::index_copy",),
+    "index_fill": ("aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor"),
     "meshgrid.variadic_tensors": ("aten::meshgrid.indexing",),
     "meshgrid.list_of_tensors": ("aten::meshgrid.indexing",),
     "nn.functional.conv3d": ("aten::conv3d.padding",),
