@@ -40,6 +40,7 @@ from onnx_export.program._adapter import with_size_one_refused
 from onnx_export.program._program import ONNXProgram
 from onnx_export.program._served_axes import _eager, _error, _leaves
 from onnx_export.reporting._records import call_site, origin_locations
+from onnx_export.translation._source import node_origin
 
 __all__ = [
     "EdgeProbe",
@@ -260,15 +261,64 @@ def _culprit(program: ONNXProgram, probe: EdgeProbe) -> tuple[str, str, Any]:
     return culprit.origin.where, str(culprit.node), culprit.origin
 
 
-def _failed(probe: EdgeProbe, error: Exception) -> ConversionError:
+def _failed(probe: EdgeProbe, error: Exception, program: ONNXProgram) -> ConversionError:
     text = (str(error).strip().splitlines() or [""])[0][:400]
+    dropped = dropped_size(program)
     return ConversionError(
-        f"The exported file fails in ONNX Runtime at {probe.name}, where eager PyTorch runs: "
-        f"{type(error).__name__}: {text}. The export probes the edges its signature allows "
-        "so that this is not the first call's surprise. Next steps: export with those "
-        "sizes in the example, bound the axes with Dim(min=...) so the file refuses them, "
-        "or report it with the SARIF report attached."
+        f"The exported file fails in ONNX Runtime at {probe.name}, where eager PyTorch runs."
+        f"{dropped} ONNX Runtime: {type(error).__name__}: {text}. The export probes the edges "
+        "its signature allows so that this is not the first call's surprise. Next steps: "
+        "export with those sizes in the example, bound the axes with Dim(min=...) so the file "
+        "refuses them, or report it with the SARIF report attached."
     )
+
+
+def _shape_text(value: Any) -> str:
+    return "[" + ", ".join(str(d) for d in value.shape) + "]"
+
+
+def dropped_size(program: ONNXProgram) -> str:
+    """Where torch.export's own shapes lose a dynamic size, as a sentence (``""`` if nowhere).
+
+    An elementwise op's output has each input's (broadcast) size; a captured graph whose
+    output holds 1 where an input holds a symbol has replaced that size by 1 without a
+    guard (seen with a sliding-window cache: ``mean`` of ``[s23, s70, 1]``, plus eps, gave
+    ``[s23, 1, 1]``). The file then computes everything after that node at size 1, and
+    fails at other sizes: this names the node and the model's line.
+    """
+    exported = program.exported_program
+    try:
+        for node in exported.graph.nodes if exported is not None else ():
+            target = node.target
+            if node.op != "call_function" or torch.Tag.pointwise not in getattr(target, "tags", ()):
+                continue
+            out = node.meta.get("val")
+            if not isinstance(out, torch.Tensor):
+                continue
+            for arg in node.all_input_nodes:
+                value = arg.meta.get("val")
+                if not isinstance(value, torch.Tensor) or value.dim() > out.dim():
+                    continue
+                lost = [
+                    i
+                    for i in range(1, value.dim() + 1)
+                    if isinstance(value.shape[-i], torch.SymInt)
+                    and isinstance(out.shape[-i], int)
+                    and out.shape[-i] == 1
+                ]
+                if lost:
+                    origin = node_origin(node)
+                    where = f" at {origin.file}:{origin.line}" if origin.file else ""
+                    return (
+                        f" torch.export's own shapes lose a dynamic size at node "
+                        f"'{node.name}' ({target}){where}: its input '{arg.name}' is "
+                        f"{_shape_text(value)} and its output {_shape_text(out)}, so the file "
+                        "computes what follows at size 1 there, which no other size fits "
+                        "(torch recorded no guard for it)."
+                    )
+    except Exception:  # a diagnosis only: never in the way of the error it explains
+        return ""
+    return ""
 
 
 SizeOne = tuple[str, int, RangeGuard]
@@ -302,7 +352,7 @@ def probe_edges(
             if branches:
                 refused += branches
                 continue
-            raise _failed(probe, error) from error
+            raise _failed(probe, error, program) from error
         worst = _error(got, want)
         if worst is None or worst <= _LIMIT:
             continue

@@ -132,3 +132,23 @@ def test_a_right_file_draws_no_warning_from_the_probe() -> None:
     padded[0] = True  # a fully padded row
     assert_onnx_program_close(program, model, x, padded)
     assert_onnx_program_close(program, model, x[:1, :2], padded[:1, :2])
+
+
+class _Normed(torch.nn.Module):
+    """RMSNorm-like: a keepdim mean (size 1 by design), plus eps, broadcast back."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_a_graph_whose_shapes_keep_their_sizes_names_no_lost_size() -> None:
+    from onnx_export.program._probe import dropped_size
+
+    model = _Normed()
+    x = torch.randn(2, 5, 8)
+    options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch", 1: "seq"}})
+    program = onnx_export.dynamo_export(model, x, export_options=options)
+    assert dropped_size(program) == ""
+    for size in ((1, 1, 8), (3, 7, 8)):
+        y = torch.randn(*size)
+        torch.testing.assert_close(program(y), model(y), rtol=1e-4, atol=1e-5)

@@ -152,6 +152,21 @@ def test_a_window_too_small_to_check_the_file_in_is_refused() -> None:
         _export(model, _step(model, 2, 2, 1))
 
 
+def test_a_size_torch_export_loses_is_named_in_the_refusal() -> None:
+    """Gemma 2, window 4, past 3 + 1 (found last session): torch.export's own shapes give
+    the RMSNorm's ``mean`` ``[batch, seq, 1]`` and the ``add`` of its epsilon ``[batch, 1,
+    1]`` with no guard, so the file computes the later layers at one token. The edge probe
+    refuses the file; its message names that node and the model's line."""
+    model = _decoder("gemma2", window=4)
+    with pytest.raises(onnx_export.ConversionError) as caught:
+        _export(model, _step(model, 2, 3, 1))
+    message = caught.value.details
+    assert "fails in ONNX Runtime at the smallest sizes" in message
+    assert "torch.export's own shapes lose a dynamic size at node" in message
+    assert "modeling_gemma2.py" in message and "and its output [" in message
+    assert "lose a dynamic size" in str(caught.value)  # on the user's screen, not cut off
+
+
 def test_an_example_cache_that_has_slid_is_refused_before_capture() -> None:
     """Its tensors hold 3 of 9 positions: no capture can place the new token at 9."""
     model = _decoder("mistral", window=4)
