@@ -99,6 +99,15 @@ def aten_scatter_value_reduce(
     return _scatter_reduce(self, dim, index, src, reduce, True)
 
 
+def _along(self: ir.Value, dim: int, index: ir.Value, like: ir.Value) -> tuple[int, ir.Value]:
+    """``dim`` as a positive axis, and ``index`` spread over ``like``'s shape along it."""
+    r = known_rank(self)
+    axis = dim % r
+    shape = [1] * r
+    shape[axis] = -1
+    return axis, op.Expand(op.Reshape(index, ints(shape)), op.Shape(like))
+
+
 @onnx_op("aten::index_reduce")
 def aten_index_reduce(
     self: ir.Value,
@@ -125,10 +134,7 @@ def aten_index_reduce(
             vector, 0, op.Reshape(index, ints([1])), updates, reduce, include_self
         )
         return op.Reshape(reduced, ints([]))
-    axis = dim % r
-    shape = [1] * r
-    shape[axis] = -1
-    spread = op.Expand(op.Reshape(index, ints(shape)), op.Shape(source))
+    axis, spread = _along(self, dim, index, source)
     return _scatter_reduce(self, axis, spread, source, reduce, include_self)
 
 
@@ -143,24 +149,13 @@ def aten_index_add(
     again at every export.
     """
     if known_dtype(self) == ir.DataType.BOOL:  # add is "or": counted in int64, then != 0
-        wide = op.Cast(self, to=_INT64)
-        counts = (
-            op.Cast(source, to=_INT64) if alpha else op.Mul(op.Cast(source, to=_INT64), ints([0]))
-        )
-        added = aten_index_reduce(wide, dim, index, counts, "sum")
-        return op.Cast(added, to=ir.DataType.BOOL)
+        if not alpha:
+            return op.Identity(self)
+        wide, counts = op.Cast(self, to=_INT64), op.Cast(source, to=_INT64)
+        return op.Cast(aten_index_reduce(wide, dim, index, counts, "sum"), to=ir.DataType.BOOL)
     if alpha != 1:
         source = op.Mul(source, const(alpha, source))
     return aten_index_reduce(self, dim, index, source, "sum")
-
-
-def _along(self: ir.Value, dim: int, index: ir.Value, like: ir.Value) -> tuple[int, ir.Value]:
-    """``dim`` as a positive axis, and ``index`` spread over ``like``'s shape along it."""
-    r = known_rank(self)
-    axis = dim % r
-    shape = [1] * r
-    shape[axis] = -1
-    return axis, op.Expand(op.Reshape(index, ints(shape)), op.Shape(like))
 
 
 @onnx_op("aten::index_copy")

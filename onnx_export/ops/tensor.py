@@ -28,6 +28,7 @@ from onnx_export.ops._common import (
 )
 from onnx_export.ops._registration import onnx_op
 from onnx_export.ops._target_opset import versioned_node
+from onnx_export.ops.math import to_compute, to_result
 
 __all__ = [
     "aten_meshgrid",
@@ -491,15 +492,6 @@ def aten_meshgrid(tensors: Sequence[ir.Value], indexing: str = "ij") -> list[ir.
     return grids
 
 
-def _in_float(x: ir.Value) -> ir.Value:
-    """``x`` in float64 when it is, else float32 (half precision, integers, bools)."""
-    return cast_to(x, ir.DataType.DOUBLE if x.dtype == ir.DataType.DOUBLE else ir.DataType.FLOAT)
-
-
-def _as_output(y: ir.Value) -> ir.Value:
-    return cast_to(y, output_dtype(0))
-
-
 @onnx_op("aten::cosine_similarity")
 def aten_cosine_similarity(x1: ir.Value, x2: ir.Value, dim: int = 1, eps: float = 1e-8) -> ir.Value:
     """cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor.
@@ -508,7 +500,7 @@ def aten_cosine_similarity(x1: ir.Value, x2: ir.Value, dim: int = 1, eps: float 
     ``eps``), then the sum of the products (CLIP-style heads, retrieval). Decomposing it
     re-traced the whole program at dynamic shapes.
     """
-    a, b = _in_float(x1), _in_float(x2)
+    a, b = to_compute(x1), to_compute(x2)
     r = max(known_rank(x1, "x1"), known_rank(x2, "x2"))
     axes = ints([dim % r])
     a = op.Add(a, op.Mul(b, const(0, b)))  # broadcast both to the common shape
@@ -516,7 +508,7 @@ def aten_cosine_similarity(x1: ir.Value, x2: ir.Value, dim: int = 1, eps: float 
     floor = const(eps, a)
     na = op.Max(op.ReduceL2(a, axes, keepdims=1), floor)
     nb = op.Max(op.ReduceL2(b, axes, keepdims=1), floor)
-    return _as_output(op.ReduceSum(op.Mul(op.Div(a, na), op.Div(b, nb)), axes, keepdims=0))
+    return to_result(op.ReduceSum(op.Mul(op.Div(a, na), op.Div(b, nb)), axes, keepdims=0))
 
 
 @onnx_op("aten::pairwise_distance")
@@ -527,7 +519,8 @@ def aten_pairwise_distance(
 
     The ``p``-norm of ``x1 - x2 + eps`` over the last axis of the broadcast shape.
     """
-    diff = op.Add(op.Sub(_in_float(x1), _in_float(x2)), const(eps, _in_float(x1)))
+    a = to_compute(x1)
+    diff = op.Add(op.Sub(a, to_compute(x2)), const(eps, a))
     axes = ints([-1])
     keep = int(keepdim)
     if p == 2:
@@ -543,7 +536,7 @@ def aten_pairwise_distance(
     else:
         powered = op.Pow(op.Abs(diff), const(p, diff))
         norm = op.Pow(op.ReduceSum(powered, axes, keepdims=keep), const(1.0 / p, diff))
-    return _as_output(norm)
+    return to_result(norm)
 
 
 def _moved(rank_: int, source: Sequence[int], destination: Sequence[int]) -> list[int]:

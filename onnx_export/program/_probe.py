@@ -299,14 +299,11 @@ def dropped_size(program: ONNXProgram) -> str:
                 value = arg.meta.get("val")
                 if not isinstance(value, torch.Tensor) or value.dim() > out.dim():
                     continue
-                lost = [
-                    i
+                if any(
+                    isinstance(value.shape[-i], torch.SymInt) and out.shape[-i] == 1
                     for i in range(1, value.dim() + 1)
-                    if isinstance(value.shape[-i], torch.SymInt)
-                    and isinstance(out.shape[-i], int)
-                    and out.shape[-i] == 1
-                ]
-                if lost:
+                    if isinstance(out.shape[-i], int)
+                ):
                     origin = node_origin(node)
                     where = f" at {origin.file}:{origin.line}" if origin.file else ""
                     return (
