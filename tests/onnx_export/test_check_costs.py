@@ -68,6 +68,7 @@ def test_a_batch_of_two_runs_eager_once_at_the_second_size() -> None:
     assert "verify" in program.stage_times
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(5, 4))
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
 def test_a_batch_of_one_still_runs_eager_at_the_example() -> None:
@@ -79,6 +80,7 @@ def test_a_batch_of_one_still_runs_eager_at_the_example() -> None:
     program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
     assert model.batches == [2, 1]
     assert_onnx_program_close(program, model, torch.randn(1, 4))
+    assert_onnx_program_close(program, model, torch.randn(3, 4))
 
 
 class _SizeOneBranch(_Counted):
@@ -102,6 +104,20 @@ def test_a_size_one_branch_is_checked_by_eager_at_the_example() -> None:
     assert 1 in model.batches
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(1, 4))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found in session 16, present before it: the file declares torch's narrowed range "
+    "[0, 2] and differs from eager at 2 (the size-1 branch kept), with no warning; the "
+    "served-axes check accepts a difference inside a narrowed range (program/_serve.py)",
+)
+def test_a_size_one_branch_file_is_right_inside_its_declared_range() -> None:
+    torch.manual_seed(0)
+    model = _SizeOneBranch().eval()
+    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
+    program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
+    assert_onnx_program_close(program, model, torch.randn(2, 4))  # inside [0, 2]
 
 
 def _rules(program: Any) -> list[str]:
@@ -128,6 +144,7 @@ def test_a_model_that_mixes_rows_runs_eager_at_the_example_and_matches() -> None
     assert "OXE0012" in _rules(program)
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(3, 4))
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
 def test_a_second_size_below_the_example_lends_nothing() -> None:
@@ -140,6 +157,7 @@ def test_a_second_size_below_the_example_lends_nothing() -> None:
     assert model.batches[:2] == [3, 6]
     assert_onnx_program_close(program, model, x)
     assert_onnx_program_close(program, model, torch.randn(2, 4))
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
 def test_training_mode_runs_eager_at_the_example_in_eval_mode() -> None:
@@ -154,6 +172,7 @@ def test_training_mode_runs_eager_at_the_example_in_eval_mode() -> None:
     assert model.batches == [1]
     assert model.training
     assert_onnx_program_close(program, model.eval(), torch.randn(3, 4))
+    assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
 def _relu_as_identity(x: Any) -> Any:
