@@ -127,6 +127,15 @@ class OnnxModule:
         """The adapter spec, or ``None`` in flat mode."""
         return self._spec
 
+    def _narrow_inputs(self, spec: AdapterSpec) -> None:
+        """Check inputs against ``spec``: the same leaves, with ranges the export narrowed.
+
+        The session and the outputs stay as they are (the export pins an axis it proved
+        only at the example's size without opening the session again).
+        """
+        self._spec = spec
+        self._input_adapter = InputAdapter(spec)
+
     @property
     def input_names(self) -> list[str]:
         """The ONNX graph input names, in the order the adapter produces them."""

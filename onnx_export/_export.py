@@ -184,6 +184,11 @@ def _program_of(built: _Built) -> ONNXProgram:
     return built.program
 
 
+def _add_guarded(built: _Built, pinned: Sequence[tuple[str, str, Any]]) -> None:
+    """Axes the served-axes check pinned to the example's size: warned like a guard's range."""
+    built.guarded += tuple(pinned)
+
+
 def _build(
     program: ExportedProgram,
     attempts: list[CaptureAttempt],
@@ -307,7 +312,9 @@ def _pipeline(
             return _build(again, more, other, example, options, context, timer, eager, relations)
 
         with timer.stage("dynamic axes"):
-            built = serve_dynamic_axes(built, _program_of, call, recapture, context)
+            built = serve_dynamic_axes(
+                built, _program_of, call, recapture, context, on_pinned=_add_guarded
+            )
     built.parity = _parity(built.program, model_args, model_kwargs, options, context, timer)
     built.program._eager_hint = None  # the served check's outputs, lent to parity: done
     if probe_wanted(built.parity.result, options.verify):

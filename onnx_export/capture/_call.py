@@ -343,6 +343,16 @@ def guarded_range_message(where: str, text: str, guard: RangeGuard) -> str:
             "Write the branch with torch.cond to keep both, or export with that axis static "
             "if size 1 is all you need there."
         )
+    if guard.kind == "example":
+        return (
+            f"{where} is dynamic, but the file captured at the example's size differs from "
+            f"eager PyTorch at other sizes inside the range torch gave ({guard.guard}), and a "
+            "capture at other sizes is not right at the example: the model takes a path of "
+            f"its own at the example's size (often a branch on size 1). The file holds "
+            f"only for {text} and refuses other sizes with an InputShapeError. Export "
+            "with an example of 2 or more to serve the other sizes, or write the branch with "
+            "torch.cond to keep both."
+        )
     if guard.kind == "narrowing":
         return (
             f"{where} is dynamic, but torch's code for this line narrows it to {text} "

@@ -143,8 +143,13 @@ class RangeGuard:
 #: size's lower bound), or an ``interval`` (a guard of the model's on one size, such as
 #: ``(s77//8) <= 4``, that holds only for the sizes in ``hinted``: ``"s77 <= 39"``).
 #: A ``joint`` guard compares several sizes (``s53 > s31 + s70``: a mask longer than the past
-#: plus the new tokens); its ``symbol`` lists them, comma-separated.
-GuardKind = Literal["bound", "excluded", "multiple", "size_one", "narrowing", "interval", "joint"]
+#: plus the new tokens); its ``symbol`` lists them, comma-separated. ``example`` is no guard
+#: of torch's: the export's own check found the file off at another size inside the range
+#: torch gave (a size-1 example's branch), so the axis holds at the example's size only;
+#: its ``guard`` says what the check found.
+GuardKind = Literal[
+    "bound", "excluded", "multiple", "size_one", "narrowing", "interval", "joint", "example"
+]
 #: ``Ne(s77, 4)``; ``Eq(Mod(s77, 4), 0)``.
 _NE = re.compile(r"^Ne\((?:(?P<s1>s\d+), (?P<v1>-?\d+)|(?P<v2>-?\d+), (?P<s2>s\d+))\)$")
 _MOD = re.compile(r"^Eq\((?:Mod|PythonMod)\((?P<s>s\d+), (?P<v>\d+)\), 0\)$")

@@ -566,6 +566,14 @@ class ONNXProgram:
         outputs = _tensors(eager)
         return (outputs if len(outputs) == count else None), DEPLOYED_MODE, structure
 
+    def _narrow_inputs(self, spec: AdapterSpec) -> None:
+        """Take ``spec`` (the same leaves, narrower input ranges) for every later call."""
+        with self._session_lock:
+            self.adapter_spec = spec
+            self._inputs = None
+            if self._module is not None:
+                self._module._narrow_inputs(spec)
+
     def _input_adapter(self) -> InputAdapter:
         if self._inputs is None:
             if self.adapter_spec is None:

@@ -7,13 +7,16 @@ again at other example sizes (and prove that capture at a third size), report, o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from onnx_export.adapters import AdapterSpec
+from onnx_export.adapters import AdapterSpec, AxisRange
 from onnx_export.capture._call import Call
 from onnx_export.capture._resize import Kept, Resized, resized_call
+from onnx_export.capture._specialized import RangeGuard
 from onnx_export.diagnostics import DiagnosticContext
+from onnx_export.program._adapter import TORCH_RANGE
 from onnx_export.program._conditions import condition_axes
 from onnx_export.program._parity import skip_reason
 from onnx_export.program._program import ONNXProgram
@@ -21,6 +24,7 @@ from onnx_export.program._serialize import initializer_bytes
 from onnx_export.program._served_axes import (
     CHEAP_BYTES,
     HeldSize,
+    capped,
     capped_range,
     declared_multiples,
     declared_ranges,
@@ -44,6 +48,7 @@ def serve_dynamic_axes(
     call: Call,
     recapture: Callable[[Call], Built | None],
     context: DiagnosticContext,
+    on_pinned: Callable[[Built, Sequence[tuple[str, str, RangeGuard]]], None] | None = None,
 ) -> Built:
     """``built`` if it serves every dynamic axis it declares; else a capture that does.
 
@@ -54,13 +59,19 @@ def serve_dynamic_axes(
         recapture: Captures and builds at another call (other example sizes), or ``None``
             when that capture fails or loses a dynamic dimension.
         context: The export's diagnostics.
+        on_pinned: Told of the axes ``built``'s file now holds at the example's size only
+            (``(input and axis, range, why)``, warned like a guard's range): a file off
+            at another size inside torch's narrowed range, where no capture at other
+            sizes is right at the example.
 
     Where the model is small, the file runs at the example and at
     other sizes against eager PyTorch; a file right at the example but not at the others
     (or one torch bounded for no reason of the model's) is captured again at other
     example sizes and proved at a third. A file that still fails is refused, naming the
     nodes that hold the example's sizes; a large model is not run, and those nodes are
-    reported.
+    reported. A file off inside a range torch narrowed at a size-1 example (the model's
+    branch at 1), where no capture at other sizes is right at the example, holds at the
+    example's size only: its range says so, and the adapter refuses other sizes.
 
     Raises:
         ConversionError: No capture serves the axes, and the file fails at a second size
@@ -86,9 +97,16 @@ def serve_dynamic_axes(
     if _narrow(program_of(built).adapter_spec) is not None:
         # The file declares the narrow range: it tells the truth, unless it also fails
         # inside it (a one-token example's baked size where no other sizes could be
-        # captured: a sliding window of 5 leaves past + seq <= 4).
+        # captured: a sliding window of 5 leaves past + seq <= 4), or differs from eager
+        # there (a branch of the model's own at the size-1 example: the file holds there
+        # only).
         failed = second_size_problem(program_of(built), call, checked) if checked else None
-        if failed is None or "ONNX Runtime failed" not in failed:
+        if failed is None:
+            return built
+        if "ONNX Runtime failed" not in failed:
+            pinned = _pinned_to_example(program_of(built), call, failed)
+            if on_pinned is not None:
+                on_pinned(built, pinned)
             return built
         problem = failed
     if held or "ONNX Runtime failed" in problem:
@@ -97,6 +115,52 @@ def serve_dynamic_axes(
     # model's own numerics at those sizes; reported, not refused.
     _report.record_unproved_axes(context, problem)
     return built
+
+
+def _pinned_to_example(
+    program: ONNXProgram, call: Call, failed: str
+) -> list[tuple[str, str, RangeGuard]]:
+    """Pin each narrowed or capped axis of ``program``'s inputs to the example's size.
+
+    The file was right at the example and off at a second size inside torch's range, so
+    the example's size is all it is proved for: the adapter refuses the others with an
+    ``InputShapeError`` that names why.
+    """
+    spec = program.adapter_spec
+    if spec is None:
+        return []
+    sizes = example_sizes(spec, call)
+    pinned: list[tuple[str, str, RangeGuard]] = []
+    leaves = []
+    for leaf in spec.inputs:
+        tensor = leaf.tensor
+        if tensor is None or not any(_pinnable(b) for b in tensor.axis_ranges):
+            leaves.append(leaf)
+            continue
+        ranges = []
+        for bounds in tensor.axis_ranges:
+            dim = tensor.shape[bounds.axis]
+            if not _pinnable(bounds) or not isinstance(dim, str) or dim not in sizes:
+                ranges.append(bounds)
+                continue
+            size = sizes[dim][0]
+            where = f"{tensor.name}[{bounds.axis}]"
+            origin = (
+                f"the export's check at another size inside torch's range {bounds.text()} "
+                f"({failed}): the file holds at the example's size only"
+            )
+            ranges.append(AxisRange(bounds.axis, size, size, origin))
+            guard = RangeGuard(dim, where, failed, "", "", kind="example")
+            pinned.append((where, f"[{size}, {size}]", guard))
+        tensor = dataclasses.replace(tensor, axis_ranges=tuple(ranges))
+        leaves.append(dataclasses.replace(leaf, tensor=tensor))
+    program._narrow_inputs(dataclasses.replace(spec, inputs=tuple(leaves)))
+    return pinned
+
+
+def _pinnable(bounds: AxisRange) -> bool:
+    """A range torch narrowed for no reason of the model's, or a cap at 2 a size 1 made."""
+    return (bounds.origin == TORCH_RANGE and bounds.high is not None) or capped(bounds)
 
 
 def kept_conditions(spec: AdapterSpec | None) -> Kept | None:

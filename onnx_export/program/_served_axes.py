@@ -40,6 +40,7 @@ from onnx_export.program._tolerance import tolerance_units
 __all__ = [
     "CHEAP_BYTES",
     "HeldSize",
+    "capped",
     "capped_range",
     "declared_multiples",
     "declared_ranges",
@@ -300,7 +301,7 @@ def declared_ranges(
     found: dict[tuple[str, int], tuple[int, float]] = {}
     for leaf in spec.inputs if spec is not None else ():
         for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
-            if bounds.origin == TORCH_RANGE or (widen and _capped(bounds)):
+            if bounds.origin == TORCH_RANGE or (widen and capped(bounds)):
                 continue
             high = math.inf if bounds.high is None else bounds.high
             key = (leaf.tensor.name, bounds.axis)  # type: ignore[union-attr]  # a tensor leaf
@@ -329,7 +330,8 @@ def declared_multiples(spec: AdapterSpec | None) -> dict[tuple[str, int], int]:
     return found
 
 
-def _capped(bounds: AxisRange) -> bool:
+def capped(bounds: AxisRange) -> bool:
+    """A range the model's code caps at 2 or below (a size-1 example's ``is_causal``)."""
     return (
         bounds.origin.startswith(_MODEL_CODE)
         and bounds.high is not None
@@ -347,7 +349,7 @@ def capped_range(spec: AdapterSpec | None) -> str | None:
     """
     for leaf in spec.inputs if spec is not None else ():
         for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
-            if _capped(bounds):
+            if capped(bounds):
                 where = f"{leaf.tensor.name}[{bounds.axis}]"  # type: ignore[union-attr]  # a tensor leaf
                 return f"{bounds.origin} bounds {where} to {bounds.text()} at the example's sizes"
     return None

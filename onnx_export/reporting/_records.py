@@ -461,6 +461,12 @@ def _guard_reason(guard: RangeGuard) -> str:
             "the model's code compares it with 1, and torch.export traced sizes of 2 or "
             "more (the size-1 branch is not in the file); the file refuses size 1"
         )
+    if guard.kind == "example":
+        return (
+            f"the file differs from eager PyTorch at another size inside torch's range "
+            f"({guard.guard}) and no capture at other sizes is right at the example; the "
+            "file refuses other sizes"
+        )
     if guard.kind == "narrowing":
         return (
             f"torch's code for this line ({guard.guard}) narrows it; the file refuses other sizes"

@@ -28,11 +28,11 @@ from torch import nn
 
 import onnx_export
 from onnx_export._options import ExportOptions
-from onnx_export.adapters import _runtime
+from onnx_export.adapters import InputShapeError, _runtime
 from onnx_export.capture._call import forward_signature, prepare_call
 from onnx_export.capture._resize import resized_call
 from onnx_export.diagnostics import DiagnosticOptions, Level
-from onnx_export.errors import ConversionError
+from onnx_export.errors import ConversionError, ShapeRangeWarning
 from tests.helpers import assert_onnx_program_close
 
 pytestmark = pytest.mark.usefixtures("private_temp_folder")
@@ -98,7 +98,7 @@ def test_a_size_one_branch_is_checked_by_eager_at_the_example() -> None:
     model = _SizeOneBranch().eval()
     x = torch.randn(1, 4)
     options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), pytest.warns(ShapeRangeWarning, match=r"\[1, 1\]"):
         warnings.simplefilter("error", onnx_export.errors.ParityWarning)
         program = onnx_export.dynamo_export(model, x, export_options=options)
     assert 1 in model.batches
@@ -106,18 +106,49 @@ def test_a_size_one_branch_is_checked_by_eager_at_the_example() -> None:
     assert_onnx_program_close(program, model, torch.randn(1, 4))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found in session 16, present before it: the file declares torch's narrowed range "
-    "[0, 2] and differs from eager at 2 (the size-1 branch kept), with no warning; the "
-    "served-axes check accepts a difference inside a narrowed range (program/_serve.py)",
+class _SizeOneBranchOverTime(nn.Module):
+    """A batch of 1 scaled differently, with a time axis of its own (dynamic too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if x.shape[0] == 1:
+            y = y * 2
+        return y.cumsum(1)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "dims"),
+    [
+        (_SizeOneBranch, (1, 4), {0: "batch"}),
+        (_SizeOneBranchOverTime, (1, 5, 4), {0: "batch", 1: "time"}),
+    ],
+    ids=["batch", "batch-and-time"],
 )
-def test_a_size_one_branch_file_is_right_inside_its_declared_range() -> None:
+def test_a_size_one_branch_file_holds_at_one_only_and_says_so(
+    model: type[nn.Module], shape: tuple[int, ...], dims: dict[int, str], tmp_path: Any
+) -> None:
+    # Exported at a batch of 1, the file takes the model's own size-1 branch; torch gave
+    # the batch the range [0, 2], and at 2 the file differs from eager (a capture at other
+    # sizes is off at 1). The file holds at 1 only: a ShapeRangeWarning says why, and a
+    # call at 2 is refused, by the program and by the saved file, never answered wrongly.
     torch.manual_seed(0)
-    model = _SizeOneBranch().eval()
-    options = ExportOptions(dynamic_shapes={"x": {0: "batch"}})
-    program = onnx_export.dynamo_export(model, torch.randn(1, 4), export_options=options)
-    assert_onnx_program_close(program, model, torch.randn(2, 4))  # inside [0, 2]
+    eager = model().eval()
+    options = ExportOptions(dynamic_shapes={"x": dims})
+    with pytest.warns(ShapeRangeWarning, match=r"x\[0\] is dynamic.*example's size") as caught:
+        program = onnx_export.dynamo_export(eager, torch.randn(*shape), export_options=options)
+    assert "torch.cond" in str(caught[0].message)
+    loaded = onnx_export.load(program.save(tmp_path / "m.onnx"))
+    for run in (program, loaded):
+        assert_onnx_program_close(run, eager, torch.randn(*shape))
+        with pytest.raises(InputShapeError, match=r"in \[1, 1\].*holds at the example's size"):
+            run(torch.randn(2, *shape[1:]))
+    if len(shape) == 3:  # the time axis is still dynamic
+        assert_onnx_program_close(loaded, eager, torch.randn(1, 7, 4))
+    assert "OXE0020" in _rules(program)
 
 
 def _rules(program: Any) -> list[str]:
