@@ -261,8 +261,15 @@ def _culprit(program: ONNXProgram, probe: EdgeProbe) -> tuple[str, str, Any]:
     return culprit.origin.where, str(culprit.node), culprit.origin
 
 
+#: Where the adapter's run error turns to advice for a caller of a saved file.
+_CALLER_ADVICE = " The file cannot serve these inputs"
+
+
 def _failed(probe: EdgeProbe, error: Exception, program: ONNXProgram) -> ConversionError:
-    text = (str(error).strip().splitlines() or [""])[0][:400]
+    text = (str(error).strip().splitlines() or [""])[0]
+    # ONNX Runtime's own words only: the adapter's advice to a caller of a saved file (call
+    # it at the example's sizes, export it again) is not this export's next step.
+    text = text.split(_CALLER_ADVICE)[0].rstrip(".")[:400]
     dropped = dropped_size(program)
     return ConversionError(
         f"The exported file fails in ONNX Runtime at {probe.name}, where eager PyTorch runs."

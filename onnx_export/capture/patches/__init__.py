@@ -40,6 +40,7 @@ from onnx_export.capture.patches import (
     _torch_int,
     _transformers_masks,
     _unfold,
+    _value_checked_composites,
     _vision_windows,
 )
 from onnx_export.capture.patches._registry import (
@@ -69,6 +70,7 @@ PATCHES: tuple[Patch, ...] = (
     _rnn.PATCH,
     _finite_branches.PATCH,
     _fixed_size_composites.PATCH,
+    _value_checked_composites.PATCH,
     _experts.PATCH,
     _packed_attention.PATCH,
     _mrope.PATCH,

@@ -1,9 +1,10 @@
-"""``take_along_dim`` and ``kron`` on dynamic sizes, written with ops that follow them.
+"""``take_along_dim``, ``kron`` and ``multi_dot`` on dynamic sizes, with ops that follow them.
 
-torch computes both in C++ from the inputs' sizes as plain integers, so torch.export
+torch computes these in C++ from the inputs' sizes as plain integers, so torch.export
 fixes every dynamic axis they see to the example's size ("You marked L['x'].size()[0]
 as dynamic but your code specialized it"): a model that gathers its top-k rows with
-``torch.take_along_dim`` or builds a block matrix with ``torch.kron`` could not be
+``torch.take_along_dim``, builds a block matrix with ``torch.kron`` or chains products
+with ``torch.linalg.multi_dot`` (which picks its order from the sizes) could not be
 exported with a dynamic batch at all.
 
 While :func:`composites_that_follow_sizes` is active, a call whose inputs have a
@@ -12,7 +13,9 @@ dynamic size is computed as torch defines it, from ops whose shapes follow the s
 - ``take_along_dim(x, indices, dim)``: both broadcast against each other except along
   ``dim``, then ``gather`` (``dim=None``: along the flattened inputs);
 - ``kron(a, b)``: ``a``'s axes interleaved with ``b``'s by a broadcast product, then each
-  pair merged.
+  pair merged;
+- ``multi_dot(tensors)``: the products from left to right (a 1-D first or last tensor
+  as a row or column), the same result up to rounding.
 
 Calls on static sizes go to torch's own op, unchanged.
 """
@@ -20,14 +23,14 @@ Calls on static sizes go to torch's own op, unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import torch
 
 from onnx_export.capture.patches._registry import Patch, Target, swapped
 
-__all__ = ["PATCH", "composites_that_follow_sizes", "kron", "take_along_dim"]
+__all__ = ["PATCH", "composites_that_follow_sizes", "kron", "multi_dot", "take_along_dim"]
 
 
 #: ``torch.broadcast_shapes`` (untyped in torch): the shape two shapes broadcast to.
@@ -89,11 +92,32 @@ def kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a_spread * b_spread).reshape(merged)
 
 
+def multi_dot(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.linalg.multi_dot``, multiplied from left to right.
+
+    Example:
+        >>> a, b, c = torch.ones(2, 3), torch.ones(3, 4), torch.ones(4)
+        >>> multi_dot([a, b, c])
+        tensor([12., 12.])
+    """
+    if len(tensors) < 2:
+        raise RuntimeError("multi_dot(): expected at least 2 tensors but got " + str(len(tensors)))
+    first, last = tensors[0], tensors[-1]
+    result = first.unsqueeze(0) if first.dim() == 1 else first
+    for matrix in tensors[1:-1]:
+        result = result @ matrix
+    result = result @ (last.unsqueeze(-1) if last.dim() == 1 else last)
+    if last.dim() == 1:
+        result = result.squeeze(-1)
+    return result.squeeze(0) if first.dim() == 1 else result
+
+
 @contextlib.contextmanager
 def composites_that_follow_sizes() -> Iterator[None]:
-    """``take_along_dim`` and ``kron`` on dynamic sizes keep them dynamic, while active.
+    """``take_along_dim``, ``kron`` and ``multi_dot`` keep dynamic sizes dynamic, while active.
 
-    Callers hold the export lock: ``torch`` and ``torch.Tensor`` are patched for the process.
+    Callers hold the export lock: ``torch``, ``torch.linalg`` and ``torch.Tensor`` are
+    patched for the process.
 
     Example:
         >>> with composites_that_follow_sizes():
@@ -101,6 +125,7 @@ def composites_that_follow_sizes() -> Iterator[None]:
         torch.Size([2, 3])
     """
     original_take, original_kron = torch.take_along_dim, torch.kron
+    original_multi_dot = torch.linalg.multi_dot
 
     def take(x: Any, indices: Any, dim: int | None = None, *, out: Any = None) -> Any:
         if out is not None or not _dynamic(x, indices):
@@ -112,6 +137,11 @@ def composites_that_follow_sizes() -> Iterator[None]:
             return original_kron(a, b, out=out)
         return kron(a, b)
 
+    def multi_dot_(tensors: Any, *, out: Any = None) -> Any:
+        if out is not None or len(tensors) < 2 or not _dynamic(*tensors):
+            return original_multi_dot(tensors, out=out)
+        return multi_dot(tensors)
+
     def take_method(self: Any, indices: Any, dim: int | None = None) -> Any:
         return take(self, indices, dim)
 
@@ -121,6 +151,7 @@ def composites_that_follow_sizes() -> Iterator[None]:
     with swapped(
         (torch, "take_along_dim", take),
         (torch, "kron", kron_),
+        (torch.linalg, "multi_dot", multi_dot_),
         (torch.Tensor, "take_along_dim", take_method),
         (torch.Tensor, "kron", kron_method),
     ):
@@ -133,10 +164,11 @@ PATCH = Patch(
     targets=(
         Target("torch", "take_along_dim"),
         Target("torch", "kron"),
+        Target("torch.linalg", "multi_dot"),
         Target("torch", "Tensor.take_along_dim"),
         Target("torch", "Tensor.kron"),
     ),
     tested=("torch 2.13.0", "torch 2.15.0"),
-    why="take_along_dim and kron compute from plain-int sizes, fixing dynamic axes",
+    why="take_along_dim, kron and multi_dot compute from plain-int sizes, fixing dynamic axes",
     apply=lambda call: composites_that_follow_sizes(),
 )
