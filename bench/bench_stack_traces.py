@@ -14,13 +14,11 @@ that each node's text is a prefix of torch's (torch's goes on into the tracer's 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import pathlib
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -32,32 +30,15 @@ import torch
 import onnx_export
 import onnx_export.capture._strategies as strategies
 from onnx_export.capture._call import capture_call, forward_signature, prepare_call
-from onnx_export.capture.patches import _stack_traces
 from onnx_export.capture.patches._registry import swapped
-
-
-@contextlib.contextmanager
-def _torchs_recorder(enabled: bool = True) -> Iterator[None]:
-    """The patch before this round: every frame below ``forward`` kept, recorded by torch."""
-    tracer = _stack_traces._module_stack_tracer() if enabled else None
-    if tracer is None:
-        yield
-        return
-    original = tracer.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self._record_forward_stack_traces_only = False
-
-    with swapped((tracer, "__init__", init)):
-        yield
+from tests.capture_patches import torch_recorded_stack_traces
 
 
 def _patches(torchs: bool) -> tuple[Any, ...]:
     if not torchs:
         return strategies.PATCHES
     return tuple(
-        dataclasses.replace(p, apply=lambda call: _torchs_recorder(not call.strict))
+        dataclasses.replace(p, apply=lambda call: torch_recorded_stack_traces(not call.strict))
         if p.name == "stack_traces"
         else p
         for p in strategies.PATCHES

@@ -7,16 +7,19 @@ then the test is skipped, saying that the patch may be retired, instead of faili
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
 
 import onnx_export
 import onnx_export.capture._strategies as strategies
-from onnx_export.capture.patches import library_version
+from onnx_export.capture.patches import _stack_traces, library_version
+from onnx_export.capture.patches._registry import swapped
 
-__all__ = ["refused_without"]
+__all__ = ["refused_without", "torch_recorded_stack_traces"]
 
 
 def refused_without(
@@ -40,3 +43,24 @@ def refused_without(
         f"{versions} capture this without the {patch!r} capture patch: torch.export no "
         "longer refuses it, and the patch may be retired (see capture/patches/)"
     )
+
+
+@contextlib.contextmanager
+def torch_recorded_stack_traces(enabled: bool = True) -> Iterator[None]:
+    """The ``stack_traces`` patch as it was before #39's seventh round: torch records them.
+
+    Every frame below the outermost ``forward`` is kept, as the patch keeps them, but
+    torch's tracer builds each trace (the reference the faster recorder is held to).
+    """
+    tracer = _stack_traces._module_stack_tracer() if enabled else None
+    if tracer is None:
+        yield
+        return
+    original = tracer.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._record_forward_stack_traces_only = False
+
+    with swapped((tracer, "__init__", init)):
+        yield

@@ -9,10 +9,8 @@ the report and the errors name.
 
 from __future__ import annotations
 
-import contextlib
 import doctest
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,6 +22,7 @@ from onnx_export.capture._call import capture_call, forward_signature, prepare_c
 from onnx_export.capture.patches import _stack_traces
 from onnx_export.capture.patches._registry import swapped
 from onnx_export.translation._source import node_origin
+from tests.capture_patches import torch_recorded_stack_traces
 from tests.helpers import assert_onnx_program_close
 
 
@@ -49,20 +48,6 @@ class _Net(nn.Module):
         return self.blocks(x).softmax(-1)
 
 
-@contextlib.contextmanager
-def _torchs_recorder(enabled: bool = True) -> Iterator[None]:
-    """The patch as it was: torch records the traces, every frame below ``forward`` kept."""
-    tracer = _stack_traces._module_stack_tracer()
-    original = tracer.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self._record_forward_stack_traces_only = False
-
-    with swapped((tracer, "__init__", init)):
-        yield
-
-
 def _traces(recorder: Any = None) -> dict[str, str]:
     model, x = _Net().eval(), torch.randn(3, 6)
     options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
@@ -82,7 +67,7 @@ def _traces(recorder: Any = None) -> dict[str, str]:
 
 
 def test_the_traces_are_torchs_text_down_to_the_ops_call() -> None:
-    ours, torchs = _traces(), _traces(_torchs_recorder)
+    ours, torchs = _traces(), _traces(torch_recorded_stack_traces)
     assert ours.keys() == torchs.keys()
     recorded = [name for name, text in ours.items() if text]
     assert len(recorded) >= 8  # every op of the model
