@@ -105,8 +105,10 @@ def serve_dynamic_axes(
             return built
         if "ONNX Runtime failed" not in failed:
             pinned = _pinned_to_example(program_of(built), call, failed)
-            if on_pinned is not None:
+            if pinned and on_pinned is not None:
                 on_pinned(built, pinned)
+            else:  # no axis to pin (a range off the inputs' symbols), or no one to tell
+                _report.record_unproved_axes(context, failed)
             return built
         problem = failed
     if held or "ONNX Runtime failed" in problem:
