@@ -60,6 +60,15 @@ __all__ = [
     "aten_geometric",
     "aten_log_normal",
     "aten_rrelu_with_noise_functional",
+    "aten_rrelu",
+    "aten_rsub",
+    "aten_threshold",
+    "aten_outer",
+    "aten_fliplr",
+    "aten_flipud",
+    "aten_cdist",
+    "aten_pdist",
+    "aten_linalg_vecdot",
     "aten_atleast_1d",
     "aten_atleast_2d",
     "aten_atleast_3d",
@@ -350,6 +359,91 @@ def _triangle_indices(upper: bool) -> Callable[..., Any]:
 
 
 _FLOAT4 = int(ir.DataType.FLOAT4E2M1)
+
+
+@onnx_op("aten::cdist")
+def aten_cdist(
+    x1: ir.Value, x2: ir.Value, p: float = 2.0, compute_mode: int | None = None
+) -> ir.Value:
+    """cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None): kept whole by export."""
+    return aten_cdist_forward(x1, x2, p, compute_mode)
+
+
+@onnx_op("aten::pdist")
+def aten_pdist(self: ir.Value, p: float = 2.0) -> ir.Value:
+    """pdist(Tensor self, float p=2): kept whole by torch.export; rows i < j."""
+    return aten_pdist_forward(self, p)
+
+
+@onnx_op("aten::linalg_vecdot")
+def aten_linalg_vecdot(x: ir.Value, y: ir.Value, dim: int = -1) -> ir.Value:
+    """linalg_vecdot(Tensor x, Tensor y, *, int dim=-1): sum of x * y along dim (real)."""
+    return op.ReduceSum(op.Mul(x, y), ints([dim]), keepdims=0)
+
+
+@onnx_op("aten::outer")
+def aten_outer(self: ir.Value, vec2: ir.Value) -> ir.Value:
+    """outer(Tensor self, Tensor vec2): self[:, None] * vec2 (rotary embeddings' angles)."""
+    dtype = output_dtype(0)
+    column = op.Unsqueeze(cast_to(self, dtype), ints([-1]))
+    if dtype == ir.DataType.BOOL:  # ONNX's Mul has no bool
+        return op.And(column, cast_to(vec2, dtype))
+    return op.Mul(column, cast_to(vec2, dtype))
+
+
+def _reversed(x: ir.Value, axis: int) -> ir.Value:
+    """``x`` reversed along ``axis`` (a ``Slice`` with step -1)."""
+    big = np.iinfo(np.int64).max
+    return op.Slice(x, ints([-1]), ints([-big]), ints([axis]), ints([-1]))
+
+
+@onnx_op("aten::fliplr")
+def aten_fliplr(self: ir.Value) -> ir.Value:
+    """fliplr(Tensor self): reversed along dim 1."""
+    return _reversed(self, 1)
+
+
+@onnx_op("aten::flipud")
+def aten_flipud(self: ir.Value) -> ir.Value:
+    """flipud(Tensor self): reversed along dim 0."""
+    return _reversed(self, 0)
+
+
+@onnx_op("aten::rsub.Tensor", "aten::rsub.Scalar")
+def aten_rsub(self: ir.Value, other: ir.Value | float, alpha: float = 1.0) -> ir.Value:
+    """rsub(Tensor self, Tensor|Scalar other, *, Scalar alpha=1): other - alpha * self.
+
+    ``1.0 - attention_mask``: torchlib leaves rsub to torch's decomposition, which the
+    export ran node by node at every export.
+    """
+    scaled = self if alpha == 1 else op.Mul(self, op.CastLike(alpha, self))
+    return op.Sub(op.CastLike(other, self), scaled)
+
+
+@onnx_op("aten::threshold")
+def aten_threshold(self: ir.Value, threshold: float, value: float) -> ir.Value:
+    """threshold(Tensor self, Scalar threshold, Scalar value): self where self > threshold."""
+    return op.Where(op.Greater(self, op.CastLike(threshold, self)), self, op.CastLike(value, self))
+
+
+@onnx_op("aten::rrelu")
+def aten_rrelu(
+    self: ir.Value,
+    lower: float = 0.125,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    generator: Any = None,
+) -> ir.Value:
+    """rrelu(Tensor self, Scalar lower, Scalar upper, bool training=False, Generator? generator).
+
+    In eval mode the slope of negative inputs is ``(lower + upper) / 2`` (a leaky ReLU; at
+    every export the decomposition re-traced the whole program for it); in training mode
+    it is drawn from ``U(lower, upper)`` per element.
+    """
+    negative = op.Less(self, const(0.0, self))
+    if training:  # a slope drawn per element, as rrelu_with_noise draws it
+        return op.Where(negative, op.Mul(self, _uniform(self, lower, upper)), self)
+    return op.Where(negative, op.Mul(self, const((lower + upper) / 2.0, self)), self)
 
 
 @onnx_op("aten::empty.memory_format")

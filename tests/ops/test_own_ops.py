@@ -242,6 +242,20 @@ _REDUCE = [
 ]
 
 _TENSOR = [
+    # 1.0 - an integer mask (promoted to float), and an alpha
+    _case(
+        "aten::rsub.Scalar",
+        lambda x, m: (1.0 - m) * -1e4 + aten.rsub.Scalar(x, 2.0, 3.0),
+        lambda: (_rand(2, 3), torch.tensor([[1, 0, 1], [0, 0, 1]])),
+    ),
+    # cdist and pdist kept whole (torch.export's pre-dispatch graph), and their forward
+    # overloads (a graph decomposed again: the full re-trace of a missing op)
+    _case(
+        "aten::_cdist_forward",
+        lambda x, y: aten._cdist_forward(x, y, 2.0, None),
+        lambda: (_rand(3, 4), _rand(5, 4, seed=1)),
+    ),
+    _case("aten::_pdist_forward", lambda x: aten._pdist_forward(x, 1.0), lambda: (_rand(4, 3),)),
     _case(
         "aten::movedim.int", lambda x: aten.movedim.int(x, 0, -1) * 1.0, lambda: (_rand(2, 3, 4),)
     ),
