@@ -26,6 +26,7 @@ from onnx_export.ops._common import (
 from onnx_export.ops._registration import onnx_op
 
 __all__ = [
+    "aten_rsub_complex",
     "aten_constant_pad_nd_complex",
     "aten_conj_physical_complex",
     "aten_unsqueeze_complex",
@@ -146,6 +147,20 @@ def aten_add_complex(self: ir.Value, other: Any, alpha: float = 1.0) -> ir.Value
 def aten_sub_complex(self: ir.Value, other: Any, alpha: float = 1.0) -> ir.Value:
     """sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1), a complex operand."""
     return _mixed("aten_sub_complex")(self, other, alpha)
+
+
+@onnx_op("aten::rsub.Tensor", "aten::rsub.Scalar", complex=True)
+def aten_rsub_complex(self: Any, other: Any, alpha: float = 1.0) -> ir.Value:
+    """rsub(Tensor self, Tensor|Scalar other, *, Scalar alpha=1): other - alpha * self, complex.
+
+    On real views a difference (and a real ``alpha``'s product) is taken per component.
+    """
+    like = self if _is_complex_input(0) else other
+    a = _complex_operand(self, 0, like)
+    b = _complex_operand(other, 1, like)
+    if alpha != 1:
+        a = op.Mul(a, op.CastLike(alpha, a))
+    return op.Sub(b, a)
 
 
 @onnx_op("aten::mul.Tensor", complex=True)

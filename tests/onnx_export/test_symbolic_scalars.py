@@ -83,7 +83,7 @@ CASES: dict[str, tuple[Callable[..., Any], Any]] = {
     "where_symfloat": (lambda x, i: torch.where(x > 0, x, _half(x)), aten.where.ScalarOther),
     "threshold": (
         lambda x, i: nn.functional.threshold(x, _half(x) * 0.1, x.shape[0]),
-        aten.where.ScalarSelf,
+        aten.threshold.default,
     ),
     "full": (lambda x, i: torch.full((x.shape[0], 2), x.shape[1]), aten.full.default),
     "full_symfloat": (lambda x, i: torch.full((3,), _half(x)), aten.full.default),
@@ -112,7 +112,7 @@ CASES: dict[str, tuple[Callable[..., Any], Any]] = {
         lambda x, i: torch.div(i - 20, x.shape[0], rounding_mode="trunc"),
         aten.div.Tensor_mode,
     ),
-    "rsub": (lambda x, i: x.shape[0] - i, aten.sub.Tensor),
+    "rsub": (lambda x, i: x.shape[0] - i, aten.rsub.Scalar),
     "add_alpha": (lambda x, i: torch.add(i, i, alpha=x.shape[0]), aten.add.Tensor),
     "masked_fill": (lambda x, i: i.masked_fill(i > 5, x.shape[0]), aten.masked_fill.Scalar),
 }

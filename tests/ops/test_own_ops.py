@@ -554,6 +554,12 @@ def _complex() -> tuple[torch.Tensor]:
 
 
 _COMPLEX = [
+    _case("aten::rsub.Scalar (complex)", lambda z: (1 + 1j) - z, _complex),
+    _case(
+        "aten::rsub.Tensor (complex)",
+        lambda z, w: aten.rsub.Tensor(z, w, alpha=2) + aten.rsub.Tensor(z, w.real),
+        lambda: _complex() * 2,
+    ),
     _case("aten::silu (complex)", aten.silu, _complex),
     _case("aten::unsqueeze (complex)", lambda z: aten.unsqueeze(z, -1), _complex),
     _case("aten::alias (complex)", aten.alias, _complex),
