@@ -19,9 +19,11 @@ from onnx_export.ops._common import (
     static_size,
 )
 from onnx_export.ops._registration import onnx_op
+from onnx_export.ops.math import to_compute, to_result
 from onnx_export.ops.reduce import count_before
 
 __all__ = [
+    "aten_histc",
     "aten_histogram_bin_ct",
     "aten_histogram_bins_tensor",
     "aten_histogramdd_bin_edges",
@@ -79,6 +81,33 @@ def aten_histogram_bin_ct(
     index = op.Cast(op.Clip(op.Floor(scaled), const(0.0, x), const(float(bins - 1), x)), to=7)
     inside = op.And(op.GreaterOrEqual(x, low), op.LessOrEqual(x, high))
     return _histogram_counts(x, index, inside, ints([bins]), weight, density, edges)
+
+
+@onnx_op("aten::histc")
+def aten_histc(self: ir.Value, bins: int = 100, min: float = 0.0, max: float = 0.0) -> ir.Value:
+    """histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor.
+
+    ``min == max`` (the default 0 and 0) takes the data's range, widened by 1 on each
+    side where the data is one value (torchlib refused it); elements outside the range are
+    not counted, and the last bin holds ``max``. The bin is
+    ``floor((x - min) * bins / (max - min))``, torch's order of operations.
+    """
+    x = op.Reshape(self, ints([-1]))
+    if min == max:
+        empty = op.Equal(op.Size(x), op.Constant(value_int=0))
+        low = op.Where(empty, const(0.0, x), op.ReduceMin(x, keepdims=0))
+        high = op.Where(empty, const(0.0, x), op.ReduceMax(x, keepdims=0))
+    else:
+        low, high = const(float(min), x), const(float(max), x)
+    same = op.Equal(low, high)
+    low = op.Where(same, op.Sub(low, const(1.0, x)), low)
+    high = op.Where(same, op.Add(high, const(1.0, x)), high)
+    scaled = op.Div(op.Mul(op.Sub(x, low), const(float(bins), x)), op.Sub(high, low))
+    index = op.Cast(op.Clip(op.Floor(scaled), const(0.0, x), const(float(bins - 1), x)), to=7)
+    inside = op.And(op.GreaterOrEqual(x, low), op.LessOrEqual(x, high))
+    # counted in float32 at least (ONNX Runtime's CPU has no float16 ScatterElements add)
+    hist, _ = _histogram_counts(to_compute(x), index, inside, ints([bins]), None, False, None)
+    return to_result(hist)
 
 
 @onnx_op("aten::histogram.bins_tensor")

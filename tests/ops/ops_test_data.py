@@ -1177,7 +1177,7 @@ CI_OPS: tuple[str, ...] = (
     # FFT, complex, random (shape and dtype only)
     "fft.fft", "fft.rfft", "fft.fft2", "fft.ihfft2", "view_as_complex", "uniform",
     "bernoulli", "nn.functional.dropout",
-    "nextafter", "mode", "unique_consecutive", "igamma", "histogram",
+    "nextafter", "mode", "unique_consecutive", "igamma", "histogram", "histc",
     # expected failures
     "equal", "linalg.eigh", "linalg.eig",
 )  # fmt: skip
@@ -1281,6 +1281,7 @@ OWN_OPS: dict[str, tuple[str, ...]] = {
     "nn.functional.pad.replicate_negative": ("aten::pad",),
     "nn.functional.scaled_dot_product_attention": ("aten::scaled_dot_product_attention",),
     "nn.functional.cross_entropy": ("aten::cross_entropy_loss",),
+    "histc": ("aten::histc",),
     "nn.functional.pdist": ("aten::pdist",),
     "cdist": ("aten::cdist",),
     "rsub": ("aten::rsub.Tensor",),

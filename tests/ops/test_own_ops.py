@@ -242,6 +242,17 @@ _REDUCE = [
 ]
 
 _TENSOR = [
+    # the data's range (min == max, the default), a one-value input widened by 1, a range
+    _case(
+        "aten::histc",
+        lambda x: (
+            torch.histc(x, 5),
+            torch.histc(x * 0 + 2, 4),
+            torch.histc(x, 4, 3.0, 3.0),
+            torch.histc(x, 4, -1.0, 1.0),
+        ),
+        lambda: (torch.tensor([[0.5, -1.5, 3.0], [2.25, 1.0, -0.75]]),),
+    ),
     # 1.0 - an integer mask (promoted to float), and an alpha
     _case(
         "aten::rsub.Scalar",
