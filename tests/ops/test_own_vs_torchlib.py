@@ -522,6 +522,10 @@ _EDGE_VALUES = [
          F.logsigmoid,
          lambda: (_r(3, 4, low=-120, high=30),), lambda: (_r(6, 2, seed=1, low=-200),),
          (_d(0, 1),)),
+    # torchlib refused histc's default min == max (the data's range); a given range too
+    Case("aten::histc", "histc_data_range_dynamic",
+         lambda x: (torch.histc(x, 6), torch.histc(x, 4, -1.0, 1.0)),
+         lambda: (_r(3, 4),), lambda: (_r(7, 2, seed=1),), (_d(0, 1),)),
 ]  # fmt: skip
 
 CASES = [
