@@ -14,12 +14,10 @@ that each node's text is a prefix of torch's (torch's goes on into the tracer's 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pathlib
 import sys
 import time
 import warnings
-from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -31,25 +29,20 @@ import onnx_export
 import onnx_export.capture._strategies as strategies
 from onnx_export.capture._call import capture_call, forward_signature, prepare_call
 from onnx_export.capture.patches._registry import swapped
-from tests.capture_patches import torch_recorded_stack_traces
-
-
-def _patches(torchs: bool) -> tuple[Any, ...]:
-    if not torchs:
-        return strategies.PATCHES
-    return tuple(
-        dataclasses.replace(p, apply=lambda call: torch_recorded_stack_traces(not call.strict))
-        if p.name == "stack_traces"
-        else p
-        for p in strategies.PATCHES
-    )
+from tests.capture_patches import patches_with_torchs_stack_traces
 
 
 def _capture(name: str, torchs: bool) -> tuple[float, dict[str, str]]:
     model, (args, kwargs), shapes = family_standins.build(name)
     options = onnx_export.ExportOptions(dynamic_shapes=shapes)
     call = prepare_call(model, forward_signature(model), args, kwargs, options)
-    with swapped((strategies, "PATCHES", _patches(torchs))):
+    with swapped(
+        (
+            strategies,
+            "PATCHES",
+            patches_with_torchs_stack_traces() if torchs else strategies.PATCHES,
+        )
+    ):
         start = time.perf_counter()
         program, _ = capture_call(call, options)
         seconds = time.perf_counter() - start

@@ -8,6 +8,7 @@ then the test is skipped, saying that the patch may be retired, instead of faili
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ import onnx_export.capture._strategies as strategies
 from onnx_export.capture.patches import _stack_traces, library_version
 from onnx_export.capture.patches._registry import swapped
 
-__all__ = ["refused_without", "torch_recorded_stack_traces"]
+__all__ = ["patches_with_torchs_stack_traces", "refused_without", "torch_recorded_stack_traces"]
 
 
 def refused_without(
@@ -64,3 +65,17 @@ def torch_recorded_stack_traces(enabled: bool = True) -> Iterator[None]:
 
     with swapped((tracer, "__init__", init)):
         yield
+
+
+def patches_with_torchs_stack_traces() -> tuple[Any, ...]:
+    """Capture's patches, with torch's stack-trace recorder in place of the ``stack_traces`` one.
+
+    For ``swapped((strategies, "PATCHES", ...))``: the reference captures of the recorder's
+    test and bench.
+    """
+    return tuple(
+        dataclasses.replace(p, apply=lambda call: torch_recorded_stack_traces(not call.strict))
+        if p.name == "stack_traces"
+        else p
+        for p in strategies.PATCHES
+    )

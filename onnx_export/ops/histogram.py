@@ -56,6 +56,25 @@ def _histogram_counts(
     return hist, edges
 
 
+def _bin_range(
+    x: ir.Value, given: Sequence[float] | None, empty_high: float, widen: float
+) -> tuple[ir.Value, ir.Value]:
+    """The range the bins span: ``given``, else the data's (``[0, empty_high]`` if empty).
+
+    Widened by ``widen`` on each side where it is one value (``histogram``: 0.5, ``histc``: 1).
+    """
+    if given is not None:
+        low, high = const(float(given[0]), x), const(float(given[1]), x)
+    else:
+        empty = op.Equal(op.Size(x), op.Constant(value_int=0))
+        low = op.Where(empty, const(0.0, x), op.ReduceMin(x, keepdims=0))
+        high = op.Where(empty, const(empty_high, x), op.ReduceMax(x, keepdims=0))
+    same = op.Equal(low, high)
+    low = op.Where(same, op.Sub(low, const(widen, x)), low)
+    high = op.Where(same, op.Add(high, const(widen, x)), high)
+    return low, high
+
+
 @onnx_op("aten::histogram.bin_ct")
 def aten_histogram_bin_ct(
     self: ir.Value,
@@ -66,15 +85,7 @@ def aten_histogram_bin_ct(
 ) -> tuple[ir.Value, ir.Value]:
     """histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, ...)."""
     x = op.Reshape(self, ints([-1]))
-    if range is not None:
-        low, high = const(float(range[0]), x), const(float(range[1]), x)
-    else:
-        empty = op.Equal(op.Size(x), op.Constant(value_int=0))
-        low = op.Where(empty, const(0.0, x), op.ReduceMin(x, keepdims=0))
-        high = op.Where(empty, const(1.0, x), op.ReduceMax(x, keepdims=0))
-    same = op.Equal(low, high)
-    low = op.Where(same, op.Sub(low, const(0.5, x)), low)
-    high = op.Where(same, op.Add(high, const(0.5, x)), high)
+    low, high = _bin_range(x, range, empty_high=1.0, widen=0.5)
     steps = op.CastLike(op.Constant(value=ir.tensor(np.arange(bins + 1, dtype=np.float32))), x)
     edges = op.Add(low, op.Mul(op.Div(op.Sub(high, low), const(float(bins), x)), steps))
     scaled = op.Mul(op.Div(op.Sub(x, low), op.Sub(high, low)), const(float(bins), x))
@@ -93,15 +104,7 @@ def aten_histc(self: ir.Value, bins: int = 100, min: float = 0.0, max: float = 0
     ``floor((x - min) * bins / (max - min))``, torch's order of operations.
     """
     x = op.Reshape(self, ints([-1]))
-    if min == max:
-        empty = op.Equal(op.Size(x), op.Constant(value_int=0))
-        low = op.Where(empty, const(0.0, x), op.ReduceMin(x, keepdims=0))
-        high = op.Where(empty, const(0.0, x), op.ReduceMax(x, keepdims=0))
-    else:
-        low, high = const(float(min), x), const(float(max), x)
-    same = op.Equal(low, high)
-    low = op.Where(same, op.Sub(low, const(1.0, x)), low)
-    high = op.Where(same, op.Add(high, const(1.0, x)), high)
+    low, high = _bin_range(x, None if min == max else (min, max), empty_high=0.0, widen=1.0)
     scaled = op.Div(op.Mul(op.Sub(x, low), const(float(bins), x)), op.Sub(high, low))
     index = op.Cast(op.Clip(op.Floor(scaled), const(0.0, x), const(float(bins - 1), x)), to=7)
     inside = op.And(op.GreaterOrEqual(x, low), op.LessOrEqual(x, high))

@@ -16,7 +16,6 @@ from onnx_export.capture._call import Call
 from onnx_export.capture._resize import Kept, Resized, resized_call
 from onnx_export.capture._specialized import RangeGuard
 from onnx_export.diagnostics import DiagnosticContext
-from onnx_export.program._adapter import TORCH_RANGE
 from onnx_export.program._conditions import condition_axes
 from onnx_export.program._parity import skip_reason
 from onnx_export.program._program import ONNXProgram
@@ -30,6 +29,7 @@ from onnx_export.program._served_axes import (
     declared_ranges,
     example_sizes,
     held_example_sizes,
+    narrowed,
     narrowed_range,
     right_at_example,
     second_size_problem,
@@ -162,7 +162,7 @@ def _pinned_to_example(
 
 def _pinnable(bounds: AxisRange) -> bool:
     """A range torch narrowed for no reason of the model's, or a cap at 2 a size 1 made."""
-    return (bounds.origin == TORCH_RANGE and bounds.high is not None) or capped(bounds)
+    return narrowed(bounds) or capped(bounds)
 
 
 def kept_conditions(spec: AdapterSpec | None) -> Kept | None:

@@ -46,6 +46,7 @@ __all__ = [
     "declared_ranges",
     "example_sizes",
     "held_example_sizes",
+    "narrowed",
     "narrowed_range",
     "right_at_example",
     "second_size_problem",
@@ -355,6 +356,11 @@ def capped_range(spec: AdapterSpec | None) -> str | None:
     return None
 
 
+def narrowed(bounds: AxisRange) -> bool:
+    """An upper bound torch gave the captured program with no reason of the model's."""
+    return bounds.origin == TORCH_RANGE and bounds.high is not None
+
+
 def narrowed_range(spec: AdapterSpec | None) -> str | None:
     """A dynamic axis torch bounded above with no guard of the model's or bound of the user's.
 
@@ -363,7 +369,7 @@ def narrowed_range(spec: AdapterSpec | None) -> str | None:
     """
     for leaf in spec.inputs if spec is not None else ():
         for bounds in leaf.tensor.axis_ranges if leaf.tensor is not None else ():
-            if bounds.origin == TORCH_RANGE and bounds.high is not None:
+            if narrowed(bounds):
                 where = f"{leaf.tensor.name}[{bounds.axis}]"  # type: ignore[union-attr]  # a tensor leaf
                 return (
                     f"torch.export bounded {where} to {bounds.text()} at the example's sizes, "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import doctest
 import sys
-from typing import Any
 
 import torch
 from torch import nn
@@ -22,7 +21,7 @@ from onnx_export.capture._call import capture_call, forward_signature, prepare_c
 from onnx_export.capture.patches import _stack_traces
 from onnx_export.capture.patches._registry import swapped
 from onnx_export.translation._source import node_origin
-from tests.capture_patches import torch_recorded_stack_traces
+from tests.capture_patches import patches_with_torchs_stack_traces
 from tests.helpers import assert_onnx_program_close
 
 
@@ -48,18 +47,11 @@ class _Net(nn.Module):
         return self.blocks(x).softmax(-1)
 
 
-def _traces(recorder: Any = None) -> dict[str, str]:
+def _traces(torchs: bool = False) -> dict[str, str]:
     model, x = _Net().eval(), torch.randn(3, 6)
     options = onnx_export.ExportOptions(dynamic_shapes={"x": {0: "batch"}})
     call = prepare_call(model, forward_signature(model), (x,), {}, options)
-    patches = strategies.PATCHES
-    if recorder is not None:
-        patches = tuple(
-            type(p)(p.name, p.targets, p.tested, p.why, lambda call: recorder())
-            if p.name == "stack_traces"
-            else p
-            for p in patches
-        )
+    patches = patches_with_torchs_stack_traces() if torchs else strategies.PATCHES
     with swapped((strategies, "PATCHES", patches)):
         program, _ = capture_call(call, options)
     assert program is not None
@@ -67,7 +59,7 @@ def _traces(recorder: Any = None) -> dict[str, str]:
 
 
 def test_the_traces_are_torchs_text_down_to_the_ops_call() -> None:
-    ours, torchs = _traces(), _traces(torch_recorded_stack_traces)
+    ours, torchs = _traces(), _traces(torchs=True)
     assert ours.keys() == torchs.keys()
     recorded = [name for name, text in ours.items() if text]
     assert len(recorded) >= 8  # every op of the model
